@@ -1,0 +1,161 @@
+"""Commands: what a caller asks of the ontology. Validated on construction; the rules run in `decide`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from domain.recalls import RecallMode
+from domain.sessions import SessionKind, WorkerStatus
+from domain.values import Confidence, Identifier, Ref, RelationName, Scope, TenantName
+
+Text = Annotated[str, Field(min_length=1, max_length=20_000)]
+Label = Annotated[str, Field(min_length=1, max_length=500)]
+
+
+class Command(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant: TenantName
+    event_id: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    """The ingest envelope id: a command carrying an id already seen is a no-op."""
+    occurred_at: AwareDatetime | None = None
+    """The source's own clock. Data, never transaction time."""
+
+
+class CreateTenant(Command):
+    display_name: Annotated[str, Field(max_length=200)] = ""
+
+
+class RegisterEntity(Command):
+    ref: Ref
+    label: Label
+    aliases: tuple[Label, ...] = ()
+    hub: bool = False
+    needs_review: bool = False
+
+
+class DefineRelation(Command):
+    name: RelationName
+    functional: bool = False
+    symmetric: bool = False
+    weight: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)] = 1.0
+
+
+class Source(BaseModel):
+    """Where an assertion came from: a session, the messages in it, and who extracted it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: Identifier | None = None
+    message_ids: tuple[Identifier, ...] = ()
+    actor: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+
+def _check_valid_interval(valid_from: datetime | None, valid_to: datetime | None) -> None:
+    if valid_from is not None and valid_to is not None and valid_to <= valid_from:
+        raise ValueError("valid_to must be after valid_from")
+
+
+class AssertFact(Command):
+    subject: Ref
+    relation: RelationName
+    object: Ref
+    reason: Text | None = None
+    confidence: Confidence | None = None
+    valid_from: AwareDatetime | None = None
+    valid_to: AwareDatetime | None = None
+    scope: Scope = "org"
+    source: Source | None = None
+
+    @model_validator(mode="after")
+    def _interval(self) -> Self:
+        _check_valid_interval(self.valid_from, self.valid_to)
+        return self
+
+
+class InvalidateFact(Command):
+    """End a current fact, named either by `fact_id` or by (subject, relation, object, scope)."""
+
+    fact_id: Identifier | None = None
+    subject: Ref | None = None
+    relation: RelationName | None = None
+    object: Ref | None = None
+    scope: Scope = "org"
+    reason: Text
+    valid_to: AwareDatetime | None = None
+    source: Source | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> Self:
+        if self.fact_id is None and None in (self.subject, self.relation, self.object):
+            raise ValueError("name the fact by fact_id or by subject, relation and object")
+        return self
+
+
+class ArchiveFact(Command):
+    fact_id: Identifier
+    cause: Text
+
+
+class RestoreFact(Command):
+    fact_id: Identifier
+    cause: Text
+
+
+class StartSession(Command):
+    session_id: Identifier
+    agent: Ref
+    kind: SessionKind = SessionKind.MAIN
+    serving: Ref | None = None
+    parent_session_id: Identifier | None = None
+    task: Text | None = None
+
+    @model_validator(mode="after")
+    def _parent(self) -> Self:
+        if self.kind == SessionKind.WORKER and self.parent_session_id is None:
+            raise ValueError("a worker session needs parent_session_id")
+        return self
+
+
+class AppendMessage(Command):
+    session_id: Identifier
+    message_id: Identifier
+    role: Annotated[str, Field(pattern=r"^(user|assistant|system|tool)$")]
+    content: Annotated[str, Field(max_length=200_000)]
+
+
+class DispatchWorker(Command):
+    session_id: Identifier
+    worker_session_id: Identifier
+    task: Text
+    about: tuple[Ref, ...] = ()
+
+
+class ReportWorker(Command):
+    session_id: Identifier
+    status: WorkerStatus
+    summary: Annotated[str, Field(max_length=20_000)]
+    about: tuple[Ref, ...] = ()
+
+
+class CompactSession(Command):
+    session_id: Identifier
+    through_message_id: Identifier
+    summary: Annotated[str, Field(max_length=50_000)] | None = None
+    mentions: tuple[dict[str, Any], ...] = ()
+    facts: tuple[dict[str, Any], ...] = ()
+    invalidations: tuple[dict[str, Any], ...] = ()
+
+
+class EndSession(Command):
+    session_id: Identifier
+
+
+class RecordRecall(Command):
+    agent: Ref
+    fact_ids: tuple[Identifier, ...] = Field(min_length=1)
+    mode: RecallMode
+    perspective_id: Identifier | None = None

@@ -1,0 +1,52 @@
+"""Entities: references to things that live elsewhere (people, agents, files, tickets, sessions, memories)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from domain.events import DomainEvent
+
+
+class EntityRegistered(DomainEvent):
+    topic = "entity.registered"
+    content_fields = ("label", "aliases")
+
+    ref: str
+    label: str
+    aliases: tuple[str, ...] = ()
+    hub: bool = False
+    needs_review: bool = False
+
+
+class EntityUpdated(DomainEvent):
+    """A re-registration that changed the label, added aliases, or changed the hub flag."""
+
+    topic = "entity.updated"
+    content_fields = ("label", "aliases")
+
+    ref: str
+    label: str
+    aliases: tuple[str, ...]
+    hub: bool
+
+
+class EntitiesMerged(DomainEvent):
+    """`merged_ref` is the same thing as `into_ref`; its facts now belong to `into_ref`."""
+
+    topic = "entity.merged"
+
+    merged_ref: str
+    into_ref: str
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class EntityState:
+    ref: str
+    label: str
+    aliases: tuple[str, ...] = ()
+    hub: bool = False
+    needs_review: bool = False
+    merged_into: str | None = None
+    registered_at: object = None
+    extra: dict[str, object] = field(default_factory=dict)

@@ -1,0 +1,75 @@
+"""One hierarchy for every error the domain can raise; entry points map these to exit codes or HTTP."""
+
+from __future__ import annotations
+
+
+class NoumenaError(Exception):
+    """Base of every error noumena raises on purpose."""
+
+
+class DomainError(NoumenaError):
+    """A command broke a rule of the ontology. `field` names the offending input when there is one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidInput(DomainError):
+    """A value is malformed: a bad ref, a naive timestamp, a confidence outside 0..1, ..."""
+
+
+class UnknownTenant(DomainError):
+    def __init__(self, tenant: str) -> None:
+        super().__init__(f"tenant {tenant!r} does not exist", field="tenant")
+        self.tenant = tenant
+
+
+class TenantAlreadyExists(DomainError):
+    def __init__(self, tenant: str) -> None:
+        super().__init__(f"tenant {tenant!r} already exists", field="tenant")
+
+
+class UnknownEntity(DomainError):
+    def __init__(self, ref: str, tenant: str, field: str = "ref") -> None:
+        super().__init__(f"entity {ref!r} is not registered in tenant {tenant!r}", field=field)
+        self.ref = ref
+
+
+class UnknownFact(DomainError):
+    def __init__(self, what: str, field: str = "fact_id") -> None:
+        super().__init__(f"no fact {what}", field=field)
+
+
+class FactNotCurrent(DomainError):
+    """Only a current fact can be invalidated or corroborated; the message names its state."""
+
+    def __init__(self, fact_id: str, status: str, superseded_by: str | None = None) -> None:
+        extra = f" (superseded by {superseded_by})" if superseded_by else ""
+        super().__init__(f"fact {fact_id} is not current: it is {status}{extra}", field="fact_id")
+        self.fact_id = fact_id
+        self.status = status
+
+
+class UnknownSession(DomainError):
+    def __init__(self, session_id: str, field: str = "session_id") -> None:
+        super().__init__(f"session {session_id!r} is not known", field=field)
+        self.session_id = session_id
+
+
+class SessionAlreadyEnded(DomainError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} has ended", field="session_id")
+
+
+class SessionConflict(DomainError):
+    """A session id was reused with different attributes."""
+
+
+class InfrastructureError(NoumenaError):
+    """Something below the domain failed (store, broker, file). Carries the cause."""
+
+
+class ConcurrencyError(InfrastructureError):
+    """Another writer appended to the same tenant log first and retries ran out."""

@@ -1,0 +1,285 @@
+"""A tenant's ontology: the state folded from its log (`apply`), and the rules that turn commands into events
+(`decide`). Pure: the caller supplies the clock and persists what `decide` returns."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import singledispatchmethod
+
+from domain.entities import EntitiesMerged, EntityRegistered, EntityState, EntityUpdated
+from domain.errors import (
+    UnknownEntity,
+    UnknownFact,
+    UnknownSession,
+)
+from domain.events import DomainEvent
+from domain.facts import (
+    FactArchived,
+    FactAsserted,
+    FactCorroborated,
+    FactInvalidated,
+    FactPromoted,
+    FactRestored,
+    FactState,
+    FactStatus,
+)
+from domain.recalls import FactsRecalled
+from domain.relations import BUILTIN_RELATIONS, RelationType, RelationTypeDefined, default_relation
+from domain.sessions import (
+    MessageAppended,
+    SessionCompacted,
+    SessionEnded,
+    SessionKind,
+    SessionStarted,
+    SessionState,
+    WorkerDispatched,
+    WorkerReported,
+    WorkerStatus,
+)
+from domain.tenants import TenantCreated
+
+FACT_NAMESPACE = uuid.UUID("6f1c2b7e-4d1a-5c7e-9a55-2f0d8e3b1a90")
+
+FactKey = tuple[str, str, str, str]
+
+
+def fact_id_for(tenant: str, key: FactKey, generation: int) -> str:
+    """Deterministic: the n-th fact ever asserted anew for a key in a tenant has the same id on every replay."""
+    return uuid.uuid5(FACT_NAMESPACE, f"{tenant}|{'|'.join(key)}|{generation}").hex
+
+
+@dataclass
+class Ontology:
+    """Everything the rules need to know about one tenant, folded from its events in log order."""
+
+    tenant: str
+    exists: bool = False
+    version: int = 0
+    entities: dict[str, EntityState] = field(default_factory=dict)
+    facts: dict[str, FactState] = field(default_factory=dict)
+    current_by_key: dict[FactKey, str] = field(default_factory=dict)
+    functional_current: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    generations: dict[FactKey, int] = field(default_factory=dict)
+    facts_by_scope: dict[str, set[str]] = field(default_factory=dict)
+    sessions: dict[str, SessionState] = field(default_factory=dict)
+    relation_types: dict[str, RelationType] = field(default_factory=lambda: dict(BUILTIN_RELATIONS))
+    seen_event_ids: set[str] = field(default_factory=set)
+    recall_count: int = 0
+    _journal: list[Callable[[], None]] | None = field(default=None, repr=False)
+
+    # ------------------------------------------------------------------ tentative changes
+
+    def begin(self) -> None:
+        """Start recording how to undo every change, so a batch that cannot be written can be rolled back."""
+        self._journal = []
+
+    def commit(self) -> None:
+        self._journal = None
+
+    def rollback(self) -> None:
+        journal, self._journal = self._journal or [], None
+        for undo in reversed(journal):
+            undo()
+
+    def _undo(self, undo: Callable[[], None]) -> None:
+        if self._journal is not None:
+            self._journal.append(undo)
+
+    def _set(self, mapping: dict, key: object, value: object) -> None:  # type: ignore[type-arg]
+        if key in mapping:
+            old = mapping[key]
+            self._undo(lambda: mapping.__setitem__(key, old))
+        else:
+            self._undo(lambda: mapping.pop(key, None))
+        mapping[key] = value
+
+    def _delete(self, mapping: dict, key: object) -> None:  # type: ignore[type-arg]
+        old = mapping.pop(key)
+        self._undo(lambda: mapping.__setitem__(key, old))
+
+    def _attrs(self, obj: object, **values: object) -> None:
+        old = {name: getattr(obj, name) for name in values}
+        self._undo(lambda: [setattr(obj, n, v) for n, v in old.items()])
+        for name, value in values.items():
+            setattr(obj, name, value)
+
+    def _add(self, container: set, value: object) -> None:  # type: ignore[type-arg]
+        if value not in container:
+            container.add(value)
+            self._undo(lambda: container.discard(value))
+
+    def _append(self, items: list, value: object) -> None:  # type: ignore[type-arg]
+        items.append(value)
+        self._undo(items.pop)
+
+    # ------------------------------------------------------------------ queries used by the rules
+
+    def relation(self, name: str) -> RelationType:
+        return self.relation_types.get(name) or default_relation(name)
+
+    def key_for(self, subject: str, relation: str, obj: str, scope: str) -> FactKey:
+        if self.relation(relation).symmetric and obj < subject:
+            subject, obj = obj, subject
+        return (subject, relation, obj, scope)
+
+    def current_facts(self) -> Iterable[FactState]:
+        return (f for f in self.facts.values() if f.status is FactStatus.CURRENT)
+
+    def require_entity(self, ref: str, field_name: str) -> EntityState:
+        entity = self.entities.get(ref)
+        if entity is None:
+            raise UnknownEntity(ref, self.tenant, field=field_name)
+        return entity
+
+    def require_session(self, session_id: str, field_name: str = "session_id") -> SessionState:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise UnknownSession(session_id, field=field_name)
+        return session
+
+    def require_fact(self, fact_id: str) -> FactState:
+        fact = self.facts.get(fact_id)
+        if fact is None:
+            raise UnknownFact(fact_id)
+        return fact
+
+    # ------------------------------------------------------------------ evolving state from events
+
+    def apply(self, event: DomainEvent) -> None:
+        self._apply(event)
+        self._attrs(self, version=self.version + 1)
+        if event.event_id is not None:
+            self._add(self.seen_event_ids, event.event_id)
+
+    @singledispatchmethod
+    def _apply(self, event: DomainEvent) -> None:
+        raise TypeError(f"no rule to apply {type(event).__name__}")
+
+    @_apply.register
+    def _(self, e: TenantCreated) -> None:
+        self._attrs(self, exists=True)
+
+    @_apply.register
+    def _(self, e: EntityRegistered) -> None:
+        self._set(self.entities, e.ref, EntityState(
+            ref=e.ref, label=e.label, aliases=e.aliases, hub=e.hub, needs_review=e.needs_review,
+            registered_at=e.recorded_at,
+        ))
+
+    @_apply.register
+    def _(self, e: EntityUpdated) -> None:
+        self._attrs(self.entities[e.ref], label=e.label, aliases=e.aliases, hub=e.hub)
+
+    @_apply.register
+    def _(self, e: EntitiesMerged) -> None:
+        self._attrs(self.entities[e.merged_ref], merged_into=e.into_ref)
+
+    @_apply.register
+    def _(self, e: RelationTypeDefined) -> None:
+        self._set(self.relation_types, e.name, RelationType(
+            name=e.name, functional=e.functional, symmetric=e.symmetric, weight=e.weight
+        ))
+
+    @_apply.register
+    def _(self, e: FactAsserted) -> None:
+        fact = FactState(
+            fact_id=e.fact_id, subject=e.subject, relation=e.relation, object=e.object, scope=e.scope,
+            reason=e.reason, confidence=e.confidence, valid_from=e.valid_from, valid_to=e.valid_to,
+            status=FactStatus.CURRENT, asserted_at=e.recorded_at, provenance=[e.provenance],
+            supersedes=e.supersedes,
+        )
+        key = self.key_for(e.subject, e.relation, e.object, e.scope)
+        self._set(self.facts, e.fact_id, fact)
+        self._set(self.current_by_key, key, e.fact_id)
+        self._set(self.generations, key, self.generations.get(key, 0) + 1)
+        if e.scope not in self.facts_by_scope:
+            self._set(self.facts_by_scope, e.scope, set())
+        self._add(self.facts_by_scope[e.scope], e.fact_id)
+        if self.relation(e.relation).functional:
+            self._set(self.functional_current, (e.subject, e.relation, e.scope), e.fact_id)
+
+    @_apply.register
+    def _(self, e: FactCorroborated) -> None:
+        fact = self.facts[e.fact_id]
+        self._attrs(fact, confidence=e.confidence)
+        self._append(fact.provenance, e.provenance)
+
+    @_apply.register
+    def _(self, e: FactInvalidated) -> None:
+        fact = self.facts[e.fact_id]
+        self._attrs(fact, status=FactStatus.INVALIDATED, superseded_by=e.superseded_by, ended_reason=e.reason,
+                    valid_to=fact.valid_to if e.valid_to is None else e.valid_to)
+        self._forget_current(fact)
+
+    @_apply.register
+    def _(self, e: FactArchived) -> None:
+        fact = self.facts[e.fact_id]
+        self._attrs(fact, status=FactStatus.ARCHIVED, ended_reason=e.cause)
+        self._forget_current(fact)
+
+    @_apply.register
+    def _(self, e: FactRestored) -> None:
+        fact = self.facts[e.fact_id]
+        self._attrs(fact, status=FactStatus.CURRENT, ended_reason=None)
+        self._set(self.current_by_key, self.key_for(*fact.key), fact.fact_id)
+        if self.relation(fact.relation).functional:
+            self._set(self.functional_current, (fact.subject, fact.relation, fact.scope), fact.fact_id)
+
+    @_apply.register
+    def _(self, e: FactPromoted) -> None:
+        pass  # the promoted fact arrives as its own FactAsserted; this event records why
+
+    @_apply.register
+    def _(self, e: SessionStarted) -> None:
+        self._set(self.sessions, e.session_id, SessionState(
+            session_id=e.session_id, agent=e.agent, kind=e.kind, serving=e.serving,
+            parent_session_id=e.parent_session_id, task=e.task, started_at=e.recorded_at,
+        ))
+
+    @_apply.register
+    def _(self, e: MessageAppended) -> None:
+        self._append(self.sessions[e.session_id].message_ids, e.message_id)
+
+    @_apply.register
+    def _(self, e: WorkerDispatched) -> None:
+        main = self.sessions[e.session_id]
+        if e.worker_session_id not in main.workers:
+            self._append(main.workers, e.worker_session_id)
+        worker = self.sessions.get(e.worker_session_id)
+        if worker is None:
+            worker = SessionState(
+                session_id=e.worker_session_id, agent=main.agent, kind=SessionKind.WORKER,
+                serving=main.serving, parent_session_id=main.session_id, task=e.task,
+                started_at=e.recorded_at,
+            )
+            self._set(self.sessions, e.worker_session_id, worker)
+        self._attrs(worker, task=e.task, about=e.about, status=WorkerStatus.DISPATCHED)
+
+    @_apply.register
+    def _(self, e: WorkerReported) -> None:
+        worker = self.sessions[e.session_id]
+        self._attrs(worker, status=e.status, last_summary=e.summary,
+                    about=tuple(dict.fromkeys(worker.about + e.about)))
+
+    @_apply.register
+    def _(self, e: SessionCompacted) -> None:
+        session = self.sessions[e.session_id]
+        self._attrs(session, compactions=session.compactions + 1)
+
+    @_apply.register
+    def _(self, e: SessionEnded) -> None:
+        self._attrs(self.sessions[e.session_id], ended=True)
+
+    @_apply.register
+    def _(self, e: FactsRecalled) -> None:
+        self._attrs(self, recall_count=self.recall_count + 1)
+
+    def _forget_current(self, fact: FactState) -> None:
+        key = self.key_for(*fact.key)
+        if self.current_by_key.get(key) == fact.fact_id:
+            self._delete(self.current_by_key, key)
+        fkey = (fact.subject, fact.relation, fact.scope)
+        if self.functional_current.get(fkey) == fact.fact_id:
+            self._delete(self.functional_current, fkey)

@@ -1,0 +1,58 @@
+"""Ports: what the domain needs from the outside world, implemented by adapters in infra/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from domain.events import DomainEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """One event to append as version `version` of `tenant`'s stream."""
+
+    tenant: str
+    version: int
+    event: DomainEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Logged:
+    """One event as recorded: its log position is its place in transaction time."""
+
+    position: int
+    event: DomainEvent
+
+
+@dataclass(frozen=True, slots=True)
+class TrackingPosition:
+    """Where an upstream source (a Kafka partition, a file) had got to when these events were produced."""
+
+    name: str
+    position: int
+
+
+class VersionConflict(Exception):
+    """Another writer appended to one of the streams first."""
+
+
+class AlreadyTracked(Exception):
+    """The tracking position was recorded before: this input has already been stored."""
+
+
+class EventLog(Protocol):
+    """The append-only log of every tenant's events, in one total order (the log position)."""
+
+    def read_stream(self, tenant: str, after_version: int = 0) -> Iterable[DomainEvent]: ...
+
+    def append(self, pending: Sequence[Pending], tracking: TrackingPosition | None = None) -> list[int]:
+        """Append atomically; raise VersionConflict or AlreadyTracked and write nothing on either."""
+        ...
+
+    def read(self, after_position: int, limit: int) -> Sequence[Logged]: ...
+
+    def max_position(self) -> int: ...
+
+    def tracked_position(self, name: str) -> int | None: ...

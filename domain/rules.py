@@ -1,0 +1,313 @@
+"""The rules: `decide(ontology, command, now)` returns the events a command causes, or raises a DomainError.
+
+`decide` never mutates the ontology. A command whose `event_id` was seen before decides nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import singledispatch
+
+from domain import commands as c
+from domain.entities import EntityRegistered, EntityUpdated
+from domain.errors import (
+    FactNotCurrent,
+    InvalidInput,
+    SessionAlreadyEnded,
+    SessionConflict,
+    TenantAlreadyExists,
+    UnknownFact,
+    UnknownTenant,
+)
+from domain.events import DomainEvent
+from domain.facts import (
+    FactArchived,
+    FactAsserted,
+    FactCorroborated,
+    FactInvalidated,
+    FactRestored,
+    FactStatus,
+)
+from domain.ontology import Ontology, fact_id_for
+from domain.recalls import FactsRecalled
+from domain.relations import RelationTypeDefined
+from domain.sessions import (
+    MessageAppended,
+    SessionCompacted,
+    SessionEnded,
+    SessionKind,
+    SessionStarted,
+    WorkerDispatched,
+    WorkerReported,
+)
+from domain.tenants import TenantCreated
+from domain.values import DEFAULT_CONFIDENCE, Provenance, corroborated_confidence
+
+
+def decide(state: Ontology, command: c.Command, now: datetime) -> list[DomainEvent]:
+    if now.tzinfo is None:
+        raise InvalidInput("the clock must carry a time zone", field="recorded_at")
+    if command.event_id is not None and command.event_id in state.seen_event_ids:
+        return []
+    if not isinstance(command, c.CreateTenant) and not state.exists:
+        raise UnknownTenant(command.tenant)
+    return _decide(command, state, now)
+
+
+def _base(command: c.Command, now: datetime) -> dict[str, object]:
+    return {"tenant": command.tenant, "recorded_at": now, "event_id": command.event_id}
+
+
+@singledispatch
+def _decide(command: c.Command, state: Ontology, now: datetime) -> list[DomainEvent]:
+    raise TypeError(f"no rule for {type(command).__name__}")
+
+
+@_decide.register
+def _(cmd: c.CreateTenant, state: Ontology, now: datetime) -> list[DomainEvent]:
+    if state.exists:
+        raise TenantAlreadyExists(cmd.tenant)
+    return [TenantCreated(**_base(cmd, now), display_name=cmd.display_name)]
+
+
+@_decide.register
+def _(cmd: c.RegisterEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
+    existing = state.entities.get(cmd.ref)
+    if existing is None:
+        return [EntityRegistered(**_base(cmd, now), ref=cmd.ref, label=cmd.label, aliases=cmd.aliases,
+                                 hub=cmd.hub, needs_review=cmd.needs_review)]
+    aliases = tuple(dict.fromkeys(existing.aliases + cmd.aliases + (
+        (existing.label,) if existing.label != cmd.label else ())))
+    aliases = tuple(a for a in aliases if a != cmd.label)
+    if (cmd.label, cmd.hub) == (existing.label, existing.hub) and set(cmd.aliases) <= set(existing.aliases):
+        return []  # registering the same entity again is idempotent
+    return [EntityUpdated(**_base(cmd, now), ref=cmd.ref, label=cmd.label, aliases=aliases, hub=cmd.hub)]
+
+
+@_decide.register
+def _(cmd: c.DefineRelation, state: Ontology, now: datetime) -> list[DomainEvent]:
+    current = state.relation(cmd.name)
+    if (current.functional, current.symmetric, current.weight) == (cmd.functional, cmd.symmetric, cmd.weight):
+        return []
+    return [RelationTypeDefined(**_base(cmd, now), name=cmd.name, functional=cmd.functional,
+                                symmetric=cmd.symmetric, weight=cmd.weight)]
+
+
+def _provenance(cmd: c.Command, source: c.Source | None) -> Provenance:
+    return Provenance(
+        session_id=source.session_id if source else None,
+        message_ids=source.message_ids if source else (),
+        actor=source.actor if source else None,
+        event_id=cmd.event_id,
+        occurred_at=cmd.occurred_at,
+    )
+
+
+def _check_scope(state: Ontology, scope: str) -> None:
+    if scope.startswith("person:"):
+        state.require_entity(scope, "scope")
+    elif scope.startswith("session:"):
+        state.require_session(scope.removeprefix("session:"), "scope")
+
+
+@_decide.register
+def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+    state.require_entity(cmd.subject, "subject")
+    state.require_entity(cmd.object, "object")
+    _check_scope(state, cmd.scope)
+    if cmd.source and cmd.source.session_id is not None:
+        state.require_session(cmd.source.session_id, "source.session_id")
+    provenance = _provenance(cmd, cmd.source)
+    confidence = DEFAULT_CONFIDENCE if cmd.confidence is None else cmd.confidence
+    key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope)
+
+    existing_id = state.current_by_key.get(key)
+    if existing_id is not None:
+        existing = state.facts[existing_id]
+        return [FactCorroborated(
+            **_base(cmd, now), fact_id=existing_id, provenance=provenance,
+            previous_confidence=existing.confidence,
+            confidence=corroborated_confidence(existing.confidence, confidence), reason=cmd.reason,
+        )]
+
+    new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
+    events: list[DomainEvent] = []
+    supersedes = None
+    if state.relation(cmd.relation).functional:
+        previous_id = state.functional_current.get((cmd.subject, cmd.relation, cmd.scope))
+        if previous_id is not None:
+            previous = state.facts[previous_id]
+            ends = cmd.valid_from or cmd.occurred_at or now
+            if previous.valid_from is not None and ends <= previous.valid_from:
+                ends = None  # the new fact does not say when the old one ended; keep its valid_to open
+            supersedes = previous_id
+            events.append(FactInvalidated(
+                **_base(cmd, now), fact_id=previous_id, reason=f"superseded by {cmd.relation} -> {cmd.object}",
+                valid_to=ends if previous.valid_to is None or (ends and ends < previous.valid_to) else None,
+                superseded_by=new_id, provenance=provenance,
+            ))
+    events.append(FactAsserted(
+        **_base(cmd, now), fact_id=new_id, subject=cmd.subject, relation=cmd.relation, object=cmd.object,
+        scope=cmd.scope, reason=cmd.reason, confidence=confidence, valid_from=cmd.valid_from,
+        valid_to=cmd.valid_to, provenance=provenance, supersedes=supersedes,
+    ))
+    return events
+
+
+@_decide.register
+def _(cmd: c.InvalidateFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+    if cmd.fact_id is not None:
+        fact = state.require_fact(cmd.fact_id)
+    else:
+        assert cmd.subject and cmd.relation and cmd.object  # guaranteed by the command's validator
+        key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope)
+        fact_id = state.current_by_key.get(key)
+        if fact_id is None:
+            latest = _latest_for_key(state, key)
+            if latest is None:
+                raise UnknownFact(f"{cmd.subject} -{cmd.relation}-> {cmd.object} in scope {cmd.scope}",
+                                  field="subject")
+            raise FactNotCurrent(latest.fact_id, latest.status.value, latest.superseded_by)
+        fact = state.facts[fact_id]
+    if fact.status is not FactStatus.CURRENT:
+        raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by)
+    valid_to = cmd.valid_to or cmd.occurred_at or now
+    if fact.valid_from is not None and valid_to <= fact.valid_from:
+        raise InvalidInput(
+            f"valid_to {valid_to.isoformat()} is not after the fact's valid_from {fact.valid_from.isoformat()}",
+            field="valid_to",
+        )
+    if fact.valid_to is not None and valid_to > fact.valid_to:
+        valid_to = fact.valid_to
+    return [FactInvalidated(**_base(cmd, now), fact_id=fact.fact_id, reason=cmd.reason, valid_to=valid_to,
+                            provenance=_provenance(cmd, cmd.source))]
+
+
+def _latest_for_key(state: Ontology, key: tuple[str, str, str, str]):  # type: ignore[no-untyped-def]
+    matches = [f for f in state.facts.values() if state.key_for(*f.key) == key]
+    return max(matches, key=lambda f: f.asserted_at) if matches else None
+
+
+@_decide.register
+def _(cmd: c.ArchiveFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+    fact = state.require_fact(cmd.fact_id)
+    if fact.status is not FactStatus.CURRENT:
+        raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by)
+    return [FactArchived(**_base(cmd, now), fact_id=fact.fact_id, cause=cmd.cause)]
+
+
+@_decide.register
+def _(cmd: c.RestoreFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+    fact = state.require_fact(cmd.fact_id)
+    if fact.status is not FactStatus.ARCHIVED:
+        raise InvalidInput(f"fact {fact.fact_id} is {fact.status.value}, only archived facts are restored",
+                           field="fact_id")
+    if state.current_by_key.get(state.key_for(*fact.key)) is not None:
+        raise InvalidInput(f"fact {fact.fact_id} has a current successor; it cannot be restored", field="fact_id")
+    return [FactRestored(**_base(cmd, now), fact_id=fact.fact_id, cause=cmd.cause)]
+
+
+@_decide.register
+def _(cmd: c.StartSession, state: Ontology, now: datetime) -> list[DomainEvent]:
+    state.require_entity(cmd.agent, "agent")
+    if cmd.serving is not None:
+        state.require_entity(cmd.serving, "serving")
+    if cmd.parent_session_id is not None:
+        state.require_session(cmd.parent_session_id, "parent_session_id")
+    existing = state.sessions.get(cmd.session_id)
+    if existing is not None:
+        same = (existing.agent, existing.kind, existing.serving, existing.parent_session_id) == (
+            cmd.agent, cmd.kind, cmd.serving, cmd.parent_session_id)
+        if same:
+            return []
+        raise SessionConflict(f"session {cmd.session_id!r} already exists with other attributes",
+                              field="session_id")
+    events: list[DomainEvent] = []
+    ref = f"session:{cmd.session_id}"
+    if ref not in state.entities:
+        events.append(EntityRegistered(**_base(cmd, now), ref=ref, label=cmd.task or f"{cmd.kind.value} session "
+                                       f"of {cmd.agent}"[:500]))
+    events.append(SessionStarted(**_base(cmd, now), session_id=cmd.session_id, agent=cmd.agent, kind=cmd.kind,
+                                 serving=cmd.serving, parent_session_id=cmd.parent_session_id, task=cmd.task,
+                                 occurred_at=cmd.occurred_at))
+    return events
+
+
+def _live_session(state: Ontology, session_id: str, field_name: str = "session_id"):  # type: ignore[no-untyped-def]
+    session = state.require_session(session_id, field_name)
+    if session.ended:
+        raise SessionAlreadyEnded(session_id)
+    return session
+
+
+@_decide.register
+def _(cmd: c.AppendMessage, state: Ontology, now: datetime) -> list[DomainEvent]:
+    session = _live_session(state, cmd.session_id)
+    if cmd.message_id in session.message_ids:
+        return []
+    return [MessageAppended(**_base(cmd, now), session_id=cmd.session_id, message_id=cmd.message_id,
+                            role=cmd.role, content=cmd.content, occurred_at=cmd.occurred_at)]
+
+
+@_decide.register
+def _(cmd: c.DispatchWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
+    main = _live_session(state, cmd.session_id)
+    for i, ref in enumerate(cmd.about):
+        state.require_entity(ref, f"about[{i}]")
+    events: list[DomainEvent] = []
+    worker = state.sessions.get(cmd.worker_session_id)
+    if worker is not None and worker.parent_session_id not in (None, main.session_id):
+        raise SessionConflict(f"worker {cmd.worker_session_id!r} belongs to another main session",
+                              field="worker_session_id")
+    ref = f"session:{cmd.worker_session_id}"
+    if ref not in state.entities:
+        events.append(EntityRegistered(**_base(cmd, now), ref=ref, label=cmd.task[:500]))
+    events.append(WorkerDispatched(**_base(cmd, now), session_id=cmd.session_id,
+                                   worker_session_id=cmd.worker_session_id, task=cmd.task, about=cmd.about,
+                                   occurred_at=cmd.occurred_at))
+    return events
+
+
+@_decide.register
+def _(cmd: c.ReportWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
+    worker = _live_session(state, cmd.session_id)
+    if worker.kind is not SessionKind.WORKER:
+        raise InvalidInput(f"session {cmd.session_id!r} is a main session; only workers report",
+                           field="session_id")
+    for i, ref in enumerate(cmd.about):
+        state.require_entity(ref, f"about[{i}]")
+    return [WorkerReported(**_base(cmd, now), session_id=cmd.session_id, status=cmd.status,
+                           summary=cmd.summary, about=cmd.about, occurred_at=cmd.occurred_at)]
+
+
+@_decide.register
+def _(cmd: c.CompactSession, state: Ontology, now: datetime) -> list[DomainEvent]:
+    state.require_session(cmd.session_id)
+    return [SessionCompacted(**_base(cmd, now), session_id=cmd.session_id,
+                             through_message_id=cmd.through_message_id, summary=cmd.summary,
+                             mentions=cmd.mentions, facts=cmd.facts, invalidations=cmd.invalidations,
+                             occurred_at=cmd.occurred_at)]
+
+
+@_decide.register
+def _(cmd: c.EndSession, state: Ontology, now: datetime) -> list[DomainEvent]:
+    session = state.require_session(cmd.session_id)
+    if session.ended:
+        return []
+    events: list[DomainEvent] = [SessionEnded(**_base(cmd, now), session_id=cmd.session_id,
+                                              occurred_at=cmd.occurred_at)]
+    # Session memory dies with the session unless promoted: archived (hidden), never deleted.
+    for fact_id in sorted(state.facts_by_scope.get(f"session:{cmd.session_id}", ())):
+        if state.facts[fact_id].status is FactStatus.CURRENT:
+            events.append(FactArchived(**_base(cmd, now), fact_id=fact_id, cause="session ended"))
+    return events
+
+
+@_decide.register
+def _(cmd: c.RecordRecall, state: Ontology, now: datetime) -> list[DomainEvent]:
+    state.require_entity(cmd.agent, "agent")
+    for i, fact_id in enumerate(cmd.fact_ids):
+        if fact_id not in state.facts:
+            raise UnknownFact(fact_id, field=f"fact_ids[{i}]")
+    return [FactsRecalled(**_base(cmd, now), agent=cmd.agent, fact_ids=tuple(dict.fromkeys(cmd.fact_ids)),
+                          mode=cmd.mode, perspective_id=cmd.perspective_id)]

@@ -1,0 +1,157 @@
+"""The ontology service: runs commands through the rules against each tenant's state and appends the events.
+
+It holds one folded `Ontology` per tenant, kept current by reading only the events it has not yet seen, so a
+command costs one short read and one append. Rules run under one lock per process; other processes are caught
+by optimistic concurrency on the tenant stream version and retried.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from domain.commands import Command
+from domain.errors import ConcurrencyError, DomainError
+from domain.events import DomainEvent
+from domain.ontology import Ontology
+from domain.ports import AlreadyTracked, EventLog, Pending, TrackingPosition, VersionConflict
+from domain.rules import decide
+
+MAX_RETRIES = 20
+
+
+@dataclass
+class Outcome:
+    """What one command did: the events it caused (maybe none: a repeat) or the error that rejected it."""
+
+    command: Command
+    events: list[DomainEvent] = field(default_factory=list)
+    error: DomainError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class BatchResult:
+    outcomes: list[Outcome]
+    positions: list[int]
+    already_tracked: bool = False
+
+    @property
+    def last_position(self) -> int | None:
+        return self.positions[-1] if self.positions else None
+
+    @property
+    def accepted(self) -> int:
+        return sum(1 for o in self.outcomes if o.ok)
+
+    @property
+    def rejected(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+
+class OntologyService:
+    def __init__(self, log: EventLog, clock: Callable[[], datetime]) -> None:
+        self._log = log
+        self._clock = clock
+        self._states: dict[str, Ontology] = {}
+        self._lock = threading.RLock()
+        self._last_now: datetime | None = None
+
+    def ontology(self, tenant: str) -> Ontology:
+        """The tenant's state as of the latest event in the log (read-only use, please)."""
+        with self._lock:
+            return self._caught_up(tenant)
+
+    def execute(self, command: Command) -> Outcome:
+        """Run one command; raise its DomainError if a rule rejects it."""
+        result = self.execute_batch([command], all_or_nothing=True)
+        outcome = result.outcomes[0]
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome
+
+    def execute_batch(
+        self,
+        commands: Sequence[Command],
+        *,
+        all_or_nothing: bool = False,
+        tracking: TrackingPosition | None = None,
+    ) -> BatchResult:
+        """Decide every command in order and append all resulting events in one atomic write.
+
+        With `all_or_nothing`, one rejected command rejects the batch and nothing is written; otherwise rejected
+        commands are reported in their outcomes and the rest are written. `tracking` is stored in the same
+        transaction; a position already stored makes the whole batch a no-op (`already_tracked`).
+        """
+        with self._lock:
+            for _attempt in range(MAX_RETRIES):
+                if tracking is not None:
+                    stored = self._log.tracked_position(tracking.name)
+                    if stored is not None and stored >= tracking.position:
+                        return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
+                states = {cmd.tenant: self._caught_up(cmd.tenant) for cmd in commands}
+                for state in states.values():
+                    state.begin()
+                outcomes, pending = self._decide_all(commands, states)
+                if all_or_nothing and any(not o.ok for o in outcomes):
+                    self._rollback(states)
+                    return BatchResult(outcomes, [])
+                try:
+                    positions = self._log.append(pending, tracking) if pending or tracking else []
+                except VersionConflict:
+                    self._rollback(states)
+                    continue
+                except AlreadyTracked:
+                    self._rollback(states)
+                    return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
+                except BaseException:
+                    self._rollback(states)
+                    raise
+                for state in states.values():
+                    state.commit()
+                return BatchResult(outcomes, positions)
+            raise ConcurrencyError(f"gave up after {MAX_RETRIES} version conflicts with other writers")
+
+    def _decide_all(
+        self, commands: Sequence[Command], states: dict[str, Ontology]
+    ) -> tuple[list[Outcome], list[Pending]]:
+        now = self._now()
+        outcomes: list[Outcome] = []
+        pending: list[Pending] = []
+        for command in commands:
+            state = states[command.tenant]
+            try:
+                events = decide(state, command, now)
+            except DomainError as error:
+                outcomes.append(Outcome(command, error=error))
+                continue
+            for event in events:
+                state.apply(event)
+                pending.append(Pending(command.tenant, state.version, event))
+            outcomes.append(Outcome(command, events))
+        return outcomes, pending
+
+    def _rollback(self, states: dict[str, Ontology]) -> None:
+        for state in states.values():
+            state.rollback()
+
+    def _caught_up(self, tenant: str) -> Ontology:
+        state = self._states.get(tenant)
+        if state is None:
+            state = self._states[tenant] = Ontology(tenant=tenant)
+        for event in self._log.read_stream(tenant, after_version=state.version):
+            state.apply(event)
+        return state
+
+    def _now(self) -> datetime:
+        """Transaction time for this write: the clock, never behind the previous write of this process."""
+        now = self._clock()
+        if self._last_now is not None and now < self._last_now:
+            now = self._last_now
+        self._last_now = now
+        return now

@@ -1,0 +1,112 @@
+"""Sessions: an agent's main session per person served, and the worker sessions it dispatches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from domain.events import DomainEvent
+
+
+class SessionKind(StrEnum):
+    MAIN = "main"
+    WORKER = "worker"
+
+
+class WorkerStatus(StrEnum):
+    DISPATCHED = "dispatched"
+    WORKING = "working"
+    WAITING = "waiting"
+    DONE = "done"
+    FAILED = "failed"
+
+
+LIVE_WORKER_STATUSES = frozenset({WorkerStatus.DISPATCHED, WorkerStatus.WORKING, WorkerStatus.WAITING})
+
+
+class SessionStarted(DomainEvent):
+    topic = "session.started"
+    content_fields = ("task",)
+
+    session_id: str
+    agent: str
+    kind: SessionKind
+    serving: str | None = None
+    parent_session_id: str | None = None
+    task: str | None = None
+    occurred_at: datetime | None = None
+
+
+class MessageAppended(DomainEvent):
+    topic = "message.appended"
+    content_fields = ("content",)
+
+    session_id: str
+    message_id: str
+    role: str
+    content: str
+    occurred_at: datetime | None = None
+
+
+class WorkerDispatched(DomainEvent):
+    topic = "worker.dispatched"
+    content_fields = ("task",)
+
+    session_id: str
+    worker_session_id: str
+    task: str
+    about: tuple[str, ...] = ()
+    occurred_at: datetime | None = None
+
+
+class WorkerReported(DomainEvent):
+    topic = "worker.reported"
+    content_fields = ("summary",)
+
+    session_id: str
+    status: WorkerStatus
+    summary: str
+    about: tuple[str, ...] = ()
+    occurred_at: datetime | None = None
+
+
+class SessionCompacted(DomainEvent):
+    """The agent runtime compacted a session's context: the trigger for consolidation ("sleep")."""
+
+    topic = "session.compacted"
+    content_fields = ("summary", "mentions", "facts", "invalidations")
+
+    session_id: str
+    through_message_id: str
+    summary: str | None = None
+    mentions: tuple[dict[str, Any], ...] = ()
+    facts: tuple[dict[str, Any], ...] = ()
+    invalidations: tuple[dict[str, Any], ...] = ()
+    occurred_at: datetime | None = None
+
+
+class SessionEnded(DomainEvent):
+    topic = "session.ended"
+
+    session_id: str
+    occurred_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class SessionState:
+    session_id: str
+    agent: str
+    kind: SessionKind
+    serving: str | None
+    parent_session_id: str | None
+    task: str | None
+    started_at: datetime
+    ended: bool = False
+    message_ids: list[str] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)
+    about: tuple[str, ...] = ()
+    status: WorkerStatus | None = None
+    last_summary: str | None = None
+    compactions: int = 0

@@ -1,0 +1,85 @@
+"""Value types shared by commands and events: refs, scopes, time, confidence, provenance."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+
+REF_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:\S(?:.*\S)?$")
+"""A ref is `kind:identifier`: a lower-case kind, a colon, and a non-blank identifier."""
+
+KNOWN_KINDS = frozenset({"person", "agent", "file", "ticket", "session", "memory", "org", "thing", "topic"})
+
+
+def _check_ref(value: str) -> str:
+    if len(value) > 512:
+        raise ValueError("a ref is at most 512 characters")
+    if not REF_PATTERN.match(value):
+        raise ValueError(f"{value!r} is not a ref of the form kind:identifier (e.g. person:li)")
+    return value
+
+
+def _check_scope(value: str) -> str:
+    if value == "org":
+        return value
+    _check_ref(value)
+    if not (value.startswith("person:") or value.startswith("session:")):
+        raise ValueError(f"scope {value!r} must be 'org', 'person:<ref>' or 'session:<id>'")
+    return value
+
+
+def _check_identifier(value: str) -> str:
+    if not value or value != value.strip() or len(value) > 256:
+        raise ValueError("must be a non-blank identifier of at most 256 characters without edge whitespace")
+    return value
+
+
+def _check_relation(value: str) -> str:
+    if not re.match(r"^[a-z][a-z0-9_]{0,63}$", value):
+        raise ValueError(f"relation {value!r} must be snake_case: a-z, 0-9 and _ (at most 64)")
+    return value
+
+
+def _check_tenant(value: str) -> str:
+    if not re.match(r"^[a-z0-9][a-z0-9_-]{0,62}$", value):
+        raise ValueError(f"tenant {value!r} must be 1-63 of a-z, 0-9, '-' or '_'")
+    return value
+
+
+Ref = Annotated[str, AfterValidator(_check_ref)]
+Scope = Annotated[str, AfterValidator(_check_scope)]
+Identifier = Annotated[str, AfterValidator(_check_identifier)]
+RelationName = Annotated[str, AfterValidator(_check_relation)]
+TenantName = Annotated[str, AfterValidator(_check_tenant)]
+Confidence = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Timestamp = AwareDatetime
+
+DEFAULT_CONFIDENCE = 0.8
+"""Confidence of an assertion that states none: trusted, but with room to grow through corroboration."""
+
+
+def corroborated_confidence(current: float, incoming: float) -> float:
+    """Noisy-OR: two independent sources that each hold with p and q together hold with 1-(1-p)(1-q).
+
+    It never lowers confidence, never exceeds 1, and a repeat of a weak source raises a strong fact little.
+    """
+    return round(1.0 - (1.0 - current) * (1.0 - incoming), 6)
+
+
+def ref_kind(ref: str) -> str:
+    return ref.split(":", 1)[0]
+
+
+class Provenance(BaseModel):
+    """Where a fact came from: the session and messages, who extracted it, and the ingest event id."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: str | None = None
+    message_ids: tuple[str, ...] = ()
+    actor: str | None = None
+    event_id: str | None = None
+    occurred_at: datetime | None = None

@@ -1,0 +1,32 @@
+"""The composition root: builds everything from settings. Nothing connects to anything at import time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from domain.service import OntologyService
+from infra.eventlog import EventsourcingLog
+from infra.settings import Settings
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Noumena:
+    """Everything a process needs, wired once."""
+
+    settings: Settings
+    log: EventsourcingLog
+    service: OntologyService
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def bootstrap(settings: Settings | None = None) -> Noumena:
+    settings = settings or Settings()
+    log = EventsourcingLog(settings.event_store_env())
+    return Noumena(settings=settings, log=log, service=OntologyService(log, clock=utc_now))

@@ -1,0 +1,47 @@
+"""All settings, from the environment (prefix NOUMENA_). One class; documented in the README."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NOUMENA_", extra="ignore")
+
+    home: Path = Field(default=Path(".noumena"), description="Data directory: event log, DuckDB files, rejects.")
+    event_store: Literal["sqlite", "postgres", "popo"] = Field(
+        default="sqlite", description="sqlite (embedded file in home), postgres (shared), popo (memory, tests)."
+    )
+    pg_host: str = "127.0.0.1"
+    pg_port: int = 5432
+    pg_user: str = "noumena"
+    pg_password: SecretStr = SecretStr("noumena")
+    pg_dbname: str = "noumena"
+    pg_schema: str = Field(default="", description="PostgreSQL schema for the event tables (default: public).")
+
+    def event_store_env(self) -> dict[str, str]:
+        """The environment eventsourcing's factory reads, built from our settings."""
+        if self.event_store == "sqlite":
+            self.home.mkdir(parents=True, exist_ok=True)
+            return {
+                "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                "SQLITE_DBNAME": str(self.home / "events.sqlite"),
+                "SQLITE_LOCK_TIMEOUT": "30",
+            }
+        if self.event_store == "postgres":
+            env = {
+                "PERSISTENCE_MODULE": "eventsourcing.postgres",
+                "POSTGRES_HOST": self.pg_host,
+                "POSTGRES_PORT": str(self.pg_port),
+                "POSTGRES_USER": self.pg_user,
+                "POSTGRES_PASSWORD": self.pg_password.get_secret_value(),
+                "POSTGRES_DBNAME": self.pg_dbname,
+            }
+            if self.pg_schema:
+                env["POSTGRES_SCHEMA"] = self.pg_schema
+            return env
+        return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
