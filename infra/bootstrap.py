@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -26,7 +27,8 @@ class Noumena:
         self.log.close()
 
 
-def bootstrap(settings: Settings | None = None) -> Noumena:
+def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = utc_now) -> Noumena:
+    """Build a Noumena from settings (the environment by default). `clock` is transaction time's source."""
     settings = settings or Settings()
     log = EventsourcingLog(settings.event_store_env())
-    return Noumena(settings=settings, log=log, service=OntologyService(log, clock=utc_now))
+    return Noumena(settings=settings, log=log, service=OntologyService(log, clock=clock))
