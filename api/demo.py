@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from api.story import MOMENTS, TENANT, story_envelopes
 from consumers.ingest import Ingestor
@@ -44,17 +43,13 @@ def build_story(home: Path) -> tuple[Noumena, StoryClock]:
     return app, clock
 
 
-def _facts_table(title: str, state: Ontology) -> Table:
-    table = Table(title=title, title_justify="left", show_lines=False)
-    for column in ("subject", "relation", "object", "scope", "reason"):
-        table.add_column(column)
+def _line(state: Ontology, fact_id: str) -> str:
+    fact = state.facts[fact_id]
     label = {ref: e.label for ref, e in state.entities.items()}
-    for fact in sorted(state.facts.values(), key=lambda f: f.asserted_at):
-        if fact.status is not FactStatus.CURRENT:
-            continue
-        table.add_row(label.get(fact.subject, fact.subject), fact.relation, label.get(fact.object, fact.object),
-                      fact.scope, fact.reason or "")
-    return table
+    scope = "" if fact.scope == "org" else f" [{fact.scope}]"
+    reason = f" - {fact.reason}" if fact.reason else ""
+    return f"{label.get(fact.subject, fact.subject)} -{fact.relation}-> {label.get(fact.object, fact.object)}" \
+        f"{scope}{reason}"
 
 
 def run_demo(console: Console) -> None:
@@ -62,16 +57,21 @@ def run_demo(console: Console) -> None:
         app, _clock = build_story(Path(home))
         events = [logged.event for logged in app.log.read(0, 1_000_000)]
         console.print(f"[bold]noumena demo[/] - the seed's story, {len(events)} events in a fresh store at {home}\n")
+        previous: set[str] = set()
         for title, moment in MOMENTS:
             state = believed_at(TENANT, events, moment.astimezone(UTC))
-            ended = [f for f in state.facts.values() if f.status is FactStatus.INVALIDATED]
-            console.print(_facts_table(f"What was believed {title} - {moment.isoformat()}", state))
-            for fact in ended:
-                console.print(f"  [dim]no longer believed: {fact.subject} {fact.relation} {fact.object}"
-                              f" ({fact.ended_reason})[/]")
+            current = {f.fact_id for f in state.facts.values() if f.status is FactStatus.CURRENT}
+            console.print(f"[bold]What the log says was believed {title}[/] ({moment.isoformat()}): "
+                          f"{len(current)} current facts")
+            for fact_id in sorted(current - previous, key=lambda i: state.facts[i].asserted_at):
+                console.print(f"  [green]+[/] {_line(state, fact_id)}")
+            for fact_id in sorted(previous - current):
+                fact = state.facts[fact_id]
+                console.print(f"  [red]-[/] no longer believed: {_line(state, fact_id)} ({fact.ended_reason})")
             live = [s for s in state.sessions.values() if s.status in LIVE_WORKER_STATUSES]
             for worker in live:
                 console.print(f"  [cyan]worker {worker.session_id}[/] ({worker.status}): {worker.task}"
                               f" - {worker.last_summary or 'no report yet'}")
             console.print()
+            previous = current
         app.close()

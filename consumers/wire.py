@@ -10,9 +10,19 @@ kept as data, never used as transaction time. `version` (optional, default 1) is
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from domain import commands as c
 from domain.errors import InvalidInput
@@ -52,6 +62,14 @@ class FactAssertedV1(Payload):
     valid_to: AwareDatetime | None = None
     scope: Scope = "org"
     source: SourceV1 | None = None
+
+    @field_validator("valid_to")
+    @classmethod
+    def _after_valid_from(cls, valid_to: datetime | None, info: ValidationInfo) -> datetime | None:
+        valid_from = info.data.get("valid_from")
+        if valid_to is not None and valid_from is not None and valid_to <= valid_from:
+            raise ValueError("valid_to must be after valid_from")
+        return valid_to
 
 
 class FactInvalidatedV1(Payload):

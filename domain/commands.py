@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from domain.recalls import RecallMode
 from domain.sessions import SessionKind, WorkerStatus
@@ -70,10 +70,11 @@ class AssertFact(Command):
     scope: Scope = "org"
     source: Source | None = None
 
-    @model_validator(mode="after")
-    def _interval(self) -> Self:
-        _check_valid_interval(self.valid_from, self.valid_to)
-        return self
+    @field_validator("valid_to")
+    @classmethod
+    def _interval(cls, valid_to: datetime | None, info: ValidationInfo) -> datetime | None:
+        _check_valid_interval(info.data.get("valid_from"), valid_to)
+        return valid_to
 
 
 class InvalidateFact(Command):

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 EVENT_TYPES: dict[str, type[DomainEvent]] = {}
+_STORED_TOPICS: dict[type, str] = {}
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -42,7 +43,7 @@ class DomainEvent(BaseModel):
 
     @classmethod
     def stored_topic(cls) -> str:
-        return f"{cls.topic}.v{cls.version}"
+        return _STORED_TOPICS.get(cls) or _STORED_TOPICS.setdefault(cls, f"{cls.topic}.v{cls.version}")
 
 
 def register_upcaster(topic: str, from_version: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import singledispatchmethod
+from typing import Any, get_type_hints
 
 from domain.entities import EntitiesMerged, EntityRegistered, EntityState, EntityUpdated
 from domain.errors import (
@@ -40,14 +40,22 @@ from domain.sessions import (
 )
 from domain.tenants import TenantCreated
 
-FACT_NAMESPACE = uuid.UUID("6f1c2b7e-4d1a-5c7e-9a55-2f0d8e3b1a90")
-
 FactKey = tuple[str, str, str, str]
+_SET, _POP, _ATTR, _DISCARD, _LISTPOP = range(5)
+_APPLIERS: dict[type, Callable[[Any, Any], None]] = {}
+_PENDING_APPLIERS: list[Callable[[Any, Any], None]] = []
+
+
+def _applies(function: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """Register a state transition for the event type named in its annotation (resolved after the class)."""
+    _PENDING_APPLIERS.append(function)
+    return function
 
 
 def fact_id_for(tenant: str, key: FactKey, generation: int) -> str:
     """Deterministic: the n-th fact ever asserted anew for a key in a tenant has the same id on every replay."""
-    return uuid.uuid5(FACT_NAMESPACE, f"{tenant}|{'|'.join(key)}|{generation}").hex
+    text = f"{tenant}|{key[0]}|{key[1]}|{key[2]}|{key[3]}|{generation}"
+    return hashlib.blake2b(text.encode(), digest_size=16, person=b"noumena-fact").hexdigest()
 
 
 @dataclass
@@ -67,7 +75,7 @@ class Ontology:
     relation_types: dict[str, RelationType] = field(default_factory=lambda: dict(BUILTIN_RELATIONS))
     seen_event_ids: set[str] = field(default_factory=set)
     recall_count: int = 0
-    _journal: list[Callable[[], None]] | None = field(default=None, repr=False)
+    _journal: list[tuple[int, Any, Any, Any]] | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ tentative changes
 
@@ -80,44 +88,53 @@ class Ontology:
 
     def rollback(self) -> None:
         journal, self._journal = self._journal or [], None
-        for undo in reversed(journal):
-            undo()
+        for op, target, key, old in reversed(journal):
+            if op == _SET:
+                target[key] = old
+            elif op == _POP:
+                target.pop(key, None)
+            elif op == _ATTR:
+                setattr(target, key, old)
+            elif op == _DISCARD:
+                target.discard(key)
+            else:
+                target.pop()
 
-    def _undo(self, undo: Callable[[], None]) -> None:
-        if self._journal is not None:
-            self._journal.append(undo)
+    # Each helper changes one thing and, inside begin()/commit(), records how to undo it as a plain tuple.
 
     def _set(self, mapping: dict, key: object, value: object) -> None:  # type: ignore[type-arg]
-        if key in mapping:
-            old = mapping[key]
-            self._undo(lambda: mapping.__setitem__(key, old))
-        else:
-            self._undo(lambda: mapping.pop(key, None))
+        if self._journal is not None:
+            self._journal.append((_SET, mapping, key, mapping[key]) if key in mapping else (_POP, mapping, key, None))
         mapping[key] = value
 
     def _delete(self, mapping: dict, key: object) -> None:  # type: ignore[type-arg]
         old = mapping.pop(key)
-        self._undo(lambda: mapping.__setitem__(key, old))
+        if self._journal is not None:
+            self._journal.append((_SET, mapping, key, old))
 
     def _attrs(self, obj: object, **values: object) -> None:
-        old = {name: getattr(obj, name) for name in values}
-        self._undo(lambda: [setattr(obj, n, v) for n, v in old.items()])
+        journal = self._journal
         for name, value in values.items():
+            if journal is not None:
+                journal.append((_ATTR, obj, name, getattr(obj, name)))
             setattr(obj, name, value)
 
     def _add(self, container: set, value: object) -> None:  # type: ignore[type-arg]
         if value not in container:
             container.add(value)
-            self._undo(lambda: container.discard(value))
+            if self._journal is not None:
+                self._journal.append((_DISCARD, container, value, None))
 
     def _append(self, items: list, value: object) -> None:  # type: ignore[type-arg]
         items.append(value)
-        self._undo(items.pop)
+        if self._journal is not None:
+            self._journal.append((_LISTPOP, items, None, None))
 
     # ------------------------------------------------------------------ queries used by the rules
 
     def relation(self, name: str) -> RelationType:
         return self.relation_types.get(name) or default_relation(name)
+
 
     def key_for(self, subject: str, relation: str, obj: str, scope: str) -> FactKey:
         if self.relation(relation).symmetric and obj < subject:
@@ -149,40 +166,44 @@ class Ontology:
 
     def apply(self, event: DomainEvent) -> None:
         self._apply(event)
-        self._attrs(self, version=self.version + 1)
+        if self._journal is not None:
+            self._journal.append((_ATTR, self, "version", self.version))
+        self.version += 1
         if event.event_id is not None:
             self._add(self.seen_event_ids, event.event_id)
 
-    @singledispatchmethod
     def _apply(self, event: DomainEvent) -> None:
-        raise TypeError(f"no rule to apply {type(event).__name__}")
+        handler = _APPLIERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"no rule to apply {type(event).__name__}")
+        handler(self, event)
 
-    @_apply.register
+    @_applies
     def _(self, e: TenantCreated) -> None:
         self._attrs(self, exists=True)
 
-    @_apply.register
+    @_applies
     def _(self, e: EntityRegistered) -> None:
         self._set(self.entities, e.ref, EntityState(
             ref=e.ref, label=e.label, aliases=e.aliases, hub=e.hub, needs_review=e.needs_review,
             registered_at=e.recorded_at,
         ))
 
-    @_apply.register
+    @_applies
     def _(self, e: EntityUpdated) -> None:
         self._attrs(self.entities[e.ref], label=e.label, aliases=e.aliases, hub=e.hub)
 
-    @_apply.register
+    @_applies
     def _(self, e: EntitiesMerged) -> None:
         self._attrs(self.entities[e.merged_ref], merged_into=e.into_ref)
 
-    @_apply.register
+    @_applies
     def _(self, e: RelationTypeDefined) -> None:
         self._set(self.relation_types, e.name, RelationType(
             name=e.name, functional=e.functional, symmetric=e.symmetric, weight=e.weight
         ))
 
-    @_apply.register
+    @_applies
     def _(self, e: FactAsserted) -> None:
         fact = FactState(
             fact_id=e.fact_id, subject=e.subject, relation=e.relation, object=e.object, scope=e.scope,
@@ -200,26 +221,26 @@ class Ontology:
         if self.relation(e.relation).functional:
             self._set(self.functional_current, (e.subject, e.relation, e.scope), e.fact_id)
 
-    @_apply.register
+    @_applies
     def _(self, e: FactCorroborated) -> None:
         fact = self.facts[e.fact_id]
         self._attrs(fact, confidence=e.confidence)
         self._append(fact.provenance, e.provenance)
 
-    @_apply.register
+    @_applies
     def _(self, e: FactInvalidated) -> None:
         fact = self.facts[e.fact_id]
         self._attrs(fact, status=FactStatus.INVALIDATED, superseded_by=e.superseded_by, ended_reason=e.reason,
                     valid_to=fact.valid_to if e.valid_to is None else e.valid_to)
         self._forget_current(fact)
 
-    @_apply.register
+    @_applies
     def _(self, e: FactArchived) -> None:
         fact = self.facts[e.fact_id]
         self._attrs(fact, status=FactStatus.ARCHIVED, ended_reason=e.cause)
         self._forget_current(fact)
 
-    @_apply.register
+    @_applies
     def _(self, e: FactRestored) -> None:
         fact = self.facts[e.fact_id]
         self._attrs(fact, status=FactStatus.CURRENT, ended_reason=None)
@@ -227,22 +248,22 @@ class Ontology:
         if self.relation(fact.relation).functional:
             self._set(self.functional_current, (fact.subject, fact.relation, fact.scope), fact.fact_id)
 
-    @_apply.register
+    @_applies
     def _(self, e: FactPromoted) -> None:
         pass  # the promoted fact arrives as its own FactAsserted; this event records why
 
-    @_apply.register
+    @_applies
     def _(self, e: SessionStarted) -> None:
         self._set(self.sessions, e.session_id, SessionState(
             session_id=e.session_id, agent=e.agent, kind=e.kind, serving=e.serving,
             parent_session_id=e.parent_session_id, task=e.task, started_at=e.recorded_at,
         ))
 
-    @_apply.register
+    @_applies
     def _(self, e: MessageAppended) -> None:
         self._append(self.sessions[e.session_id].message_ids, e.message_id)
 
-    @_apply.register
+    @_applies
     def _(self, e: WorkerDispatched) -> None:
         main = self.sessions[e.session_id]
         if e.worker_session_id not in main.workers:
@@ -257,22 +278,22 @@ class Ontology:
             self._set(self.sessions, e.worker_session_id, worker)
         self._attrs(worker, task=e.task, about=e.about, status=WorkerStatus.DISPATCHED)
 
-    @_apply.register
+    @_applies
     def _(self, e: WorkerReported) -> None:
         worker = self.sessions[e.session_id]
         self._attrs(worker, status=e.status, last_summary=e.summary,
                     about=tuple(dict.fromkeys(worker.about + e.about)))
 
-    @_apply.register
+    @_applies
     def _(self, e: SessionCompacted) -> None:
         session = self.sessions[e.session_id]
         self._attrs(session, compactions=session.compactions + 1)
 
-    @_apply.register
+    @_applies
     def _(self, e: SessionEnded) -> None:
         self._attrs(self.sessions[e.session_id], ended=True)
 
-    @_apply.register
+    @_applies
     def _(self, e: FactsRecalled) -> None:
         self._attrs(self, recall_count=self.recall_count + 1)
 
@@ -283,3 +304,7 @@ class Ontology:
         fkey = (fact.subject, fact.relation, fact.scope)
         if self.functional_current.get(fkey) == fact.fact_id:
             self._delete(self.functional_current, fkey)
+
+
+for _function in _PENDING_APPLIERS:
+    _APPLIERS[get_type_hints(_function)["e"]] = _function

@@ -32,6 +32,7 @@ BUILTIN_RELATIONS: dict[str, RelationType] = {
     r.name: r
     for r in (
         RelationType(name="status", functional=True),
+        RelationType(name="stage", functional=True),
         RelationType(name="has_status", functional=True),
         RelationType(name="settlement_preference", functional=True),
         RelationType(name="works_for", functional=True),
@@ -48,5 +49,12 @@ BUILTIN_RELATIONS: dict[str, RelationType] = {
 }
 
 
+_DEFAULTS: dict[str, RelationType] = {}
+
+
 def default_relation(name: str) -> RelationType:
-    return RelationType(name=name)
+    """The rules of a relation nobody defined: not functional, not symmetric, weight 1."""
+    rule = _DEFAULTS.get(name)
+    if rule is None:
+        rule = _DEFAULTS[name] = RelationType(name=name)
+    return rule

@@ -94,7 +94,7 @@ class OntologyService:
                     stored = self._log.tracked_position(tracking.name)
                     if stored is not None and stored >= tracking.position:
                         return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
-                states = {cmd.tenant: self._caught_up(cmd.tenant) for cmd in commands}
+                states = {tenant: self._caught_up(tenant) for tenant in dict.fromkeys(cmd.tenant for cmd in commands)}
                 for state in states.values():
                     state.begin()
                 outcomes, pending = self._decide_all(commands, states)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,5 +31,8 @@ class Noumena:
 def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = utc_now) -> Noumena:
     """Build a Noumena from settings (the environment by default). `clock` is transaction time's source."""
     settings = settings or Settings()
+    # The folded ontology is a large, long-lived heap of small objects: the default GC thresholds would
+    # rescan it every few hundred allocations. Collect young objects far less often.
+    gc.set_threshold(50_000, 20, 100)
     log = EventsourcingLog(settings.event_store_env())
     return Noumena(settings=settings, log=log, service=OntologyService(log, clock=clock))

@@ -1,0 +1,44 @@
+# noumena: `make demo` and `make test` are all a newcomer needs. Everything installs itself.
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+# Our own ports, so a developer's other PostgreSQL or Kafka is never touched.
+export NOUMENA_PG_PORT ?= 55432
+export NOUMENA_KAFKA_PORT ?= 59092
+export NOUMENA_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NOUMENA_KAFKA_PORT)
+
+.PHONY: install demo test services services-stop bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/noumena demo
+
+services:
+	infra/postgres.sh start
+	infra/kafka.sh start
+
+services-stop:
+	-infra/kafka.sh stop
+	-infra/postgres.sh stop
+
+test: install services
+	$(BIN)/pytest -p no:cacheprovider
+
+bench: install services
+	@set -e; for script in tests/benchmarks/bench_*.py; do \
+	  echo "== $$script"; $(BIN)/python $$script; done
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .noumena .infra

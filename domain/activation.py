@@ -1,0 +1,247 @@
+"""The activation mathematics of a perspective: pure functions and the one parameters object that tunes them.
+
+How a fact's activation is computed (every constant is a field of `ActivationParameters`):
+
+    A = B + ln(confidence) + S + ln(x)
+
+- `x`, the **spread**, is on the multiplicative scale of personalized PageRank. The viewer's position (the
+  agent, the person it serves, the things in focus) are the sources; they share W = 1 evenly. Crossing a fact
+  from node u multiplies by `hop_factor` (0.5), by the relation's weight, and by u's **fan share**
+  `min(1, e^S / f)`, where f is u's number of current facts. A fact's x is the sum over the ways it is reached.
+- `S + ln(x)` puts the spread on ACT-R's log-odds scale. ACT-R's associative strength S_ji = S - ln(f) is exactly
+  `S + ln(1/f)`: the log of a PPR share, shifted by S. Reading it this way keeps ACT-R's first e^S = 4.5
+  neighbours at full strength, never clamps to zero (a node with fan 50 still passes 9%), and lets the hop
+  factor and the source split multiply in like PPR's damping.
+- `B`, the **base level**, is ACT-R's `ln sum_j (t - t_j)^-d` over this agent's uses of the fact (the assertion
+  is the first use for every agent), ages in days.
+- `ln(confidence)`: an uncertain fact is proportionally less likely to be needed.
+
+Clarity tiers, from the ranked activations: the top 4 in full, the next 7 as gist, then markers while A > tau
+(at most `markers_per_neighbour` per neighbour), then a count per neighbour, and what has A <= tau is forgotten
+(only counted). "Thinking deeper" is depth + 1 and tau - 1.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SECONDS_PER_DAY = 86_400.0
+
+
+class ActivationParameters(BaseModel):
+    """Every default of the perspective, with its source (DESIGN.md, "The perspective"). Tune on real data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source_weight: float = Field(default=1.0, gt=0)
+    """W: the attention the viewer's position spreads, split evenly among the sources (agent, person served,
+    focus). Source: ACT-R spreading activation (Anderson & Lebiere 1998), W = 1."""
+
+    hop_factor: float = Field(default=0.5, gt=0, le=1)
+    """Multiplier per fact crossed: one hop 0.5, two 0.25, three 0.125. Source: HippoRAG's personalized
+    PageRank damping 0.5 (Gutierrez et al. 2024)."""
+
+    depth: int = Field(default=3, ge=1, le=8)
+    """Facts farther than this many hops from every source are not reached. Source: the seed ("rarely more than
+    three"); HippoRAG's damping makes a fourth hop weigh 1/16."""
+
+    deeper_extra_depth: int = Field(default=1, ge=0)
+    """"Think deeper": one more hop. Source: the seed (顺着一条线索多走一步)."""
+
+    deeper_threshold_drop: float = Field(default=1.0, ge=0)
+    """"Think deeper": the threshold falls by this much. Source: the seed (把门槛放低); one log-odds unit."""
+
+    associative_strength: float = Field(default=1.5, ge=0)
+    """S: ACT-R's maximum associative strength (fitted values 1.5-1.6). It gives the fan share
+    min(1, e^S / f) and the offset S in A = B + ln(c) + S + ln(x). Source: ACT-R fan effect (Anderson 1974)."""
+
+    decay: float = Field(default=0.5, gt=0)
+    """d in B = ln sum_j (t - t_j)^-d. Source: ACT-R base-level learning, power-law forgetting (Wixted &
+    Ebbesen 1991); d = 0.5 is ACT-R's default."""
+
+    time_unit_seconds: float = Field(default=SECONDS_PER_DAY, gt=0)
+    """Ages are measured in days. ACT-R fits seconds on laboratory lists lasting minutes; an organization's
+    relations live for weeks. The unit shifts every B by d*ln(unit), so it trades directly against tau: with
+    days, a fact reached at one hop from one of four sources and never used fades below tau after about a week."""
+
+    minimum_age_seconds: float = Field(default=3_600.0, gt=0)
+    """Uses younger than this count as this old, so a use made a moment ago gives a finite B (one hour:
+    a single fresh use is worth at most ln(24^0.5) = 1.59). Our choice; ACT-R leaves t - t_j > 0 to the model."""
+
+    threshold: float = Field(default=-1.5)
+    """tau: markers while A > tau; forgotten (only counted) when A <= tau. Source: ACT-R retrieval threshold
+    (fitted models -1.5 to -3)."""
+
+    full_capacity: int = Field(default=4, ge=0)
+    """How many facts are shown in full. Source: Cowan's 4 +/- 1 chunks of working memory (Cowan 2001)."""
+
+    gist_capacity: int = Field(default=7, ge=0)
+    """How many more are shown as a one-line gist. Source: Miller's 7 +/- 2 (Miller 1956)."""
+
+    markers_per_neighbour: int = Field(default=3, ge=0)
+    """Above tau, at most this many markers (name + relation) per neighbour they were reached through; the rest
+    become "N more about X". Our choice (to be tuned): a neighbour keeps a few names, not a list."""
+
+    marker_capacity: int = Field(default=40, ge=0)
+    """At most this many markers in all, before the token budget cuts further. Our choice, to bound the walk's
+    output; the budget is the real limit."""
+
+    minimum_spread: float = Field(default=1e-4, ge=0)
+    """Nodes whose spread falls below this pass nothing on: ln(1e-4) + S = -7.7, which no plausible base level
+    lifts over tau. Our choice; it bounds the walk through very crowded neighbourhoods."""
+
+    party_kinds: tuple[str, ...] = ("person",)
+    """Entity kinds that are parties a hub serves. A hub that is itself the viewer never reaches parties other
+    than the one it is serving (privacy by structure, DESIGN.md)."""
+
+    def deeper(self) -> ActivationParameters:
+        """The parameters for "think deeper": one more hop and a lower threshold."""
+        return self.model_copy(update={
+            "depth": self.depth + self.deeper_extra_depth,
+            "threshold": self.threshold - self.deeper_threshold_drop,
+        })
+
+
+DEFAULT_PARAMETERS = ActivationParameters()
+
+
+# ---------------------------------------------------------------------------------------------- the formulas
+
+
+def source_share(parameters: ActivationParameters, sources: int) -> float:
+    """W_j: each source's share of W (ACT-R: W split evenly among the sources of activation)."""
+    if sources <= 0:
+        raise ValueError("a perspective needs at least one source")
+    return parameters.source_weight / sources
+
+
+def fan_share(parameters: ActivationParameters, fan: int) -> float:
+    """The share of a node's activation that each of its facts receives: min(1, e^S / f); never zero."""
+    if fan <= 0:
+        return 1.0
+    return min(1.0, math.exp(parameters.associative_strength) / fan)
+
+
+def spread_across(parameters: ActivationParameters, arriving: float, fan: int, weight: float = 1.0) -> float:
+    """What crosses one fact from a node holding `arriving`: arriving x hop factor x relation weight x fan share."""
+    return arriving * parameters.hop_factor * weight * fan_share(parameters, fan)
+
+
+def base_level(parameters: ActivationParameters, now_seconds: float, use_seconds: Iterable[float]) -> float:
+    """B = ln sum_j (t - t_j)^-d over the uses made at or before `now` (ages in the parameters' unit).
+
+    Uses after `now` do not exist yet (an as-of perspective) and are ignored; with no use at all B is -inf.
+    """
+    floor = parameters.minimum_age_seconds
+    unit = parameters.time_unit_seconds
+    total = 0.0
+    for used in use_seconds:
+        age = now_seconds - used
+        if age < 0:
+            continue
+        total += (max(age, floor) / unit) ** -parameters.decay
+    return math.log(total) if total > 0 else -math.inf
+
+
+def activation(parameters: ActivationParameters, base: float, confidence: float, spread: float) -> float:
+    """A = B + ln(confidence) + S + ln(spread); -inf when any factor is zero."""
+    if spread <= 0 or confidence <= 0 or base == -math.inf:
+        return -math.inf
+    return base + math.log(confidence) + parameters.associative_strength + math.log(spread)
+
+
+# ---------------------------------------------------------------------------------------------- tokens
+
+
+def _is_wide(char: str) -> bool:
+    """CJK ideographs, kana, hangul and full-width forms: each is about one token in current tokenizers."""
+    code = ord(char)
+    return (
+        0x2E80 <= code <= 0x9FFF  # CJK radicals, punctuation, kana, CJK ideographs
+        or 0xAC00 <= code <= 0xD7AF  # Hangul syllables
+        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
+        or 0xFF00 <= code <= 0xFFEF  # full-width forms
+        or 0x20000 <= code <= 0x2FA1F  # CJK extensions
+        or unicodedata.east_asian_width(char) in ("W", "F")
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimated tokens: one per CJK/kana/hangul character, one per 4 other characters (rounded up).
+
+    BPE tokenizers (cl100k, o200k) spend about 4 characters of English per token but about one token per Chinese
+    character; counting every character as a quarter would undercount Chinese four-fold.
+    """
+    wide = sum(1 for char in text if ord(char) >= 0x2E80 and _is_wide(char))
+    return wide + math.ceil((len(text) - wide) / 4)
+
+
+# ---------------------------------------------------------------------------------------------- tiers
+
+
+class Tier(StrEnum):
+    FULL = "full"
+    GIST = "gist"
+    MARKER = "marker"
+    COUNT = "count"
+    FORGOTTEN = "forgotten"
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One reached fact, ranked: what the tiering needs to know about it."""
+
+    key: int
+    """The caller's handle for the fact (an index)."""
+    activation: float
+    neighbour: int
+    """The node it was reached through (the "about X" of a count)."""
+
+
+@dataclass(slots=True)
+class Tiering:
+    tiers: dict[int, Tier] = field(default_factory=dict)
+    counts: dict[int, list[int]] = field(default_factory=dict)
+    """neighbour -> the keys counted as "N more about neighbour"."""
+    forgotten: int = 0
+
+
+def assign_tiers(parameters: ActivationParameters, ranked: Sequence[Ranked]) -> Tiering:
+    """Cut ranked facts (highest activation first) into the five tiers, before any token budget.
+
+    Full and gist are pure capacity (the strongest 4, the next 7, provided A > tau); markers follow while A > tau,
+    at most `markers_per_neighbour` per neighbour and `marker_capacity` in all; the rest above tau is counted per
+    neighbour; A <= tau is forgotten.
+    """
+    result = Tiering()
+    per_neighbour: dict[int, int] = {}
+    markers = 0
+    for position, item in enumerate(ranked):
+        if not item.activation > parameters.threshold:
+            result.forgotten += 1
+            continue
+        if position < parameters.full_capacity:
+            result.tiers[item.key] = Tier.FULL
+        elif position < parameters.full_capacity + parameters.gist_capacity:
+            result.tiers[item.key] = Tier.GIST
+        elif (markers < parameters.marker_capacity
+              and per_neighbour.get(item.neighbour, 0) < parameters.markers_per_neighbour):
+            result.tiers[item.key] = Tier.MARKER
+            per_neighbour[item.neighbour] = per_neighbour.get(item.neighbour, 0) + 1
+            markers += 1
+        else:
+            result.tiers[item.key] = Tier.COUNT
+            result.counts.setdefault(item.neighbour, []).append(item.key)
+    return result
+
+
+def demote(tier: Tier) -> Tier:
+    """The next less clear tier: what an item becomes when the budget has no room for it at its own."""
+    order = [Tier.FULL, Tier.GIST, Tier.MARKER, Tier.COUNT]
+    return order[order.index(tier) + 1] if tier in order[:-1] else Tier.COUNT
