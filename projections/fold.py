@@ -1,0 +1,407 @@
+"""Turn a batch of logged events into row changes for the DuckDB tables, in memory, mirroring domain.ontology.
+
+The fold is the only place that knows what an event does to the read model. It needs the rows the batch
+touches as they stand before it (given by a `Loader`), and returns everything the batch changes, so that the
+projector can write it with bulk loads in one transaction together with the new log position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from projections.schema import (
+    CLOCK,
+    ENTITY_VERSIONS,
+    FACT_CHANGES,
+    FACT_USES,
+    FACT_VERSIONS,
+    RECALLS,
+    RELATION_TYPES,
+    SESSION_CHANGES,
+    SESSIONS,
+    TENANTS,
+    Table,
+)
+from projections.source import Record
+
+Key = tuple[str, str]
+Row = list[Any]
+
+def ts(value: str | None) -> datetime | None:
+    """An ISO 8601 string from a payload as an aware datetime (None stays None)."""
+    if value is None:
+        return None
+    return datetime.fromisoformat(value)
+
+
+class Loader(Protocol):
+    """Reads, before a batch, the rows it will change."""
+
+    def open_versions(self, table: Table, keys: set[Key]) -> dict[Key, Row]:
+        """The open (recorded_to IS NULL) version of each key that has one."""
+        ...
+
+    def current_rows(self, table: Table, keys: set[Key]) -> dict[Key, Row]:
+        """The row of each key in a current-state table."""
+        ...
+
+
+class _Versions:
+    """The versions of one versioned table touched by a batch."""
+
+    def __init__(self, table: Table, open_rows: dict[Key, Row]) -> None:
+        self.table = table
+        self.open = open_rows
+        self.stored = set(open_rows)
+        """Keys whose open version is in the database: closing it is an UPDATE, not part of an insert."""
+        self.new_rows: list[Row] = []
+        self.closes: list[tuple[str, str, int, datetime, int]] = []
+        self._version = table.index("version")
+        self._from = table.index("recorded_from")
+        self._to = table.index("recorded_to")
+        self._pos_from = table.index("position_from")
+        self._pos_to = table.index("position_to")
+
+    def create(self, key: Key, row: Row, position: int, clock: datetime) -> Row:
+        """A first version, or a full replacement of whatever version is open."""
+        old = self.open.get(key)
+        version = 1
+        if old is not None:
+            self._close(key, old, position, clock)
+            version = old[self._version] + 1
+        row[self._version] = version
+        return self._open(key, row, position, clock)
+
+    def change(self, key: Key, position: int, clock: datetime, updates: dict[int, Any]) -> Row | None:
+        """A new version of `key` equal to the open one but for `updates` (column index -> value)."""
+        old = self.open.get(key)
+        if old is None:
+            return None
+        self._close(key, old, position, clock)
+        row = list(old)
+        row[self._version] = old[self._version] + 1
+        for index, value in updates.items():
+            row[index] = value
+        return self._open(key, row, position, clock)
+
+    def _open(self, key: Key, row: Row, position: int, clock: datetime) -> Row:
+        row[self._from], row[self._pos_from] = clock, position
+        row[self._to] = row[self._pos_to] = None
+        self.open[key] = row
+        self.new_rows.append(row)
+        return row
+
+    def _close(self, key: Key, old: Row, position: int, clock: datetime) -> None:
+        if key in self.stored:
+            self.stored.discard(key)
+            self.closes.append((key[0], key[1], old[self._version], clock, position))
+        else:
+            old[self._to], old[self._pos_to] = clock, position
+
+
+@dataclass
+class BatchChanges:
+    """Everything one batch changes: rows to append, versions to close, current rows to replace."""
+
+    first_position: int
+    last_position: int
+    clock: datetime | None
+    events: int
+    inserts: dict[str, list[Row]] = field(default_factory=dict)
+    closes: dict[str, list[tuple[str, str, int, datetime, int]]] = field(default_factory=dict)
+    replaces: dict[str, dict[Key, Row]] = field(default_factory=dict)
+    reached_until: bool = False
+    """The batch stopped at the first event recorded after the requested `until` time."""
+
+
+def rows_to_arrow(table: Table, rows: Sequence[Sequence[Any]]) -> pa.Table:
+    schema = table.arrow_schema
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.Table.from_arrays([pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
+                                schema=schema)
+
+
+_FACT = {name: FACT_VERSIONS.index(name) for name in FACT_VERSIONS.column_names}
+_ENTITY = {name: ENTITY_VERSIONS.index(name) for name in ENTITY_VERSIONS.column_names}
+_SESSION = {name: SESSIONS.index(name) for name in SESSIONS.column_names}
+
+_FACT_TOPICS = ("fact.corroborated", "fact.invalidated", "fact.archived", "fact.restored")
+_SESSION_TOPICS = ("session.started", "message.appended", "worker.dispatched", "worker.reported",
+                   "session.compacted", "session.ended")
+
+
+def keys_touched(records: Iterable[Record]) -> tuple[set[Key], set[Key], set[Key], set[Key]]:
+    """The (tenant, id) keys of facts, entities, sessions and relation types a batch needs before it."""
+    facts: set[Key] = set()
+    entities: set[Key] = set()
+    sessions: set[Key] = set()
+    relations: set[Key] = set()
+    for r in records:
+        topic, d = r.topic, r.data
+        if topic in _FACT_TOPICS or topic == "fact.asserted":
+            facts.add((d["tenant"], d["fact_id"]))
+        elif topic in _SESSION_TOPICS:
+            sessions.add((d["tenant"], d["session_id"]))
+            if topic == "worker.dispatched":
+                sessions.add((d["tenant"], d["worker_session_id"]))
+        elif topic in ("entity.registered", "entity.updated"):
+            entities.add((d["tenant"], d["ref"]))
+        elif topic == "entity.merged":
+            entities.add((d["tenant"], d["merged_ref"]))
+        elif topic == "relation.defined":
+            relations.add((d["tenant"], d["name"]))
+    return facts, entities, sessions, relations
+
+
+class BatchFold:
+    """Apply a batch of records, in log order, to the rows they touch."""
+
+    def __init__(self, loader: Loader, clock: datetime | None) -> None:
+        self._loader = loader
+        self.clock = clock
+        """Transaction time so far: the running maximum of the stamps along the log."""
+
+    def fold(self, records: Sequence[Record], until: datetime | None = None) -> BatchChanges:
+        stamped: list[datetime] = []
+        clocks: list[datetime] = []
+        clock = self.clock
+        reached_until = False
+        for r in records:
+            at = datetime.fromisoformat(r.data["recorded_at"])
+            clock = at if clock is None or at > clock else clock
+            if until is not None and clock > until:
+                reached_until = True
+                break
+            stamped.append(at)
+            clocks.append(clock)
+        records = records[: len(clocks)]
+        facts, entities, sessions, relations = keys_touched(records)
+        self._facts = _Versions(FACT_VERSIONS, self._loader.open_versions(FACT_VERSIONS, facts) if facts else {})
+        self._entities = _Versions(
+            ENTITY_VERSIONS, self._loader.open_versions(ENTITY_VERSIONS, entities) if entities else {})
+        self._sessions = self._loader.current_rows(SESSIONS, sessions) if sessions else {}
+        self._relations = self._loader.current_rows(RELATION_TYPES, relations) if relations else {}
+        self._touched_sessions: set[Key] = set()
+        self._touched_relations: set[Key] = set()
+        self._rows: dict[str, list[Row]] = {t.name: [] for t in (CLOCK, TENANTS, FACT_CHANGES, SESSION_CHANGES,
+                                                                 RECALLS, FACT_USES)}
+        clock_rows = self._rows[CLOCK.name]
+        for record, at, now in zip(records, stamped, clocks, strict=True):
+            d = record.data
+            clock_rows.append([record.position, now, at, d.get("tenant"), record.topic, d.get("event_id")])
+            handler = self._handlers.get(record.topic)
+            if handler is not None:
+                handler(self, record.position, now, at, d)
+        if clocks:
+            self.clock = clocks[-1]
+        changes = BatchChanges(
+            first_position=records[0].position if records else 0,
+            last_position=records[-1].position if records else 0,
+            clock=self.clock, events=len(records), reached_until=reached_until,
+        )
+        changes.inserts = dict(self._rows)
+        changes.inserts[FACT_VERSIONS.name] = self._facts.new_rows
+        changes.inserts[ENTITY_VERSIONS.name] = self._entities.new_rows
+        changes.closes = {FACT_VERSIONS.name: self._facts.closes, ENTITY_VERSIONS.name: self._entities.closes}
+        changes.replaces = {
+            SESSIONS.name: {k: self._sessions[k] for k in self._touched_sessions if k in self._sessions},
+            RELATION_TYPES.name: {k: self._relations[k] for k in self._touched_relations},
+        }
+        return changes
+
+    # ------------------------------------------------------------------ tenants, entities, relation types
+
+    def _tenant_created(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        self._rows[TENANTS.name].append([d["tenant"], d.get("display_name", ""), at, pos])
+
+    def _entity_registered(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        row: Row = [None] * len(ENTITY_VERSIONS.columns)
+        row[_ENTITY["tenant"]], row[_ENTITY["ref"]] = d["tenant"], d["ref"]
+        row[_ENTITY["label"]], row[_ENTITY["aliases"]] = d["label"], list(d.get("aliases", ()))
+        row[_ENTITY["hub"]], row[_ENTITY["needs_review"]] = d.get("hub", False), d.get("needs_review", False)
+        row[_ENTITY["registered_at"]] = at
+        self._entities.create((d["tenant"], d["ref"]), row, pos, now)
+
+    def _entity_updated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        self._entities.change((d["tenant"], d["ref"]), pos, now, {
+            _ENTITY["label"]: d["label"], _ENTITY["aliases"]: list(d["aliases"]), _ENTITY["hub"]: d["hub"]})
+
+    def _entities_merged(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        self._entities.change((d["tenant"], d["merged_ref"]), pos, now, {_ENTITY["merged_into"]: d["into_ref"]})
+
+    def _relation_defined(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        key = (d["tenant"], d["name"])
+        self._relations[key] = [d["tenant"], d["name"], d["functional"], d["symmetric"], d["weight"], pos]
+        self._touched_relations.add(key)
+
+    # ------------------------------------------------------------------ facts
+
+    def _fact_change(self, pos: int, now: datetime, d: dict[str, Any], change: str, fact: Row | None,
+                     **values: Any) -> None:
+        row: Row = [None] * len(FACT_CHANGES.columns)
+        row[0:5] = [pos, now, d["tenant"], values.pop("fact_id", d.get("fact_id")), change]
+        if fact is not None:
+            row[5:9] = [fact[_FACT["subject"]], fact[_FACT["relation"]], fact[_FACT["object"]], fact[_FACT["scope"]]]
+        provenance = d.get("provenance")
+        if provenance:
+            row[18] = provenance.get("session_id")
+            row[19] = list(provenance.get("message_ids", ()))
+            row[20] = provenance.get("actor")
+            row[21] = ts(provenance.get("occurred_at"))
+        row[22] = d.get("event_id")
+        for name, value in values.items():
+            row[FACT_CHANGES.index(name)] = value
+        self._rows[FACT_CHANGES.name].append(row)
+
+    def _fact_asserted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        row: Row = [None] * len(FACT_VERSIONS.columns)
+        valid_from, valid_to = ts(d.get("valid_from")), ts(d.get("valid_to"))
+        for name in ("tenant", "fact_id", "subject", "relation", "object", "scope", "reason", "confidence",
+                     "supersedes"):
+            row[_FACT[name]] = d.get(name)
+        row[_FACT["status"]] = "current"
+        row[_FACT["valid_from"]], row[_FACT["valid_to"]] = valid_from, valid_to
+        row[_FACT["asserted_at"]], row[_FACT["sources"]] = at, 1
+        fact = self._facts.create((d["tenant"], d["fact_id"]), row, pos, now)
+        self._fact_change(pos, now, d, "asserted", fact, reason=d.get("reason"), confidence=d["confidence"],
+                          valid_from=valid_from, valid_to=valid_to, supersedes=d.get("supersedes"))
+
+    def _fact_corroborated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        key = (d["tenant"], d["fact_id"])
+        old = self._facts.open.get(key)
+        sources = (old[_FACT["sources"]] if old else 0) + 1
+        fact = self._facts.change(key, pos, now, {_FACT["confidence"]: d["confidence"], _FACT["sources"]: sources})
+        self._fact_change(pos, now, d, "corroborated", fact, reason=d.get("reason"), confidence=d["confidence"],
+                          previous_confidence=d["previous_confidence"])
+
+    def _fact_invalidated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        key = (d["tenant"], d["fact_id"])
+        updates = {_FACT["status"]: "invalidated", _FACT["superseded_by"]: d.get("superseded_by"),
+                   _FACT["ended_reason"]: d["reason"]}
+        valid_to = ts(d.get("valid_to"))
+        if valid_to is not None:
+            updates[_FACT["valid_to"]] = valid_to
+        fact = self._facts.change(key, pos, now, updates)
+        self._fact_change(pos, now, d, "invalidated", fact, reason=d["reason"], valid_to=valid_to,
+                          superseded_by=d.get("superseded_by"))
+
+    def _fact_archived(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        fact = self._facts.change((d["tenant"], d["fact_id"]), pos, now,
+                                  {_FACT["status"]: "archived", _FACT["ended_reason"]: d["cause"]})
+        self._fact_change(pos, now, d, "archived", fact, cause=d["cause"])
+
+    def _fact_restored(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        fact = self._facts.change((d["tenant"], d["fact_id"]), pos, now,
+                                  {_FACT["status"]: "current", _FACT["ended_reason"]: None})
+        self._fact_change(pos, now, d, "restored", fact, cause=d["cause"])
+
+    def _fact_promoted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        self._fact_change(pos, now, d, "promoted", None, fact_id=d["promoted_fact_id"], scope=d["to_scope"],
+                          cause=d["cause"], source_fact_ids=list(d["source_fact_ids"]))
+
+    # ------------------------------------------------------------------ sessions and workers
+
+    def _session_change(self, pos: int, now: datetime, d: dict[str, Any], session_id: str, change: str,
+                        **values: Any) -> None:
+        row: Row = [pos, now, d["tenant"], session_id, change] + [None] * (len(SESSION_CHANGES.columns) - 5)
+        row[SESSION_CHANGES.index("occurred_at")] = ts(d.get("occurred_at"))
+        for name, value in values.items():
+            row[SESSION_CHANGES.index(name)] = value
+        self._rows[SESSION_CHANGES.name].append(row)
+
+    def _session(self, tenant: str, session_id: str, pos: int, now: datetime) -> Row | None:
+        key = (tenant, session_id)
+        row = self._sessions.get(key)
+        if row is not None:
+            self._touched_sessions.add(key)
+            row[_SESSION["updated_at"]], row[_SESSION["position"]] = now, pos
+        return row
+
+    def _session_started(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        key = (d["tenant"], d["session_id"])
+        self._sessions[key] = [d["tenant"], d["session_id"], d["agent"], d["kind"], d.get("serving"),
+                               d.get("parent_session_id"), d.get("task"), [], None, None, False, 0, [], 0, at,
+                               now, pos]
+        self._touched_sessions.add(key)
+        self._session_change(pos, now, d, d["session_id"], "started", task=d.get("task"))
+
+    def _message_appended(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        session = self._session(d["tenant"], d["session_id"], pos, now)
+        if session is not None:
+            session[_SESSION["messages"]] += 1
+        self._session_change(pos, now, d, d["session_id"], "message", message_id=d["message_id"], role=d["role"])
+
+    def _worker_dispatched(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        tenant, worker_id = d["tenant"], d["worker_session_id"]
+        main = self._session(tenant, d["session_id"], pos, now)
+        if main is not None and worker_id not in main[_SESSION["workers"]]:
+            main[_SESSION["workers"]] = main[_SESSION["workers"]] + [worker_id]
+        worker = self._session(tenant, worker_id, pos, now)
+        if worker is None and main is not None:
+            worker = [tenant, worker_id, main[_SESSION["agent"]], "worker", main[_SESSION["serving"]],
+                      main[_SESSION["session_id"]], d["task"], [], None, None, False, 0, [], 0, at, now, pos]
+            self._sessions[(tenant, worker_id)] = worker
+            self._touched_sessions.add((tenant, worker_id))
+        if worker is not None:
+            worker[_SESSION["task"]], worker[_SESSION["about"]] = d["task"], list(d.get("about", ()))
+            worker[_SESSION["status"]] = "dispatched"
+        self._session_change(pos, now, d, d["session_id"], "dispatched", worker_session_id=worker_id,
+                             task=d["task"], about=list(d.get("about", ())), status="dispatched")
+
+    def _worker_reported(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        worker = self._session(d["tenant"], d["session_id"], pos, now)
+        about = list(d.get("about", ()))
+        if worker is not None:
+            worker[_SESSION["status"]], worker[_SESSION["last_summary"]] = d["status"], d["summary"]
+            worker[_SESSION["about"]] = list(dict.fromkeys(worker[_SESSION["about"]] + about))
+        self._session_change(pos, now, d, d["session_id"], "reported", status=d["status"], summary=d["summary"],
+                             about=about)
+
+    def _session_compacted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        session = self._session(d["tenant"], d["session_id"], pos, now)
+        if session is not None:
+            session[_SESSION["compactions"]] += 1
+        self._session_change(pos, now, d, d["session_id"], "compacted", summary=d.get("summary"),
+                             message_id=d.get("through_message_id"))
+
+    def _session_ended(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        session = self._session(d["tenant"], d["session_id"], pos, now)
+        if session is not None:
+            session[_SESSION["ended"]] = True
+        self._session_change(pos, now, d, d["session_id"], "ended")
+
+    # ------------------------------------------------------------------ recalls
+
+    def _facts_recalled(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        fact_ids = list(d["fact_ids"])
+        self._rows[RECALLS.name].append([pos, now, d["tenant"], d["agent"], d["mode"], d.get("perspective_id"),
+                                         fact_ids, d.get("event_id")])
+        uses = self._rows[FACT_USES.name]
+        for fact_id in fact_ids:
+            uses.append([d["tenant"], d["agent"], fact_id, now, pos, d["mode"]])
+
+    _handlers: dict[str, Callable[[BatchFold, int, datetime, datetime, dict[str, Any]], None]] = {
+        "tenant.created": _tenant_created,
+        "entity.registered": _entity_registered,
+        "entity.updated": _entity_updated,
+        "entity.merged": _entities_merged,
+        "relation.defined": _relation_defined,
+        "fact.asserted": _fact_asserted,
+        "fact.corroborated": _fact_corroborated,
+        "fact.invalidated": _fact_invalidated,
+        "fact.archived": _fact_archived,
+        "fact.restored": _fact_restored,
+        "fact.promoted": _fact_promoted,
+        "session.started": _session_started,
+        "message.appended": _message_appended,
+        "worker.dispatched": _worker_dispatched,
+        "worker.reported": _worker_reported,
+        "session.compacted": _session_compacted,
+        "session.ended": _session_ended,
+        "facts.recalled": _facts_recalled,
+    }

@@ -1,0 +1,51 @@
+"""Reading the log for projection: stored payloads as plain dicts, upcast to the current event version.
+
+The projector does not rebuild pydantic events: the payloads were validated when they were written, and a
+dict is several times cheaper to get than a model. The field names are the events' public contract.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import infra.mapper  # noqa: F401  (importing registers every event topic)
+from domain.events import event_class_for, upcast
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One logged event: its position, its topic without version (`fact.asserted`) and its payload."""
+
+    position: int
+    topic: str
+    data: dict[str, Any]
+
+
+class RawLog(Protocol):
+    """What the projector needs from the event log (infra.eventlog.EventsourcingLog provides it)."""
+
+    def read_raw(self, after_position: int, limit: int) -> Sequence[tuple[int, str, bytes]]: ...
+
+    def max_position(self) -> int: ...
+
+
+UNKNOWN = "?"
+
+
+def decode(position: int, stored_topic: str, state: bytes) -> Record:
+    """Parse and upcast one stored event; an unknown topic gives a Record with topic `?` (kept in the clock)."""
+    data = json.loads(state)
+    try:
+        cls, version = event_class_for(stored_topic)
+    except LookupError:
+        return Record(position, UNKNOWN, data)
+    if version != cls.version:
+        data = upcast(cls.topic, version, data)
+    return Record(position, cls.topic, data)
+
+
+def read_records(log: RawLog, after_position: int, limit: int) -> list[Record]:
+    return [decode(position, topic, state) for position, topic, state in log.read_raw(after_position, limit)]
