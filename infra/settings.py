@@ -23,6 +23,21 @@ class Settings(BaseSettings):
     pg_dbname: str = "noumena"
     pg_schema: str = Field(default="", description="PostgreSQL schema for the event tables (default: public).")
 
+    # Kafka ingestion (README "Kafka ingestion"); empty bootstrap = Kafka not configured.
+    kafka_bootstrap: str = Field(default="", description="Kafka bootstrap servers, host:port[,host:port...].")
+    kafka_topic: str = "noumena.session-events"
+    kafka_dlq_topic: str = "noumena.session-events.dlq"
+    kafka_group: str = "noumena"
+    kafka_batch_size: int = Field(default=500, ge=1, le=100_000, description="Most records per poll and write.")
+    kafka_poll_timeout_ms: int = Field(default=500, ge=1)
+    kafka_session_timeout_ms: int = Field(default=45_000, ge=1_000)
+    kafka_instance_id: str = Field(default="", description="Static group membership: a restart resumes at once.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: str = Field(default="", description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: SecretStr = SecretStr("")
+    kafka_ssl_cafile: str = ""
+
     def event_store_env(self) -> dict[str, str]:
         """The environment eventsourcing's factory reads, built from our settings."""
         if self.event_store == "sqlite":
