@@ -107,6 +107,11 @@ def import_(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, re
         raise typer.Exit(1)
 
 
+from api.cli_projections import register as _register_projection_commands  # noqa: E402
+
+_register_projection_commands(app)
+
+
 def main() -> None:
     """Console entry point: domain errors become a message and exit code 2, never a traceback."""
     try:

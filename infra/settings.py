@@ -22,6 +22,12 @@ class Settings(BaseSettings):
     pg_password: SecretStr = SecretStr("noumena")
     pg_dbname: str = "noumena"
     pg_schema: str = Field(default="", description="PostgreSQL schema for the event tables (default: public).")
+    projection_batch_size: int = Field(default=2000, ge=1, description="Events per DuckDB transaction when"
+                                       " the projector follows the log.")
+    projection_poll_interval: float = Field(default=0.2, gt=0, description="Seconds the projector waits when"
+                                            " the log has nothing new.")
+    snapshot_interval: float = Field(default=5.0, ge=0, description="Seconds between snapshot publications"
+                                     " (only when changed; 0: only on request).")
 
     # Kafka ingestion (README "Kafka ingestion"); empty bootstrap = Kafka not configured.
     kafka_bootstrap: str = Field(default="", description="Kafka bootstrap servers, host:port[,host:port...].")
