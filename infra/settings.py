@@ -44,6 +44,29 @@ class Settings(BaseSettings):
     kafka_sasl_password: SecretStr = SecretStr("")
     kafka_ssl_cafile: str = ""
 
+    # HTTP API and MCP (README "HTTP API and MCP").
+    environment: Literal["development", "production"] = Field(
+        default="development", description="Outside development, `serve` refuses to start without an admin key.")
+    admin_key: SecretStr = Field(default=SecretStr(""), description="The key that manages tenants and API keys.")
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8000, ge=0, le=65535)
+    api_keys_file: Path | None = Field(default=None, description="Hashed API keys (default: <home>/api_keys.json).")
+    api_read_wait_seconds: float = Field(default=5.0, ge=0, le=60, description="How long a read with"
+                                         " `min_position` waits for the projection before a 503.")
+    api_max_batch: int = Field(default=1000, ge=1, le=100_000, description="Most envelopes per POST /v1/events.")
+
+    def api_keys_path(self) -> Path:
+        return self.api_keys_file or self.home / "api_keys.json"
+
+    def unsafe_for_serving(self) -> str | None:
+        """Why `serve` must not start with these settings (None: safe). Development allows no admin key."""
+        key = self.admin_key.get_secret_value()
+        if key and (len(key) < 16 or key in {"changethis", "admin", "secret", "password"}):
+            return "NOUMENA_ADMIN_KEY is too weak: use at least 16 random characters"
+        if not key and self.environment != "development":
+            return "NOUMENA_ADMIN_KEY is not set; it is required outside NOUMENA_ENVIRONMENT=development"
+        return None
+
     def event_store_env(self) -> dict[str, str]:
         """The environment eventsourcing's factory reads, built from our settings."""
         if self.event_store == "sqlite":
