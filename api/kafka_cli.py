@@ -1,0 +1,128 @@
+"""CLI commands for Kafka ingestion: `noumena consume`, `noumena dlq list|replay`. Thin: parse, call, print."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+errors = Console(stderr=True)
+dlq_app = typer.Typer(help="Inspect and replay dead letters (inputs that could not be stored).",
+                      no_args_is_help=True)
+
+
+def _settings(**overrides: Any) -> Any:
+    from infra.settings import Settings
+
+    settings = Settings()
+    return settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def consume(
+    topic: Annotated[str | None, typer.Option(help="Source topic (default: NOUMENA_KAFKA_TOPIC).")] = None,
+    group: Annotated[str | None, typer.Option(help="Consumer group (default: NOUMENA_KAFKA_GROUP).")] = None,
+    batch_size: Annotated[int | None, typer.Option(min=1, help="Most messages per poll and write.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics on this port.")] = None,
+    until_idle: Annotated[bool, typer.Option(help="Exit once every assigned partition is stored.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Consume session events from Kafka into the event log, exactly once; bad input goes to the DLQ."""
+    from consumers.kafka_consumer import SessionEventConsumer
+    from consumers.metrics import serve_metrics
+    from infra.bootstrap import bootstrap
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = _settings(kafka_topic=topic, kafka_group=group, kafka_batch_size=batch_size)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    noumena = bootstrap(settings)
+    try:
+        consumer = SessionEventConsumer(noumena)
+        server = serve_metrics(consumer.metrics.render, metrics_port) if metrics_port else None
+        errors.print(f"consuming [bold]{settings.kafka_topic}[/] as group [bold]{settings.kafka_group}[/]"
+                     f" from {settings.kafka_bootstrap}; dead letters to {settings.kafka_dlq_topic}"
+                     + (f"; metrics on :{metrics_port}/metrics" if metrics_port else ""))
+        try:
+            consumer.run(stop, until_idle=until_idle)
+        finally:
+            consumer.close()
+            if server is not None:
+                server.shutdown()
+        m = consumer.metrics
+        errors.print(f"consumed {m.total('consumed')}: stored {m.total('stored_messages')} "
+                     f"(repeats {m.total('repeats')}), dead-lettered {m.total('dead_lettered')}")
+    finally:
+        noumena.close()
+
+
+@dlq_app.command("list")
+def dlq_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include dead letters already replayed.")] = False,
+    limit: Annotated[int, typer.Option(min=1)] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Show dead letters, one per input (source topic/partition/offset), with their reasons."""
+    from consumers.dlq import dead_letters
+    from infra.bootstrap import bootstrap
+
+    noumena = bootstrap(_settings())
+    try:
+        views = dead_letters(noumena, include_replayed=all_)
+    finally:
+        noumena.close()
+    if as_json:
+        for v in views[:limit]:
+            d = v.letter.letter
+            print(json.dumps({"source_topic": d.source.topic, "source_partition": d.source.partition,
+                              "source_offset": d.source.offset, "reason": d.reason, "field": d.field,
+                              "attempt": d.attempt, "dead_lettered_at": d.dead_lettered_at.isoformat(),
+                              "pending": v.pending, "dlq_partition": v.letter.dlq_partition,
+                              "dlq_offset": v.letter.dlq_offset,
+                              "value": None if d.value is None else d.value.decode("utf-8", "replace")},
+                             ensure_ascii=False))
+        return
+    table = Table(title=f"dead letters ({len(views)}{' incl. replayed' if all_ else ' pending'})")
+    for column in ("source", "reason", "field", "attempt", "dead-lettered at", "status", "value"):
+        table.add_column(column, overflow="fold")
+    for v in views[:limit]:
+        d = v.letter.letter
+        preview = "∅" if d.value is None else d.value[:80].decode("utf-8", "replace")
+        table.add_row(str(d.source), d.reason, d.field or "", str(d.attempt),
+                      d.dead_lettered_at.strftime("%Y-%m-%d %H:%M:%S"), "pending" if v.pending else "replayed",
+                      preview)
+    console.print(table)
+    if len(views) > limit:
+        console.print(f"... and {len(views) - limit} more (--limit)")
+
+
+@dlq_app.command("replay")
+def dlq_replay() -> None:
+    """Re-submit pending dead letters (after a fix); those that still fail stay in the DLQ and are listed."""
+    from consumers.dlq import replay
+    from infra.bootstrap import bootstrap
+
+    noumena = bootstrap(_settings())
+    try:
+        report = replay(noumena)
+    finally:
+        noumena.close()
+    for reason in report.reasons[:20]:
+        errors.print(f"[yellow]still failing[/] {reason}")
+    console.print(f"replayed {report.replayed}: stored {report.stored}, still failing {report.still_failing}")
+    if report.still_failing:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the Kafka commands to the `noumena` app."""
+    app.command("consume")(consume)
+    app.add_typer(dlq_app, name="dlq")

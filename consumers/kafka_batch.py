@@ -1,0 +1,140 @@
+"""One partition's batch into the log, exactly once, with every input either stored or dead-lettered.
+
+The order of effects is what makes a crash harmless at every point:
+
+1. Try the whole batch as one atomic write, with the tracking position (`Ingestor.ingest(all_or_nothing=True)`).
+   If nothing is rejected, events and position are committed together: done.
+2. Otherwise nothing was written. The rejected inputs (bad bytes, schema, unknown tenant/session, any rule)
+   are produced to the dead-letter topic and *flushed*; then step 1 runs again without them.
+
+A crash before the write leaves no position stored, so the batch is read again and each rejected input is
+dead-lettered again with the same source coordinates (duplicates the DLQ readers fold away); a crash after it
+is a redelivery that the stored position turns into a no-op. So stored + dead-lettered = distinct inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumers.dead_letters import DeadLetter, DeadLetterSink, SourceCoordinates
+from consumers.ingest import Ingestor
+from domain.errors import InfrastructureError
+from domain.ports import TrackingPosition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One input: its bytes and where it was first read (for a replayed dead letter: its original source)."""
+
+    value: bytes | None
+    source: SourceCoordinates
+    position: int
+    """The offset this input was read at, in the topic being consumed: what the tracking position counts."""
+    key: bytes | None = None
+    timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    attempt: int = 1
+
+    @classmethod
+    def from_record(cls, record: Any) -> Incoming:
+        return cls(value=record.value, source=SourceCoordinates(record.topic, record.partition, record.offset),
+                   position=record.offset, key=record.key,
+                   timestamp_ms=record.timestamp if record.timestamp >= 0 else None,
+                   headers=tuple((k, v) for k, v in (record.headers or [])))
+
+
+@dataclass
+class BatchReport:
+    consumed: int = 0
+    accepted: int = 0
+    """Inputs stored: their events were appended, or their event id was stored before (a repeat)."""
+    stored_events: int = 0
+    repeats: int = 0
+    dead_lettered: list[DeadLetter] = field(default_factory=list)
+    already_tracked: bool = False
+    """Another consumer (or an earlier life of this one) stored this batch already: nothing was done."""
+    positions: list[int] = field(default_factory=list)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Failures of infrastructure (broker, store, network): retry the batch later, never dead-letter it."""
+    from eventsourcing.persistence import PersistenceError
+    from kafka.errors import KafkaError
+
+    return isinstance(error, InfrastructureError | PersistenceError | KafkaError | OSError)
+
+
+class BatchProcessor:
+    def __init__(self, ingestor: Ingestor, sink: DeadLetterSink) -> None:
+        self._ingestor = ingestor
+        self._sink = sink
+
+    def process(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:
+        """Store `items` and the position `tracking` atomically; dead-letter (flushed first) what is rejected.
+
+        Transient failures raise (nothing stored: retry the batch). An unexpected error from the code itself
+        falls back to one input per write, so only the input that triggers it is dead-lettered.
+        """
+        try:
+            return self._process(tracking, items)
+        except Exception as error:
+            if is_transient(error) or len(items) == 1:
+                raise
+            log.exception("unexpected error in a batch ending at %s; storing it one input at a time", tracking)
+            return self._one_by_one(tracking, items)
+
+    def _process(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:
+        report = BatchReport(consumed=len(items))
+        dead: set[int] = set()
+        unsent: list[DeadLetter] = []
+        for _round in range(len(items) + 2):
+            self._sink.send_all(unsent)
+            report.dead_lettered.extend(unsent)
+            unsent = []
+            live = [i for i in range(len(items)) if i not in dead]
+            result = self._ingestor.ingest([items[i].value for i in live],  # type: ignore[misc]
+                                           all_or_nothing=True, tracking=tracking)
+            if result.already_tracked:
+                return BatchReport(consumed=len(items), already_tracked=True, dead_lettered=report.dead_lettered)
+            if not result.rejected:
+                report.accepted = result.accepted
+                report.stored_events = result.stored_events
+                report.repeats = result.duplicates
+                report.positions = result.positions
+                return report
+            for rejected in result.rejected:
+                index = live[rejected.index]
+                dead.add(index)
+                unsent.append(dead_letter(items[index], rejected.reason, rejected.field))
+        raise RuntimeError(f"batch ending at {tracking} did not settle")  # each round removes ≥ 1 input
+
+    def _one_by_one(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:
+        total = BatchReport(consumed=len(items))
+        for item in items:
+            position = TrackingPosition(tracking.name, item.position)
+            try:
+                report = self._process(position, [item])
+            except Exception as error:
+                if is_transient(error):
+                    raise
+                log.exception("input %s makes noumena fail; dead-lettering it", item.source)
+                letter = dead_letter(item, f"internal error: {error!r}", None)
+                self._sink.send_all([letter])
+                report = self._process(position, [])
+                report.dead_lettered.append(letter)
+            total.accepted += report.accepted
+            total.stored_events += report.stored_events
+            total.repeats += report.repeats
+            total.dead_lettered += report.dead_lettered
+            total.positions += report.positions
+        return total
+
+
+def dead_letter(item: Incoming, reason: str, field_name: str | None) -> DeadLetter:
+    return DeadLetter(source=item.source, value=item.value, reason=reason, field=field_name, key=item.key,
+                      source_timestamp_ms=item.timestamp_ms, attempt=item.attempt, original_headers=item.headers)

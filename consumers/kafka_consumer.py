@@ -1,0 +1,237 @@
+"""`noumena consume`: the session-events topic into the event log, in a consumer group, exactly once.
+
+The event log, not Kafka, remembers how far each partition was consumed: every batch is written with
+TrackingPosition(f"kafka:{topic}:{partition}", offset of its last message) in the same transaction. On each
+assignment the consumer seeks to that position + 1. Offsets are committed to Kafka afterwards only so lag
+dashboards work; they are never read back. Batches are per partition, so order is kept per partition (and
+producers key by session: see consumers/kafka_producer.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from consumers.compaction_hook import CompactionSignal
+from consumers.dead_letters import DeadLetterSink
+from consumers.ingest import Ingestor
+from consumers.kafka_batch import BatchProcessor, Incoming, is_transient
+from consumers.kafka_config import connection_options, dlq_producer_options, tracking_name
+from consumers.metrics import KafkaMetrics
+from domain.commands import Command
+from domain.errors import InfrastructureError
+from domain.ports import TrackingPosition
+from infra.bootstrap import Noumena
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 5.0
+
+
+def _listener_base() -> type:
+    from kafka import ConsumerRebalanceListener
+
+    return ConsumerRebalanceListener  # type: ignore[no-any-return]
+
+
+class SessionEventConsumer:
+    """Consumes one topic in a consumer group into one Noumena's event log; dead-letters what it cannot store."""
+
+    def __init__(
+        self,
+        noumena: Noumena,
+        *,
+        metrics: KafkaMetrics | None = None,
+        on_stored: Callable[[Command], None] | None = None,
+        consumer_options: dict[str, Any] | None = None,
+    ) -> None:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+
+        settings = noumena.settings
+        self.topic = settings.kafka_topic
+        self.batch_size = settings.kafka_batch_size
+        self.poll_timeout_ms = settings.kafka_poll_timeout_ms
+        self.metrics = metrics or KafkaMetrics()
+        self._noumena = noumena
+        self._signal = CompactionSignal() if on_stored is None else None
+        self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
+        self._processor = BatchProcessor(Ingestor(noumena.service, on_stored=on_stored or self._signal), self._sink)
+        self._stored: dict[Any, int | None] = {}
+        self._lock = threading.Lock()
+        options = connection_options(settings) | {
+            "group_id": settings.kafka_group,
+            "group_instance_id": settings.kafka_instance_id or None,
+            "client_id": settings.kafka_instance_id or "noumena-consumer",
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            "max_poll_records": settings.kafka_batch_size,
+            "session_timeout_ms": settings.kafka_session_timeout_ms,
+            "heartbeat_interval_ms": max(100, min(3_000, settings.kafka_session_timeout_ms // 3)),
+            "fetch_max_wait_ms": min(500, settings.kafka_poll_timeout_ms),
+            "max_partition_fetch_bytes": 8 * 1024 * 1024,
+        } | (consumer_options or {})
+        try:
+            self._consumer = KafkaConsumer(**options)
+        except KafkaError as error:
+            self._sink.close()
+            raise InfrastructureError(f"cannot connect to Kafka at {settings.kafka_bootstrap}: {error}") from error
+        self._consumer.subscribe([self.topic], listener=self._rebalance_listener())
+
+    # ------------------------------------------------------------------ assignment
+
+    def _rebalance_listener(self) -> Any:
+        consumer = self
+
+        class Listener(_listener_base()):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                for tp in revoked:
+                    consumer._stored.pop(tp, None)
+                    consumer.metrics.forget_partition((tp.topic, tp.partition))
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                consumer._seek_to_stored(assigned)
+
+        return Listener()
+
+    def _seek_to_stored(self, partitions: Any) -> None:
+        """Resume each partition right after the last offset stored in the event log (or at its beginning)."""
+        for tp in partitions:
+            stored = self._noumena.log.tracked_position(tracking_name(tp.topic, tp.partition))
+            self._stored[tp] = stored
+            if stored is None:
+                self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, stored + 1)
+            log.info("assigned %s/%s: resuming after stored offset %s", tp.topic, tp.partition, stored)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, stop: threading.Event | None = None, until_idle: bool = False) -> None:
+        """Consume until `stop` is set (or, with until_idle, until every assigned partition is stored)."""
+        from kafka.errors import KafkaError
+
+        stop = stop or threading.Event()
+        backoff = 0.0
+        while not stop.is_set():
+            try:
+                polled = self._consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.batch_size)
+            except KafkaError as error:
+                backoff = self._back_off(backoff, stop, f"poll failed: {error!r}")
+                continue
+            if not polled:
+                self._update_lag()
+                if until_idle and self._caught_up():
+                    return
+                continue
+            failed = False
+            commits: dict[Any, Any] = {}
+            for tp, records in polled.items():
+                try:
+                    last = self._handle(tp, records)
+                except Exception as error:
+                    if not is_transient(error):
+                        raise
+                    # Nothing of this batch was stored: read it again after a pause.
+                    self.metrics.add("retries", (tp.topic, tp.partition))
+                    self._consumer.seek(tp, records[0].offset)
+                    log.warning("batch %s/%s@%s failed, will retry: %r", tp.topic, tp.partition,
+                                records[0].offset, error)
+                    failed = True
+                    continue
+                if last is not None:
+                    commits[tp] = last
+            self._update_lag()
+            self._commit_for_dashboards(commits)
+            backoff = self._back_off(backoff, stop, "retrying failed batches") if failed else 0.0
+
+    def _handle(self, tp: Any, records: list[Any]) -> int | None:
+        partition = (tp.topic, tp.partition)
+        stored = self._stored.get(tp)
+        fresh = [r for r in records if stored is None or r.offset > stored]
+        self.metrics.add("redelivered", partition, len(records) - len(fresh))
+        if not fresh:
+            return None
+        started = time.perf_counter()
+        tracking = TrackingPosition(tracking_name(tp.topic, tp.partition), fresh[-1].offset)
+        report = self._processor.process(tracking, [Incoming.from_record(r) for r in fresh])
+        self.metrics.observe_batch(partition, time.perf_counter() - started)
+        if report.already_tracked:
+            self.metrics.add("redelivered", partition, len(fresh))
+            self._stored[tp] = self._noumena.log.tracked_position(tracking.name)
+            return None
+        self._stored[tp] = fresh[-1].offset
+        self.metrics.add("consumed", partition, len(fresh))
+        self.metrics.add("stored_messages", partition, report.accepted)
+        self.metrics.add("stored_events", partition, report.stored_events)
+        self.metrics.add("repeats", partition, report.repeats)
+        self.metrics.add("dead_lettered", partition, len(report.dead_lettered))
+        if self._signal is not None:
+            self.metrics.consolidation_signals = self._signal.signalled
+        return fresh[-1].offset
+
+    def _commit_for_dashboards(self, last_offsets: dict[Any, int]) -> None:
+        """Tell Kafka how far we are, for lag tools only: the event log's position is what counts."""
+        if not last_offsets:
+            return
+        from kafka.errors import KafkaError
+        from kafka.structs import OffsetAndMetadata
+
+        offsets = {tp: OffsetAndMetadata(offset + 1, "", -1) for tp, offset in last_offsets.items()}
+        try:
+            self._consumer.commit_async(offsets, callback=_log_commit_failure)
+        except KafkaError as error:
+            log.debug("offset commit skipped: %r", error)
+
+    def _update_lag(self) -> None:
+        for tp in self._consumer.assignment():
+            highwater = self._consumer.highwater(tp)
+            if highwater is None:
+                continue
+            stored = self._stored.get(tp)
+            position = self._consumer.position(tp, timeout_ms=0) if stored is None else stored + 1
+            if position is not None:
+                self.metrics.set_lag((tp.topic, tp.partition), highwater - position)
+
+    def _caught_up(self) -> bool:
+        """Every assigned partition has been read and stored up to its current end."""
+        from kafka.errors import KafkaError
+
+        assignment = self._consumer.assignment()
+        if not assignment:
+            return False
+        try:
+            ends = self._consumer.end_offsets(list(assignment), timeout_ms=5_000)
+        except KafkaError:
+            return False
+        for tp in assignment:
+            stored = self._stored.get(tp, None)
+            if tp not in self._stored:
+                return False  # assigned, not yet sought
+            next_offset = (stored + 1) if stored is not None else self._consumer.position(tp, timeout_ms=5_000)
+            if next_offset is None or next_offset < ends.get(tp, 0):
+                return False
+        return True
+
+    def _back_off(self, backoff: float, stop: threading.Event, why: str) -> float:
+        backoff = min(MAX_BACKOFF_S, max(0.1, backoff * 2))
+        log.warning("%s; next try in %.1f s", why, backoff)
+        stop.wait(backoff)
+        return backoff
+
+    def close(self) -> None:
+        """Leave the group (a static member keeps its partitions until its session times out)."""
+        try:
+            self._consumer.close(autocommit=False, timeout_ms=5_000)
+        finally:
+            self._sink.close()
+            if self._signal is not None:
+                self._signal.close()
+
+
+def _log_commit_failure(offsets: Any, response: Any) -> None:
+    if isinstance(response, Exception):
+        log.debug("offset commit for dashboards failed: %r", response)
