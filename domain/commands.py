@@ -160,3 +160,24 @@ class RecordRecall(Command):
     fact_ids: tuple[Identifier, ...] = Field(min_length=1)
     mode: RecallMode
     perspective_id: Identifier | None = None
+
+
+class PromoteFact(Command):
+    """Approve a narrower-scoped fact for the whole organization (semantic memory)."""
+
+    fact_id: Identifier
+    approved_by: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class MergeEntities(Command):
+    """`merged_ref` is the same thing as `into_ref`: its current facts move to `into_ref`."""
+
+    merged_ref: Ref
+    into_ref: Ref
+    reason: Annotated[str, Field(min_length=1, max_length=2000)] = "reviewed: same entity"
+
+
+class KeepEntity(Command):
+    """A person reviewed an entity marked `needs_review` and kept it as a distinct entity."""
+
+    ref: Ref

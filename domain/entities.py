@@ -28,6 +28,8 @@ class EntityUpdated(DomainEvent):
     label: str
     aliases: tuple[str, ...]
     hub: bool
+    needs_review: bool | None = None
+    """None: unchanged. False: a person reviewed it and kept it as a distinct entity."""
 
 
 class EntitiesMerged(DomainEvent):

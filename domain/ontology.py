@@ -8,6 +8,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
+from domain.consolidation import (
+    CompactionState,
+    ConsolidationCompleted,
+    ConsolidationFailed,
+    ConsolidationStarted,
+    ConsolidationStatus,
+    compaction_id_for,
+)
 from domain.entities import EntitiesMerged, EntityRegistered, EntityState, EntityUpdated
 from domain.errors import (
     UnknownEntity,
@@ -28,6 +36,7 @@ from domain.facts import (
 from domain.recalls import FactsRecalled
 from domain.relations import BUILTIN_RELATIONS, RelationType, RelationTypeDefined, default_relation
 from domain.sessions import (
+    MAX_TURNS_KEPT,
     MessageAppended,
     SessionCompacted,
     SessionEnded,
@@ -41,7 +50,7 @@ from domain.sessions import (
 from domain.tenants import TenantCreated
 
 FactKey = tuple[str, str, str, str]
-_SET, _POP, _ATTR, _DISCARD, _LISTPOP = range(5)
+_SET, _POP, _ATTR, _DISCARD, _LISTPOP, _ADD = range(6)
 _APPLIERS: dict[type, Callable[[Any, Any], None]] = {}
 _PENDING_APPLIERS: list[Callable[[Any, Any], None]] = []
 
@@ -74,8 +83,12 @@ class Ontology:
     sessions: dict[str, SessionState] = field(default_factory=dict)
     relation_types: dict[str, RelationType] = field(default_factory=lambda: dict(BUILTIN_RELATIONS))
     seen_event_ids: set[str] = field(default_factory=set)
+    compactions: dict[str, CompactionState] = field(default_factory=dict)
+    person_scopes: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
+    """(subject, relation, object) -> the person scopes in which it is currently believed (for promotion)."""
     recall_count: int = 0
     _journal: list[tuple[int, Any, Any, Any]] | None = field(default=None, repr=False)
+    _trim_on_commit: list[list[Any]] = field(default_factory=list, repr=False)
 
     # ------------------------------------------------------------------ tentative changes
 
@@ -85,9 +98,13 @@ class Ontology:
 
     def commit(self) -> None:
         self._journal = None
+        for turns in self._trim_on_commit:
+            del turns[: max(0, len(turns) - MAX_TURNS_KEPT)]
+        self._trim_on_commit.clear()
 
     def rollback(self) -> None:
         journal, self._journal = self._journal or [], None
+        self._trim_on_commit.clear()
         for op, target, key, old in reversed(journal):
             if op == _SET:
                 target[key] = old
@@ -97,6 +114,8 @@ class Ontology:
                 setattr(target, key, old)
             elif op == _DISCARD:
                 target.discard(key)
+            elif op == _ADD:
+                target.add(key)
             else:
                 target.pop()
 
@@ -124,6 +143,12 @@ class Ontology:
             container.add(value)
             if self._journal is not None:
                 self._journal.append((_DISCARD, container, value, None))
+
+    def _discard(self, container: set, value: object) -> None:  # type: ignore[type-arg]
+        if value in container:
+            container.discard(value)
+            if self._journal is not None:
+                self._journal.append((_ADD, container, value, None))
 
     def _append(self, items: list, value: object) -> None:  # type: ignore[type-arg]
         items.append(value)
@@ -191,7 +216,9 @@ class Ontology:
 
     @_applies
     def _(self, e: EntityUpdated) -> None:
-        self._attrs(self.entities[e.ref], label=e.label, aliases=e.aliases, hub=e.hub)
+        entity = self.entities[e.ref]
+        self._attrs(entity, label=e.label, aliases=e.aliases, hub=e.hub,
+                    needs_review=entity.needs_review if e.needs_review is None else e.needs_review)
 
     @_applies
     def _(self, e: EntitiesMerged) -> None:
@@ -220,6 +247,7 @@ class Ontology:
         self._add(self.facts_by_scope[e.scope], e.fact_id)
         if self.relation(e.relation).functional:
             self._set(self.functional_current, (e.subject, e.relation, e.scope), e.fact_id)
+        self._track_person_scope(fact, current=True)
 
     @_applies
     def _(self, e: FactCorroborated) -> None:
@@ -247,6 +275,7 @@ class Ontology:
         self._set(self.current_by_key, self.key_for(*fact.key), fact.fact_id)
         if self.relation(fact.relation).functional:
             self._set(self.functional_current, (fact.subject, fact.relation, fact.scope), fact.fact_id)
+        self._track_person_scope(fact, current=True)
 
     @_applies
     def _(self, e: FactPromoted) -> None:
@@ -261,7 +290,14 @@ class Ontology:
 
     @_applies
     def _(self, e: MessageAppended) -> None:
-        self._append(self.sessions[e.session_id].message_ids, e.message_id)
+        session = self.sessions[e.session_id]
+        self._append(session.message_ids, e.message_id)
+        self._append(session.turns, (e.message_id, e.role, e.content))
+        if len(session.turns) > MAX_TURNS_KEPT:
+            if self._journal is None:
+                del session.turns[: len(session.turns) - MAX_TURNS_KEPT]
+            else:
+                self._trim_on_commit.append(session.turns)
 
     @_applies
     def _(self, e: WorkerDispatched) -> None:
@@ -288,6 +324,27 @@ class Ontology:
     def _(self, e: SessionCompacted) -> None:
         session = self.sessions[e.session_id]
         self._attrs(session, compactions=session.compactions + 1)
+        compaction_id = compaction_id_for(e.session_id, session.compactions)
+        self._set(self.compactions, compaction_id, CompactionState(
+            compaction_id=compaction_id, session_id=e.session_id, through_message_id=e.through_message_id,
+            summary=e.summary, mentions=e.mentions, facts=e.facts, invalidations=e.invalidations,
+            recorded_at=e.recorded_at,
+        ))
+        if e.summary:
+            self._append(session.summaries, (compaction_id, e.summary))
+
+    @_applies
+    def _(self, e: ConsolidationStarted) -> None:
+        compaction = self.compactions[e.compaction_id]
+        self._attrs(compaction, status=ConsolidationStatus.RUNNING, attempts=e.attempt, reason=None)
+
+    @_applies
+    def _(self, e: ConsolidationCompleted) -> None:
+        self._attrs(self.compactions[e.compaction_id], status=ConsolidationStatus.COMPLETED, counts=e.counts)
+
+    @_applies
+    def _(self, e: ConsolidationFailed) -> None:
+        self._attrs(self.compactions[e.compaction_id], status=ConsolidationStatus.FAILED, reason=e.reason)
 
     @_applies
     def _(self, e: SessionEnded) -> None:
@@ -297,7 +354,19 @@ class Ontology:
     def _(self, e: FactsRecalled) -> None:
         self._attrs(self, recall_count=self.recall_count + 1)
 
+    def _track_person_scope(self, fact: FactState, current: bool) -> None:
+        if not fact.scope.startswith("person:"):
+            return
+        key = self.key_for(fact.subject, fact.relation, fact.object, "")[:3]
+        if current:
+            if key not in self.person_scopes:
+                self._set(self.person_scopes, key, set())
+            self._add(self.person_scopes[key], fact.scope)
+        elif key in self.person_scopes:
+            self._discard(self.person_scopes[key], fact.scope)
+
     def _forget_current(self, fact: FactState) -> None:
+        self._track_person_scope(fact, current=False)
         key = self.key_for(*fact.key)
         if self.current_by_key.get(key) == fact.fact_id:
             self._delete(self.current_by_key, key)

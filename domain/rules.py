@@ -9,7 +9,17 @@ from datetime import datetime
 from functools import singledispatch
 
 from domain import commands as c
-from domain.entities import EntityRegistered, EntityUpdated
+from domain.consolidation import (
+    CompactionState,
+    CompleteConsolidation,
+    ConsolidationCompleted,
+    ConsolidationFailed,
+    ConsolidationStarted,
+    ConsolidationStatus,
+    FailConsolidation,
+    StartConsolidation,
+)
+from domain.entities import EntitiesMerged, EntityRegistered, EntityUpdated
 from domain.errors import (
     FactNotCurrent,
     InvalidInput,
@@ -25,7 +35,9 @@ from domain.facts import (
     FactAsserted,
     FactCorroborated,
     FactInvalidated,
+    FactPromoted,
     FactRestored,
+    FactState,
     FactStatus,
 )
 from domain.ontology import Ontology, fact_id_for
@@ -42,6 +54,9 @@ from domain.sessions import (
 )
 from domain.tenants import TenantCreated
 from domain.values import DEFAULT_CONFIDENCE, Provenance, corroborated_confidence
+
+PROMOTION_MIN_PERSONS = 3
+"""A person-scoped fact seen independently for this many persons is promoted to the org scope."""
 
 
 def decide(state: Ontology, command: c.Command, now: datetime) -> list[DomainEvent]:
@@ -146,12 +161,110 @@ def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
                 valid_to=ends if previous.valid_to is None or (ends and ends < previous.valid_to) else None,
                 superseded_by=new_id, provenance=provenance,
             ))
-    events.append(FactAsserted(
+    asserted = FactAsserted(
         **_base(cmd, now), fact_id=new_id, subject=cmd.subject, relation=cmd.relation, object=cmd.object,
         scope=cmd.scope, reason=cmd.reason, confidence=confidence, valid_from=cmd.valid_from,
         valid_to=cmd.valid_to, provenance=provenance, supersedes=supersedes,
-    ))
+    )
+    events.append(asserted)
+    if cmd.scope.startswith("person:"):
+        persons = state.person_scopes.get(key[:3], set()) | {cmd.scope}
+        if len(persons) >= PROMOTION_MIN_PERSONS:
+            sources = [state.current_by_key[state.key_for(cmd.subject, cmd.relation, cmd.object, p)]
+                       for p in sorted(persons - {cmd.scope})] + [new_id]
+            events += _promotion(state, cmd, now, asserted, sources,
+                                 f"seen independently for {len(persons)} persons")
     return events
+
+
+def _promotion(state: Ontology, cmd: c.Command, now: datetime, fact: FactAsserted | FactState,
+               source_ids: list[str], cause: str) -> list[DomainEvent]:
+    """Promotion is the only path across scopes: a new org-scoped fact, and the event that says why."""
+    org_key = state.key_for(fact.subject, fact.relation, fact.object, "org")
+    if org_key in state.current_by_key:
+        return []
+    confidence = 0.0
+    for source_id in source_ids:
+        source_confidence = fact.confidence if source_id == fact.fact_id else state.facts[source_id].confidence
+        confidence = corroborated_confidence(confidence, source_confidence)
+    promoted_id = fact_id_for(cmd.tenant, org_key, state.generations.get(org_key, 0))
+    return [
+        FactAsserted(**_base(cmd, now), fact_id=promoted_id, subject=fact.subject, relation=fact.relation,
+                     object=fact.object, scope="org", reason=f"promoted: {cause}", confidence=confidence,
+                     valid_from=fact.valid_from, valid_to=fact.valid_to,
+                     provenance=Provenance(actor="promotion", event_id=cmd.event_id)),
+        FactPromoted(**_base(cmd, now), promoted_fact_id=promoted_id, source_fact_ids=tuple(source_ids),
+                     to_scope="org", cause=cause),
+    ]
+
+
+@_decide.register
+def _(cmd: c.PromoteFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+    fact = state.require_fact(cmd.fact_id)
+    if fact.status is not FactStatus.CURRENT:
+        raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by)
+    if fact.scope == "org":
+        raise InvalidInput(f"fact {fact.fact_id} is already org-scoped", field="fact_id")
+    events = _promotion(state, cmd, now, fact, [fact.fact_id], f"approved by {cmd.approved_by}")
+    if not events:
+        raise InvalidInput(f"an org-scoped copy of fact {fact.fact_id} is already current", field="fact_id")
+    return events
+
+
+@_decide.register
+def _(cmd: c.MergeEntities, state: Ontology, now: datetime) -> list[DomainEvent]:
+    merged = state.require_entity(cmd.merged_ref, "merged_ref")
+    state.require_entity(cmd.into_ref, "into_ref")
+    if cmd.merged_ref == cmd.into_ref:
+        raise InvalidInput("an entity cannot be merged into itself", field="into_ref")
+    if merged.merged_into is not None:
+        raise InvalidInput(f"{cmd.merged_ref} was already merged into {merged.merged_into}", field="merged_ref")
+    return [EntitiesMerged(**_base(cmd, now), merged_ref=cmd.merged_ref, into_ref=cmd.into_ref, reason=cmd.reason)]
+
+
+@_decide.register
+def _(cmd: c.KeepEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
+    entity = state.require_entity(cmd.ref, "ref")
+    if not entity.needs_review:
+        return []
+    return [EntityUpdated(**_base(cmd, now), ref=entity.ref, label=entity.label, aliases=entity.aliases,
+                          hub=entity.hub, needs_review=False)]
+
+
+@_decide.register
+def _(cmd: StartConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
+    compaction = _compaction(state, cmd.compaction_id)
+    if compaction.status is ConsolidationStatus.COMPLETED:
+        raise InvalidInput(f"compaction {cmd.compaction_id} is already consolidated", field="compaction_id")
+    return [ConsolidationStarted(**_base(cmd, now), compaction_id=cmd.compaction_id,
+                                 session_id=compaction.session_id, extractor=cmd.extractor,
+                                 attempt=compaction.attempts + 1)]
+
+
+@_decide.register
+def _(cmd: CompleteConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
+    compaction = _compaction(state, cmd.compaction_id)
+    if compaction.status is not ConsolidationStatus.RUNNING:
+        raise InvalidInput(f"compaction {cmd.compaction_id} is {compaction.status.value}, not running",
+                           field="compaction_id")
+    return [ConsolidationCompleted(**_base(cmd, now), compaction_id=cmd.compaction_id,
+                                   session_id=compaction.session_id, counts=cmd.counts,
+                                   rejections=cmd.rejections)]
+
+
+@_decide.register
+def _(cmd: FailConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
+    compaction = _compaction(state, cmd.compaction_id)
+    return [ConsolidationFailed(**_base(cmd, now), compaction_id=cmd.compaction_id,
+                                session_id=compaction.session_id, reason=cmd.reason,
+                                attempt=compaction.attempts)]
+
+
+def _compaction(state: Ontology, compaction_id: str) -> CompactionState:
+    compaction = state.compactions.get(compaction_id)
+    if compaction is None:
+        raise InvalidInput(f"no compaction {compaction_id!r}", field="compaction_id")
+    return compaction
 
 
 @_decide.register

@@ -23,6 +23,9 @@ class WorkerStatus(StrEnum):
     FAILED = "failed"
 
 
+MAX_TURNS_KEPT = 200
+"""How many recent turns of a session the in-memory state keeps; older ones stay in the log."""
+
 LIVE_WORKER_STATUSES = frozenset({WorkerStatus.DISPATCHED, WorkerStatus.WORKING, WorkerStatus.WAITING})
 
 
@@ -110,3 +113,7 @@ class SessionState:
     status: WorkerStatus | None = None
     last_summary: str | None = None
     compactions: int = 0
+    turns: list[tuple[str, str, str]] = field(default_factory=list)
+    """The most recent turns (message_id, role, content), at most MAX_TURNS_KEPT, for extraction and context."""
+    summaries: list[tuple[str, str]] = field(default_factory=list)
+    """(compaction_id, summary) of every compaction that carried a summary, in order."""
