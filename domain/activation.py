@@ -13,7 +13,7 @@ How a fact's activation is computed (every constant is a field of `ActivationPar
   neighbours at full strength, never clamps to zero (a node with fan 50 still passes 9%), and lets the hop
   factor and the source split multiply in like PPR's damping.
 - `B`, the **base level**, is ACT-R's `ln sum_j (t - t_j)^-d` over this agent's uses of the fact (the assertion
-  is the first use for every agent), ages in days.
+  is the first use for every agent), ages in weeks.
 - `ln(confidence)`: an uncertain fact is proportionally less likely to be needed.
 
 Clarity tiers, from the ranked activations: the top 4 in full, the next 7 as gist, then markers while A > tau
@@ -32,6 +32,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 SECONDS_PER_DAY = 86_400.0
+SECONDS_PER_WEEK = 7 * SECONDS_PER_DAY
 
 
 class ActivationParameters(BaseModel):
@@ -65,14 +66,16 @@ class ActivationParameters(BaseModel):
     """d in B = ln sum_j (t - t_j)^-d. Source: ACT-R base-level learning, power-law forgetting (Wixted &
     Ebbesen 1991); d = 0.5 is ACT-R's default."""
 
-    time_unit_seconds: float = Field(default=SECONDS_PER_DAY, gt=0)
-    """Ages are measured in days. ACT-R fits seconds on laboratory lists lasting minutes; an organization's
-    relations live for weeks. The unit shifts every B by d*ln(unit), so it trades directly against tau: with
-    days, a fact reached at one hop from one of four sources and never used fades below tau after about a week."""
+    time_unit_seconds: float = Field(default=SECONDS_PER_WEEK, gt=0)
+    """Ages are measured in weeks. ACT-R fits seconds on laboratory lists lasting minutes; an organization's
+    relations live for months. The unit shifts every B by d*ln(unit), so it trades directly against tau. With
+    weeks, a fact nobody uses, reached at one hop from one of four sources (A = B - 0.8), fades below tau after
+    about four weeks; at two hops after one week; at three hops after two days. Our choice, to be tuned."""
 
     minimum_age_seconds: float = Field(default=3_600.0, gt=0)
-    """Uses younger than this count as this old, so a use made a moment ago gives a finite B (one hour:
-    a single fresh use is worth at most ln(24^0.5) = 1.59). Our choice; ACT-R leaves t - t_j > 0 to the model."""
+    """Uses younger than this count as this old, so a use made a moment ago gives a finite B (one hour: a
+    single fresh use is worth at most ln(168^0.5) = 2.56 in weeks). Our choice; ACT-R leaves t - t_j > 0 to the
+    model."""
 
     threshold: float = Field(default=-1.5)
     """tau: markers while A > tau; forgotten (only counted) when A <= tau. Source: ACT-R retrieval threshold

@@ -1,0 +1,192 @@
+"""A perspective as served: the items in their clarity tiers, the counts, and the context block within a budget.
+
+The context block is markdown. Every line that names a fact ends with its short id `[#0123abcd]` (the first
+8 hex digits); `lines` maps each line to the full fact ids it stands for, counts and forgotten lines included,
+so every line of a served context is traceable.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.activation import ActivationParameters, Tier, demote, estimate_tokens
+
+DEFAULT_BUDGET_TOKENS = 1_200
+"""Enough for the 4 full and 7 gist facts with their reasons, and a screen of markers, in a main session's
+context (a few percent of a 32k window)."""
+
+MINIMUM_BUDGET_TOKENS = 40
+
+
+class PerspectiveItem(BaseModel):
+    """One fact seen from the viewpoint, at the clarity of its tier."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tier: Tier
+    fact_id: str
+    subject: str
+    relation: str
+    object: str
+    subject_label: str
+    object_label: str
+    scope: str
+    reason: str | None = None
+    confidence: float
+    provenance: str = ""
+    activation: float
+    base_level: float
+    spread: float
+    hops: int
+    about: str
+    """The node it was reached through: the "about X" of a count."""
+    about_label: str
+    path: list[str]
+    """Refs from a source to the fact's far end."""
+    path_fact_ids: list[str]
+    """The facts crossed on that path, this one last."""
+
+
+class CountGroup(BaseModel):
+    """Facts above the threshold beyond the caps, counted per neighbour: "7 more about contract v3"."""
+
+    about: str
+    label: str
+    count: int
+    fact_ids: list[str]
+
+
+class ContextLine(BaseModel):
+    text: str
+    fact_ids: list[str] = Field(default_factory=list)
+
+
+class RecallRecord(BaseModel):
+    """The recall this perspective recorded, if any: its mode, facts and log position."""
+
+    mode: str
+    fact_ids: list[str]
+    position: int | None = None
+
+
+class Perspective(BaseModel):
+    """Everything served and everything needed to reproduce it (the evidence `noumena explain` prints)."""
+
+    perspective_id: str
+    tenant: str
+    agent: str
+    serving: str | None = None
+    focus: list[str] = Field(default_factory=list)
+    as_of: datetime | None = None
+    deeper: bool = False
+    served_at: datetime
+    """The moment decay was computed at: now, or `as_of`."""
+    log_position: int
+    """The last log position the index had applied: the input state."""
+    parameters: ActivationParameters
+    budget_tokens: int
+    items: list[PerspectiveItem]
+    count_groups: list[CountGroup]
+    forgotten: int
+    counts: dict[str, int]
+    context: str
+    context_tokens: int
+    lines: list[ContextLine]
+    unknown_refs: list[str] = Field(default_factory=list)
+    recall: RecallRecord | None = None
+
+    def fact_ids(self, *tiers: Tier) -> list[str]:
+        return [item.fact_id for item in self.items if not tiers or item.tier in tiers]
+
+
+def short_id(fact_id: str) -> str:
+    return fact_id[:8]
+
+
+def _line(item: PerspectiveItem, tier: Tier) -> list[str]:
+    ref = f"[#{short_id(item.fact_id)}]"
+    edge = f"{item.subject_label} —{item.relation}→ {item.object_label}"
+    if tier is Tier.FULL:
+        details = [f"why: {item.reason}" if item.reason else "why: (no reason recorded)",
+                   f"confidence {item.confidence:.2f}"]
+        if item.provenance:
+            details.append(f"from {item.provenance}")
+        if item.scope != "org":
+            details.append(f"scope {item.scope}")
+        return [f"- **{item.subject_label}** —{item.relation}→ **{item.object_label}** {ref}",
+                "  " + " · ".join(details)]
+    if tier is Tier.GIST:
+        reason = item.reason or ""
+        if len(reason) > 80:
+            reason = reason[:77] + "..."
+        return [f"- {edge}" + (f": {reason}" if reason else "") + f" {ref}"]
+    return [f"- {edge} {ref}"]
+
+
+SECTIONS = {Tier.FULL: "## Clear", Tier.GIST: "## In brief", Tier.MARKER: "## Also", Tier.COUNT: "## More"}
+
+
+def _compose(header: list[str], items: list[PerspectiveItem], groups: dict[str, CountGroup], forgotten: int,
+             collapse_counts: bool) -> list[ContextLine]:
+    lines = [ContextLine(text=h) for h in header]
+    for tier in (Tier.FULL, Tier.GIST, Tier.MARKER):
+        shown = [i for i in items if i.tier is tier]
+        if shown:
+            lines.append(ContextLine(text=SECTIONS[tier]))
+            for item in shown:
+                lines.extend(ContextLine(text=t, fact_ids=[item.fact_id]) for t in _line(item, tier))
+    counted = [g for g in groups.values() if g.count]
+    if counted or forgotten:
+        lines.append(ContextLine(text=SECTIONS[Tier.COUNT]))
+    if collapse_counts and counted:
+        ids = [fact_id for g in counted for fact_id in g.fact_ids]
+        lines.append(ContextLine(text=f"- {len(ids)} more about {len(counted)} things", fact_ids=ids))
+    else:
+        for group in sorted(counted, key=lambda g: (-g.count, g.about)):
+            lines.append(ContextLine(text=f"- {group.count} more about {group.label}", fact_ids=group.fact_ids))
+    if forgotten:
+        lines.append(ContextLine(text=f"- {forgotten} more below the threshold (not recalled now)"))
+    return lines
+
+
+def _tokens(lines: list[ContextLine]) -> int:
+    return estimate_tokens("\n".join(line.text for line in lines))
+
+
+def fit_to_budget(header: list[str], items: list[PerspectiveItem], groups: dict[str, CountGroup], forgotten: int,
+                  budget_tokens: int) -> tuple[list[PerspectiveItem], dict[str, CountGroup], list[ContextLine]]:
+    """Lay out the context block; while it exceeds the budget, demote the weakest shown item by one tier
+    (full -> gist -> marker -> counted), then merge the count lines into one, then drop the header's tail.
+
+    Items are in rank order. Returns the items still shown (tiers updated), the count groups and the lines.
+    """
+    budget = max(budget_tokens, MINIMUM_BUDGET_TOKENS)
+    items = [i.model_copy() for i in items]
+    groups = {k: g.model_copy(deep=True) for k, g in groups.items()}
+    collapse = False
+    while True:
+        lines = _compose(header, items, groups, forgotten, collapse)
+        if _tokens(lines) <= budget:
+            return items, groups, lines
+        if items:
+            weakest = items[-1]
+            lowered = demote(weakest.tier)
+            if lowered is Tier.COUNT:
+                items.pop()
+                group = groups.setdefault(weakest.about, CountGroup(about=weakest.about, label=weakest.about_label,
+                                                                     count=0, fact_ids=[]))
+                group.count += 1
+                group.fact_ids.insert(0, weakest.fact_id)
+            else:
+                weakest.tier = lowered
+                # keep rank order within tiers: a demoted item stays the last of its new tier
+            continue
+        if not collapse:
+            collapse = True
+            continue
+        if len(header) > 1:
+            header = header[:1]
+            continue
+        return items, groups, lines[: max(1, len(lines) - 1)]

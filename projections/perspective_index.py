@@ -1,0 +1,715 @@
+"""The in-memory perspective index of one tenant: the ontology as numpy arrays, and the spreading walk over it.
+
+Layout (all columns are numpy arrays indexed by an int id; no Python object per fact):
+
+- entities: `hub` (bool), `kind` (int16 code), `fan` (int32: current facts touching it); refs and labels are two
+  Python lists (one entry per entity, never touched by the walk) and a ref -> id dict used only to resolve the
+  few refs a query names.
+- facts: `src`, `dst` (int32 entity ids), `rel` (int16 code), `scope` (int32 code), `conf` (float32),
+  `status` (int8: 0 current, 1 invalidated, 2 archived), `asserted` (float64 epoch seconds), the id as 32
+  ASCII bytes, a 64-bit hash of the id kept sorted for lookups, and two UTF-8 text blobs (reason, provenance)
+  addressed by int64 offsets.
+- adjacency: CSR over the undirected graph (`indptr`, `adj_nbr`, `adj_fact`), rebuilt in bulk; facts appended
+  since the last build are a short "delta" tail scanned with vectorized comparisons until the next compaction.
+- scopes: per scope code its kind (org / person / session), the person it names, the session's agent and the
+  person that session serves.
+- uses: per agent, growable arrays (fact id, time) of its recalls; the assertion is every agent's first use.
+
+It is built (a) by applying the log's records in order (`apply`), which is how a follower keeps it current and
+how an as-of index is folded, or (b) in bulk from the DuckDB read model (`from_duckdb`) or from frames
+(`from_frames`) at start. Nothing on the query path touches SQL or a dict per fact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from domain.activation import ActivationParameters, Tier
+from domain.relations import BUILTIN_RELATIONS
+
+CURRENT, INVALIDATED, ARCHIVED = 0, 1, 2
+STATUS_CODES = {"current": CURRENT, "invalidated": INVALIDATED, "archived": ARCHIVED}
+SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION = 0, 1, 2
+TIER_CODES = {Tier.FULL: 0, Tier.GIST: 1, Tier.MARKER: 2, Tier.COUNT: 3, Tier.FORGOTTEN: 4}
+TIERS_BY_CODE = {code: tier for tier, code in TIER_CODES.items()}
+COMPACT_AT = 4_096
+"""Delta facts beyond this many (and beyond 2% of all facts) trigger a CSR rebuild before the next query."""
+
+
+def timestamp(value: Any) -> float:
+    """Epoch seconds of an ISO string or an aware datetime."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def id_hash(fact_id: str) -> int:
+    """A signed 64-bit hash of a fact id: the first 16 hex digits of our uuid ids, blake2b for anything else."""
+    try:
+        value = int(fact_id[:16], 16) if len(fact_id) >= 16 else None
+    except ValueError:
+        value = None
+    if value is None:
+        value = int.from_bytes(hashlib.blake2b(fact_id.encode(), digest_size=8).digest(), "big")
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+class _Column:
+    """A growable numpy column (amortized doubling)."""
+
+    __slots__ = ("data", "size")
+
+    def __init__(self, dtype: Any, capacity: int = 64, data: np.ndarray | None = None) -> None:
+        if data is not None:
+            self.data = np.ascontiguousarray(data, dtype=dtype)
+            self.size = len(self.data)
+        else:
+            self.data = np.zeros(capacity, dtype=dtype)
+            self.size = 0
+
+    def append(self, value: Any) -> int:
+        if self.size == len(self.data):
+            grown = np.zeros(max(64, 2 * len(self.data)), dtype=self.data.dtype)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size] = value
+        self.size += 1
+        return self.size - 1
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+
+class _Texts:
+    """Many short strings in one UTF-8 buffer: `get(i)` decodes the i-th."""
+
+    __slots__ = ("blob", "offsets")
+
+    def __init__(self, texts: Sequence[str] | None = None) -> None:
+        if texts:
+            encoded = [t.encode() for t in texts]
+            self.blob = bytearray(b"".join(encoded))
+            offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+            np.cumsum([len(e) for e in encoded], out=offsets[1:])
+            self.offsets = _Column(np.int64, data=offsets)
+        else:
+            self.blob = bytearray()
+            self.offsets = _Column(np.int64)
+            self.offsets.append(0)
+
+    def append(self, text: str) -> None:
+        self.blob += text.encode()
+        self.offsets.append(len(self.blob))
+
+    def get(self, index: int) -> str:
+        offsets = self.offsets.data
+        return self.blob[int(offsets[index]): int(offsets[index + 1])].decode()
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.blob) + self.offsets.nbytes
+
+
+@dataclass(frozen=True)
+class Viewpoint:
+    """Where an agent stands: itself, the person it serves, the things in focus."""
+
+    agent: str
+    serving: str | None = None
+    focus: tuple[str, ...] = ()
+
+
+@dataclass
+class Walked:
+    """The raw result of one query: every reached fact, ranked, with its tier (arrays, indexes into the index)."""
+
+    facts: np.ndarray
+    """fact ids (int), highest activation first."""
+    activation: np.ndarray
+    spread: np.ndarray
+    base: np.ndarray
+    hops: np.ndarray
+    via: np.ndarray
+    """the node each fact was reached through (its neighbour nearer the sources)."""
+    tiers: np.ndarray
+    """TIER_CODES per fact."""
+    sources: list[int]
+    unknown_refs: list[str]
+    node_ids: np.ndarray
+    """every node reached and expanded, sorted, with its parent (for paths)."""
+    node_parent: np.ndarray
+    node_parent_fact: np.ndarray
+    now: float
+    parameters: ActivationParameters
+
+    def count(self, tier: Tier) -> int:
+        return int(np.count_nonzero(self.tiers == TIER_CODES[tier]))
+
+
+class PerspectiveIndex:
+    """One tenant's ontology as arrays, kept current by `apply`, queried by `walk`."""
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+        self.position = 0
+        """The last log position applied."""
+        self.clock = -math.inf
+        """Transaction time of the last record applied (running maximum), epoch seconds."""
+        # entities
+        self.refs: list[str] = []
+        self.labels: list[str] = []
+        self.entity_ids: dict[str, int] = {}
+        self.hub = _Column(np.bool_)
+        self.kind = _Column(np.int16)
+        self.fan = _Column(np.int32)
+        self.kind_names: list[str] = []
+        self.kind_codes: dict[str, int] = {}
+        # relations
+        self.rel_names: list[str] = []
+        self.rel_codes: dict[str, int] = {}
+        self.rel_weight = _Column(np.float32)
+        # scopes
+        self.scope_names: list[str] = []
+        self.scope_codes: dict[str, int] = {}
+        self.scope_kind = _Column(np.int8)
+        self.scope_person = _Column(np.int32)
+        self.scope_agent = _Column(np.int32)
+        self.scope_serving = _Column(np.int32)
+        self.sessions: dict[str, tuple[int, int]] = {}
+        """session id -> (agent entity id, served entity id or -1): one entry per session, not per fact."""
+        # facts
+        self.src = _Column(np.int32)
+        self.dst = _Column(np.int32)
+        self.rel = _Column(np.int16)
+        self.scope = _Column(np.int32)
+        self.conf = _Column(np.float32)
+        self.status = _Column(np.int8)
+        self.asserted = _Column(np.float64)
+        self.ids = _Column("S32")
+        self.hashes = _Column(np.int64)
+        self.reasons = _Texts()
+        self.provenance = _Texts()
+        self._sorted_hashes = np.zeros(0, dtype=np.int64)
+        self._sorted_order = np.zeros(0, dtype=np.int32)
+        self._recent_ids: dict[str, int] = {}
+        """Fact ids added since the last compaction (the sorted hashes cover the rest)."""
+        # adjacency
+        self.indptr = np.zeros(1, dtype=np.int64)
+        self.adj_nbr = np.zeros(0, dtype=np.int32)
+        self.adj_fact = np.zeros(0, dtype=np.int32)
+        self.csr_facts = 0
+        # uses
+        self.uses: dict[int, tuple[_Column, _Column]] = {}
+        self._uses_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._scope("org")
+        for relation in BUILTIN_RELATIONS.values():
+            self._relation(relation.name, relation.weight)
+
+    # ------------------------------------------------------------------------------------------ codes
+
+    def _relation(self, name: str, weight: float | None = None) -> int:
+        code = self.rel_codes.get(name)
+        if code is None:
+            code = self.rel_codes[name] = len(self.rel_names)
+            self.rel_names.append(name)
+            self.rel_weight.append(1.0 if weight is None else weight)
+        elif weight is not None:
+            self.rel_weight.data[code] = weight
+        return code
+
+    def _kind(self, ref: str) -> int:
+        name = ref.split(":", 1)[0]
+        code = self.kind_codes.get(name)
+        if code is None:
+            code = self.kind_codes[name] = len(self.kind_names)
+            self.kind_names.append(name)
+        return code
+
+    def entity(self, ref: str, label: str | None = None, hub: bool | None = None) -> int:
+        """The id of `ref`, registering it if new (with `label`/`hub` when given)."""
+        eid = self.entity_ids.get(ref)
+        if eid is None:
+            eid = self.entity_ids[ref] = len(self.refs)
+            self.refs.append(ref)
+            self.labels.append(label or ref)
+            self.hub.append(bool(hub))
+            self.kind.append(self._kind(ref))
+            self.fan.append(0)
+        else:
+            if label is not None:
+                self.labels[eid] = label
+            if hub is not None:
+                self.hub.data[eid] = hub
+        return eid
+
+    def _scope(self, name: str) -> int:
+        code = self.scope_codes.get(name)
+        if code is not None:
+            return code
+        code = self.scope_codes[name] = len(self.scope_names)
+        self.scope_names.append(name)
+        kind, person, agent, serving = SCOPE_ORG, -1, -1, -1
+        if name.startswith("person:"):
+            kind, person = SCOPE_PERSON, self.entity(name)
+        elif name.startswith("session:"):
+            kind = SCOPE_SESSION
+            agent, serving = self.sessions.get(name.removeprefix("session:"), (-1, -1))
+        self.scope_kind.append(kind)
+        self.scope_person.append(person)
+        self.scope_agent.append(agent)
+        self.scope_serving.append(serving)
+        return code
+
+    def fact_index(self, fact_id: str) -> int | None:
+        """The int id of a fact id, or None."""
+        recent = self._recent_ids.get(fact_id)
+        if recent is not None:
+            return recent
+        h = id_hash(fact_id)
+        lo = int(np.searchsorted(self._sorted_hashes, h, "left"))
+        hi = int(np.searchsorted(self._sorted_hashes, h, "right"))
+        encoded = fact_id.encode()
+        for k in range(lo, hi):
+            candidate = int(self._sorted_order[k])
+            if self.ids.data[candidate] == encoded:
+                return candidate
+        return None
+
+    def fact_id(self, index: int) -> str:
+        return bytes(self.ids.data[index]).decode()
+
+    @property
+    def fact_count(self) -> int:
+        return self.src.size
+
+    # ------------------------------------------------------------------------------------------ applying records
+
+    def apply(self, position: int, topic: str, data: dict[str, Any]) -> None:
+        """Apply one logged record (topic without version, payload as a dict) of this tenant."""
+        at = timestamp(data["recorded_at"]) if "recorded_at" in data else self.clock
+        self.clock = max(self.clock, at)
+        self.position = max(self.position, position)
+        handler = _HANDLERS.get(topic)
+        if handler is not None:
+            handler(self, data, self.clock)
+
+    def apply_event(self, position: int, event: Any) -> None:
+        """Apply a pydantic domain event (tests and folds that already hold events)."""
+        self.apply(position, type(event).topic, event.model_dump(mode="json"))
+
+    def _entity_registered(self, d: dict[str, Any], at: float) -> None:
+        self.entity(d["ref"], d.get("label"), bool(d.get("hub", False)))
+
+    def _relation_defined(self, d: dict[str, Any], at: float) -> None:
+        self._relation(d["name"], float(d["weight"]))
+
+    def _session_started(self, d: dict[str, Any], at: float) -> None:
+        serving = d.get("serving")
+        self._session(d["session_id"], self.entity(d["agent"]), self.entity(serving) if serving else -1)
+
+    def _worker_dispatched(self, d: dict[str, Any], at: float) -> None:
+        if d["worker_session_id"] not in self.sessions:
+            self._session(d["worker_session_id"], *self.sessions.get(d["session_id"], (-1, -1)))
+
+    def _session(self, session_id: str, agent: int, serving: int) -> None:
+        self.sessions[session_id] = (agent, serving)
+        code = self.scope_codes.get(f"session:{session_id}")
+        if code is not None:
+            self.scope_agent.data[code], self.scope_serving.data[code] = agent, serving
+
+    def _fact_asserted(self, d: dict[str, Any], at: float) -> None:
+        subject, obj = self.entity(d["subject"]), self.entity(d["object"])
+        index = self.src.append(subject)
+        self.dst.append(obj)
+        self.rel.append(self._relation(d["relation"]))
+        self.scope.append(self._scope(d["scope"]))
+        self.conf.append(float(d["confidence"]))
+        self.status.append(CURRENT)
+        self.asserted.append(at)
+        self.ids.append(d["fact_id"].encode())
+        self.hashes.append(id_hash(d["fact_id"]))
+        self.reasons.append(d.get("reason") or "")
+        self.provenance.append(provenance_text(d.get("provenance") or {}))
+        self._recent_ids[d["fact_id"]] = index
+        self._fan(index, +1)
+        if len(self._recent_ids) > COMPACT_AT and len(self._recent_ids) > self.fact_count // 50:
+            self.compact()
+
+    def _fan(self, index: int, delta: int) -> None:
+        subject, obj = int(self.src.data[index]), int(self.dst.data[index])
+        self.fan.data[subject] += delta
+        if obj != subject:
+            self.fan.data[obj] += delta
+
+    def _set_status(self, fact_id: str, status: int) -> None:
+        index = self.fact_index(fact_id)
+        if index is None:
+            return
+        was = int(self.status.data[index])
+        if was == status:
+            return
+        self.status.data[index] = status
+        if was == CURRENT:
+            self._fan(index, -1)
+        elif status == CURRENT:
+            self._fan(index, +1)
+
+    def _fact_corroborated(self, d: dict[str, Any], at: float) -> None:
+        index = self.fact_index(d["fact_id"])
+        if index is not None:
+            self.conf.data[index] = float(d["confidence"])
+
+    def _facts_recalled(self, d: dict[str, Any], at: float) -> None:
+        agent = self.entity(d["agent"])
+        columns = self.uses.get(agent)
+        if columns is None:
+            columns = self.uses[agent] = (_Column(np.int32), _Column(np.float64))
+        for fact_id in d["fact_ids"]:
+            index = self.fact_index(fact_id)
+            if index is not None:
+                columns[0].append(index)
+                columns[1].append(at)
+        self._uses_sorted.pop(agent, None)
+
+    # ------------------------------------------------------------------------------------------ bulk building
+
+    def compact(self) -> None:
+        """Rebuild the CSR adjacency and the sorted id hashes over every fact (bulk, vectorized)."""
+        n_facts, n_entities = self.fact_count, len(self.refs)
+        src, dst = self.src.view, self.dst.view
+        all_facts = np.arange(n_facts, dtype=np.int32)
+        not_loop = src != dst  # a self-loop is one edge, listed once
+        ends = np.concatenate([src, dst[not_loop]])
+        others = np.concatenate([dst, src[not_loop]])
+        facts = np.concatenate([all_facts, all_facts[not_loop]])
+        order = np.argsort(ends, kind="stable")
+        counts = np.bincount(ends, minlength=n_entities)
+        self.indptr = np.zeros(n_entities + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.indptr[1:])
+        self.adj_nbr = others[order].astype(np.int32)
+        self.adj_fact = facts[order]
+        self.csr_facts = n_facts
+        hashes = self.hashes.view
+        sort = np.argsort(hashes, kind="stable").astype(np.int32)
+        self._sorted_hashes, self._sorted_order = hashes[sort], sort
+        self._recent_ids = {}
+
+    def _maybe_compact(self) -> None:
+        delta = self.fact_count - self.csr_facts
+        if delta > COMPACT_AT and delta > self.fact_count // 50 or len(self.indptr) - 1 < len(self.refs) // 2:
+            self.compact()
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held by the index, by part (capacity of the arrays, plus estimates of the Python lists)."""
+        fact_columns = (self.src, self.dst, self.rel, self.scope, self.conf, self.status, self.asserted, self.ids,
+                        self.hashes)
+        entity_lists = sum(len(r) + len(lb) + 120 for r, lb in zip(self.refs, self.labels, strict=True))
+        return {
+            "facts": sum(c.nbytes for c in fact_columns) + self._sorted_hashes.nbytes + self._sorted_order.nbytes,
+            "texts": self.reasons.nbytes + self.provenance.nbytes,
+            "adjacency": self.indptr.nbytes + self.adj_nbr.nbytes + self.adj_fact.nbytes,
+            "entities": self.hub.nbytes + self.kind.nbytes + self.fan.nbytes + entity_lists,
+            "uses": sum(a.nbytes + b.nbytes for a, b in self.uses.values()),
+        }
+
+    # ------------------------------------------------------------------------------------------ the query
+
+    def visible_scopes(self, agent: int, serving: int) -> np.ndarray:
+        """A bool per scope code: org always; a person's scope only while serving that person; a session's
+        scope only to that session's agent, and only while it serves the same person (or the session served no
+        one)."""
+        kind = self.scope_kind.view
+        person = self.scope_person.view
+        session_agent = self.scope_agent.view
+        session_serving = self.scope_serving.view
+        visible = kind == SCOPE_ORG
+        if serving >= 0:
+            visible |= (kind == SCOPE_PERSON) & (person == serving)
+        if agent >= 0:
+            visible |= (kind == SCOPE_SESSION) & (session_agent == agent) & (
+                (session_serving == -1) | (session_serving == serving))
+        return visible
+
+    def _edges(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All (owner position in `nodes`, neighbour, fact) of the given unique nodes, CSR plus the delta tail."""
+        n_csr = len(self.indptr) - 1
+        positions = np.nonzero(nodes < n_csr)[0]
+        in_csr = nodes[positions]
+        starts = self.indptr[in_csr]
+        lengths = self.indptr[in_csr + 1] - starts
+        total = int(lengths.sum())
+        if total:
+            owner = np.repeat(positions, lengths)
+            offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
+            nbr, fact = self.adj_nbr[offsets], self.adj_fact[offsets]
+        else:
+            owner = np.zeros(0, dtype=np.int64)
+            nbr = fact = np.zeros(0, dtype=np.int32)
+        if self.fact_count > self.csr_facts:
+            tail = np.arange(self.csr_facts, self.fact_count, dtype=np.int32)
+            sorter = np.argsort(nodes)
+            sorted_nodes = nodes[sorter]
+            parts_owner, parts_nbr, parts_fact = [owner], [nbr], [fact]
+            tail_src, tail_dst = self.src.view[tail], self.dst.view[tail]
+            not_loop = tail_src != tail_dst  # a self-loop is one edge, found from its subject end
+            for ends, others, facts in ((tail_src, tail_dst, tail),
+                                        (tail_dst[not_loop], tail_src[not_loop], tail[not_loop])):
+                at = np.searchsorted(sorted_nodes, ends)
+                at[at >= len(sorted_nodes)] = 0
+                hit = sorted_nodes[at] == ends
+                parts_owner.append(sorter[at[hit]])
+                parts_nbr.append(others[hit])
+                parts_fact.append(facts[hit])
+            owner, nbr, fact = np.concatenate(parts_owner), np.concatenate(parts_nbr), np.concatenate(parts_fact)
+        return owner, nbr, fact
+
+    def walk(self, viewpoint: Viewpoint, parameters: ActivationParameters, now: float) -> Walked:
+        """Spread activation from the viewpoint, rank every reached fact and cut the ranking into tiers."""
+        self._maybe_compact()
+        p = parameters
+        n_entities = len(self.refs)
+        unknown: list[str] = []
+        source_refs = [viewpoint.agent, *([viewpoint.serving] if viewpoint.serving else []), *viewpoint.focus]
+        source_ids: list[int] = []
+        for ref in source_refs:
+            eid = self.entity_ids.get(ref)
+            if eid is None:
+                unknown.append(ref)
+            else:
+                source_ids.append(eid)
+        agent = self.entity_ids.get(viewpoint.agent, -1)
+        serving = self.entity_ids.get(viewpoint.serving, -1) if viewpoint.serving else -1
+        visible = self.visible_scopes(agent, serving)
+        empty = np.zeros(0, dtype=np.int64)
+        if not source_ids:
+            return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, [], unknown,
+                          empty, empty, empty, now, p)
+
+        hub = self.hub.view
+        kind = self.kind.view
+        fan = self.fan.view
+        status, scope, rel = self.status.view, self.scope.view, self.rel.view
+        weights = self.rel_weight.view.astype(np.float64)
+        stop = hub.copy()
+        party_codes = [self.kind_codes[k] for k in p.party_kinds if k in self.kind_codes]
+        # A hub viewer: the other parties it serves are neither reached from it nor traversed.
+        hub_sources = {s for s in source_ids if hub[s]}
+        blocked = np.zeros(0, dtype=np.int64)
+        if hub_sources and party_codes:
+            owner, nbr, _fact = self._edges(np.array(sorted(hub_sources), dtype=np.int64))
+            is_party = np.isin(kind[nbr], party_codes) & (nbr != serving)
+            blocked = np.unique(nbr[is_party]).astype(np.int64)
+            stop[blocked] = True
+
+        share = p.source_weight / len(source_ids)
+        frontier, counts = np.unique(np.array(source_ids, dtype=np.int64), return_counts=True)
+        frontier_act = counts * share
+        visited = np.zeros(n_entities, dtype=bool)
+        visited[frontier] = True
+        seen_facts = np.zeros(0, dtype=np.int64)
+        rec_fact, rec_x, rec_hop, rec_via = [], [], [], []
+        node_ids, node_parent, node_parent_fact = [frontier], [np.full(len(frontier), -1)], [np.full(len(frontier), -1)]
+        exp_s = math.exp(p.associative_strength)
+        for hop in range(1, p.depth + 1):
+            if len(frontier) == 0:
+                break
+            owner, nbr, fact = self._edges(frontier)
+            if len(fact) == 0:
+                break
+            keep = (status[fact] == CURRENT) & visible[scope[fact]]
+            if len(seen_facts):
+                keep &= ~np.isin(fact, seen_facts)
+            if len(blocked):
+                keep &= ~(np.isin(frontier[owner], list(hub_sources)) & np.isin(nbr, blocked))
+            owner, nbr, fact = owner[keep], nbr[keep], fact[keep]
+            if len(fact) == 0:
+                break
+            node_fan = fan[frontier].astype(np.float64)
+            node_share = np.minimum(1.0, exp_s / np.maximum(node_fan, 1.0))
+            x = frontier_act[owner] * node_share[owner] * p.hop_factor * weights[rel[fact]]
+            rec_fact.append(fact.astype(np.int64))
+            rec_x.append(x)
+            rec_hop.append(np.full(len(fact), hop, dtype=np.int64))
+            rec_via.append(frontier[owner])
+            seen_facts = np.union1d(seen_facts, fact)
+            if hop == p.depth:
+                break
+            onward = ~stop[nbr] & ~visited[nbr] & (x > 0)
+            if not onward.any():
+                break
+            next_nodes, inverse = np.unique(nbr[onward], return_inverse=True)
+            next_act = np.bincount(inverse, weights=x[onward], minlength=len(next_nodes))
+            best = np.lexsort((-x[onward], inverse))
+            first = np.ones(len(best), dtype=bool)
+            first[1:] = inverse[best][1:] != inverse[best][:-1]
+            node_ids.append(next_nodes)
+            node_parent.append(frontier[owner[onward][best[first]]])
+            node_parent_fact.append(fact[onward][best[first]].astype(np.int64))
+            visited[next_nodes] = True
+            strong = next_act >= p.minimum_spread
+            frontier, frontier_act = next_nodes[strong], next_act[strong]
+
+        nodes = np.concatenate(node_ids)
+        parents = np.concatenate(node_parent)
+        parent_facts = np.concatenate(node_parent_fact)
+        order_nodes = np.argsort(nodes, kind="stable")
+        nodes, parents, parent_facts = nodes[order_nodes], parents[order_nodes], parent_facts[order_nodes]
+        if not rec_fact:
+            return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, source_ids, unknown,
+                          nodes, parents, parent_facts, now, p)
+
+        all_fact = np.concatenate(rec_fact)
+        all_x = np.concatenate(rec_x)
+        all_hop = np.concatenate(rec_hop)
+        all_via = np.concatenate(rec_via)
+        facts, inverse = np.unique(all_fact, return_inverse=True)
+        spread = np.bincount(inverse, weights=all_x, minlength=len(facts))
+        best = np.lexsort((-all_x, inverse))
+        first = np.ones(len(best), dtype=bool)
+        first[1:] = inverse[best][1:] != inverse[best][:-1]
+        hops = all_hop[best[first]]
+        via = all_via[best[first]]
+
+        base = self.base_levels(agent, facts, now, p)
+        conf = self.conf.view[facts].astype(np.float64)
+        with np.errstate(divide="ignore"):
+            act = base + np.log(conf) + p.associative_strength + np.log(spread)
+        order = np.lexsort((self.hashes.view[facts], -act))
+        facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
+        tiers = tier_codes(p, act, via)
+        return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, parents, parent_facts,
+                      now, p)
+
+    def base_levels(self, agent: int, facts: np.ndarray, now: float, p: ActivationParameters) -> np.ndarray:
+        """B per fact for one agent at `now`: the assertion plus the agent's recalls made at or before `now`."""
+        floor, unit, d = p.minimum_age_seconds, p.time_unit_seconds, p.decay
+        asserted = self.asserted.view[facts]
+        age = now - asserted
+        total = np.where(age >= 0, (np.maximum(age, floor) / unit) ** -d, 0.0)
+        uses = self._sorted_uses(agent)
+        if uses is not None and len(uses[0]):
+            used_facts, used_at = uses
+            lo = np.searchsorted(used_facts, facts, "left")
+            hi = np.searchsorted(used_facts, facts, "right")
+            lengths = hi - lo
+            n = int(lengths.sum())
+            if n:
+                owner = np.repeat(np.arange(len(facts)), lengths)
+                offsets = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths) + np.arange(n)
+                ages = now - used_at[offsets]
+                contributions = np.where(ages >= 0, (np.maximum(ages, floor) / unit) ** -d, 0.0)
+                total = total + np.bincount(owner, weights=contributions, minlength=len(facts))
+        with np.errstate(divide="ignore"):
+            return np.log(total)
+
+    def _sorted_uses(self, agent: int) -> tuple[np.ndarray, np.ndarray] | None:
+        cached = self._uses_sorted.get(agent)
+        if cached is not None:
+            return cached
+        columns = self.uses.get(agent)
+        if columns is None:
+            return None
+        fact_col, time_col = columns
+        order = np.lexsort((time_col.view, fact_col.view))
+        cached = self._uses_sorted[agent] = (fact_col.view[order].copy(), time_col.view[order].copy())
+        return cached
+
+    def path(self, walked: Walked, fact: int, via: int) -> tuple[list[str], list[str]]:
+        """The refs from a source to the fact's far end, and the fact ids crossed on the way."""
+        refs: list[int] = []
+        crossed: list[int] = [fact]
+        node = via
+        for _ in range(16):
+            refs.append(node)
+            k = int(np.searchsorted(walked.node_ids, node))
+            if k >= len(walked.node_ids) or walked.node_ids[k] != node or walked.node_parent[k] < 0:
+                break
+            crossed.append(int(walked.node_parent_fact[k]))
+            node = int(walked.node_parent[k])
+        refs.reverse()
+        crossed.reverse()
+        other = int(self.dst.data[fact]) if int(self.src.data[fact]) == via else int(self.src.data[fact])
+        refs.append(other)
+        return [self.refs[r] for r in refs], [self.fact_id(f) for f in crossed]
+
+
+def tier_codes(p: ActivationParameters, activation: np.ndarray, via: np.ndarray) -> np.ndarray:
+    """Vectorized `domain.activation.assign_tiers` over facts already ranked (highest first)."""
+    n = len(activation)
+    tiers = np.full(n, TIER_CODES[Tier.FORGOTTEN], dtype=np.int8)
+    above = activation > p.threshold
+    ranks = np.arange(n)
+    tiers[above & (ranks < p.full_capacity)] = TIER_CODES[Tier.FULL]
+    gist_end = p.full_capacity + p.gist_capacity
+    tiers[above & (ranks >= p.full_capacity) & (ranks < gist_end)] = TIER_CODES[Tier.GIST]
+    rest = np.nonzero(above & (ranks >= gist_end))[0]
+    if len(rest):
+        groups = via[rest]
+        order = np.lexsort((rest, groups))
+        grouped = groups[order]
+        starts = np.ones(len(order), dtype=bool)
+        starts[1:] = grouped[1:] != grouped[:-1]
+        group_start = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+        within = np.empty(len(order), dtype=np.int64)
+        within[order] = np.arange(len(order)) - group_start
+        marker = within < p.markers_per_neighbour
+        marker &= np.cumsum(marker) <= p.marker_capacity
+        tiers[rest[marker]] = TIER_CODES[Tier.MARKER]
+        tiers[rest[~marker]] = TIER_CODES[Tier.COUNT]
+    return tiers
+
+
+def provenance_text(provenance: dict[str, Any]) -> str:
+    """One line saying where a fact came from: session, messages, who extracted it."""
+    parts = []
+    if provenance.get("session_id"):
+        parts.append(f"session {provenance['session_id']}")
+    if provenance.get("message_ids"):
+        parts.append("messages " + ", ".join(provenance["message_ids"]))
+    if provenance.get("actor"):
+        parts.append(f"by {provenance['actor']}")
+    return "; ".join(parts)
+
+
+_HANDLERS = {
+    "entity.registered": PerspectiveIndex._entity_registered,
+    "entity.updated": PerspectiveIndex._entity_registered,
+    "relation.defined": PerspectiveIndex._relation_defined,
+    "session.started": PerspectiveIndex._session_started,
+    "worker.dispatched": PerspectiveIndex._worker_dispatched,
+    "fact.asserted": PerspectiveIndex._fact_asserted,
+    "fact.corroborated": PerspectiveIndex._fact_corroborated,
+    "fact.invalidated": lambda self, d, at: self._set_status(d["fact_id"], INVALIDATED),
+    "fact.archived": lambda self, d, at: self._set_status(d["fact_id"], ARCHIVED),
+    "fact.restored": lambda self, d, at: self._set_status(d["fact_id"], CURRENT),
+    "facts.recalled": PerspectiveIndex._facts_recalled,
+}
+
+
+def fold(tenant: str, records: Iterable[tuple[int, str, dict[str, Any]]], until: float | None = None
+         ) -> PerspectiveIndex:
+    """An index folded from (position, topic, payload) records of any tenants, keeping `tenant`'s, up to the
+    transaction time `until` (epoch seconds; the clock is the running maximum of the stamps)."""
+    index = PerspectiveIndex(tenant)
+    clock = -math.inf
+    for position, topic, data in records:
+        if "recorded_at" in data:
+            clock = max(clock, timestamp(data["recorded_at"]))
+        if until is not None and clock > until:
+            break
+        if data.get("tenant") == tenant:
+            index.apply(position, topic, data)
+    index.compact()
+    return index

@@ -1,0 +1,154 @@
+"""Bulk loading of a perspective index at start: from polars frames, or from the DuckDB read model.
+
+The frames (the interface any source fills; `from_duckdb` fills it from the projections' tables):
+
+- entities: `ref` str, `label` str, `hub` bool
+- facts: `fact_id` str, `subject` str, `relation` str, `object` str, `scope` str, `reason` str|null,
+  `confidence` float, `status` str ('current' | 'invalidated' | 'archived'), `asserted_at` float (epoch
+  seconds), `provenance` str|null (one line: session, messages, actor)
+- sessions: `session_id` str, `agent` str, `serving` str|null (workers carry their main session's)
+- relations: `name` str, `weight` float (only relation types a tenant defined; built-ins are known)
+- uses: `agent` str, `fact_id` str, `used_at` float (epoch seconds): recalls only, the assertion is implicit
+
+From DuckDB: `entities` and `facts` (views over the current versions), `sessions`, `relation_types`,
+`fact_uses`, the asserted rows of `fact_changes` (for provenance) and `projection_position` (where to resume
+following the log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from projections.perspective_index import (
+    STATUS_CODES,
+    PerspectiveIndex,
+    _Column,
+    _Texts,
+    provenance_text,
+)
+
+
+def _hashes(ids: pl.Series) -> np.ndarray:
+    """`id_hash` for a whole column: hex prefixes parsed by polars, blake2b for the rest."""
+    parsed = ids.str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64, strict=False)
+    mask = parsed.is_null() | (ids.str.len_chars() < 16)
+    values = parsed.fill_null(0).to_numpy().astype(np.uint64).view(np.int64).copy()
+    for k in np.nonzero(mask.to_numpy())[0]:
+        digest = int.from_bytes(hashlib.blake2b(ids[int(k)].encode(), digest_size=8).digest(), "big")
+        values[k] = digest - (1 << 64) if digest >= (1 << 63) else digest
+    return values
+
+
+def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessions: pl.DataFrame | None = None,
+                relations: pl.DataFrame | None = None, uses: pl.DataFrame | None = None, position: int = 0,
+                clock: float | None = None) -> PerspectiveIndex:
+    """Build an index in bulk (vectorized; one Python step per entity, none per fact)."""
+    index = PerspectiveIndex(tenant)
+    for ref, label, hub in zip(entities["ref"].to_list(), entities["label"].to_list(), entities["hub"].to_list(),
+                               strict=True):
+        index.entity(ref, label, bool(hub))
+    if relations is not None:
+        for name, weight in zip(relations["name"].to_list(), relations["weight"].to_list(), strict=True):
+            index._relation(name, float(weight))
+    if sessions is not None:
+        for sid, agent, serving in zip(sessions["session_id"].to_list(), sessions["agent"].to_list(),
+                                       sessions["serving"].to_list(), strict=True):
+            index._session(sid, index.entity(agent), index.entity(serving) if serving else -1)
+
+    # refs, relations and scopes named only by facts get their codes here (few distinct values)
+    for ref in pl.concat([facts["subject"], facts["object"]]).unique().to_list():
+        if ref not in index.entity_ids:
+            index.entity(ref)
+    for name in facts["relation"].unique().to_list():
+        index._relation(name)
+    for name in facts["scope"].unique().to_list():
+        index._scope(name)
+
+    def codes(column: str, mapping: dict[str, int], dtype: type) -> np.ndarray:
+        table = pl.DataFrame({"k": list(mapping), "v": list(mapping.values())}, schema={"k": pl.String, "v": pl.Int64})
+        joined = facts.select(pl.col(column).alias("k")).join(table, on="k", how="left", maintain_order="left")
+        return joined["v"].to_numpy().astype(dtype)
+
+    n = facts.height
+    index.src = _Column(np.int32, data=codes("subject", index.entity_ids, np.int32))
+    index.dst = _Column(np.int32, data=codes("object", index.entity_ids, np.int32))
+    index.rel = _Column(np.int16, data=codes("relation", index.rel_codes, np.int16))
+    index.scope = _Column(np.int32, data=codes("scope", index.scope_codes, np.int32))
+    index.conf = _Column(np.float32, data=facts["confidence"].to_numpy())
+    index.status = _Column(np.int8, data=codes("status", STATUS_CODES, np.int8))
+    index.asserted = _Column(np.float64, data=facts["asserted_at"].cast(pl.Float64).to_numpy())
+    index.ids = _Column("S32", data=facts["fact_id"].to_numpy().astype("S32"))
+    index.hashes = _Column(np.int64, data=_hashes(facts["fact_id"]))
+    reasons = facts["reason"].fill_null("")
+    index.reasons = _Texts(reasons.to_list()) if n else _Texts()
+    provenance = facts["provenance"].fill_null("") if "provenance" in facts.columns else pl.Series([""] * n)
+    index.provenance = _Texts(provenance.to_list()) if n else _Texts()
+    current = index.status.view == 0
+    ends = np.concatenate([index.src.view[current], index.dst.view[current][
+        index.src.view[current] != index.dst.view[current]]])
+    index.fan = _Column(np.int32, data=np.bincount(ends, minlength=len(index.refs)).astype(np.int32))
+    index.compact()
+
+    if uses is not None and uses.height:
+        fact_index = _index_of(index, uses["fact_id"])
+        for agent, group in uses.with_columns(pl.Series("f", fact_index)).filter(pl.col("f") >= 0).group_by(
+                "agent", maintain_order=True):
+            agent_id = index.entity(str(agent[0]))
+            index.uses[agent_id] = (_Column(np.int32, data=group["f"].to_numpy()),
+                                    _Column(np.float64, data=group["used_at"].cast(pl.Float64).to_numpy()))
+    index.position = position
+    if clock is not None:
+        index.clock = clock
+    elif n:
+        index.clock = float(index.asserted.view.max())
+    return index
+
+
+def _index_of(index: PerspectiveIndex, ids: pl.Series) -> np.ndarray:
+    """The int ids of many fact ids (-1 when unknown), vectorized over the sorted hashes."""
+    hashes = _hashes(ids)
+    at = np.searchsorted(index._sorted_hashes, hashes)
+    at[at >= len(index._sorted_hashes)] = 0
+    found = index._sorted_order[at] if len(index._sorted_order) else np.zeros(len(ids), dtype=np.int32)
+    ok = (index._sorted_hashes[at] == hashes) if len(index._sorted_hashes) else np.zeros(len(ids), dtype=bool)
+    ok &= index.ids.view[found] == ids.to_numpy().astype("S32")
+    return np.where(ok, found, -1).astype(np.int64)
+
+
+def _epoch(column: str) -> str:
+    return f"epoch_us({column}) / 1e6"
+
+
+def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str) -> PerspectiveIndex:
+    """Build a tenant's index from the projections' DuckDB tables (see the module docstring)."""
+
+    def frame(sql: str) -> pl.DataFrame:
+        return pl.from_arrow(con.execute(sql, [tenant]).fetch_arrow_table())  # type: ignore[return-value]
+
+    entities = frame("SELECT ref, label, hub FROM entities WHERE tenant = ? ORDER BY ref")
+    facts = frame(f"""
+        SELECT f.fact_id, f.subject, f.relation, f.object, f.scope, f.reason, f.confidence, f.status,
+               {_epoch('f.asserted_at')} AS asserted_at, c.session_id, c.message_ids, c.actor
+        FROM facts AS f
+        LEFT JOIN (SELECT fact_id, any_value(session_id) AS session_id, any_value(message_ids) AS message_ids,
+                          any_value(actor) AS actor
+                   FROM fact_changes WHERE tenant = ? AND change = 'asserted' GROUP BY fact_id) AS c
+          ON c.fact_id = f.fact_id
+        WHERE f.tenant = ? ORDER BY f.asserted_at, f.fact_id""".replace("WHERE tenant = ?", "WHERE tenant = $1")
+                   .replace("f.tenant = ?", "f.tenant = $1"))
+    provenance = [provenance_text({"session_id": s, "message_ids": m or [], "actor": a})
+                  for s, m, a in zip(facts["session_id"].to_list(), facts["message_ids"].to_list(),
+                                     facts["actor"].to_list(), strict=True)]
+    facts = facts.drop("session_id", "message_ids", "actor").with_columns(
+        pl.Series("provenance", provenance, dtype=pl.String))
+    sessions = frame("SELECT session_id, agent, serving FROM sessions WHERE tenant = ?")
+    relations = frame("SELECT name, weight FROM relation_types WHERE tenant = ?")
+    uses = frame(f"SELECT agent, fact_id, {_epoch('used_at')} AS used_at FROM fact_uses WHERE tenant = ?"
+                 " ORDER BY position")
+    row = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position LIMIT 1").fetchone()
+    position, clock = (int(row[0]), row[1]) if row else (0, None)
+    return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock)

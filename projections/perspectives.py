@@ -1,0 +1,314 @@
+"""Serving perspectives: `perspective_for` ranks, tiers and renders what an agent sees, records the recall, and
+keeps the evidence so that `noumena explain PERSPECTIVE_ID` can show (and reproduce) any answer.
+
+Indexes: one `PerspectiveIndex` per tenant, kept current by following the event log (every query first applies
+the records it has not seen). An as-of perspective folds the log up to T into a fresh index and computes decay
+at T; it records no recall (looking at the past does not use a fact now).
+
+Evidence: a JSON file per served perspective, `<home>/perspectives/<perspective_id>.json` (written atomically),
+holding the request, the parameters, the log position the index stood at, every item with its activation and
+path, the counts, the context block with each line's fact ids, and the recall recorded (its log position). The
+recall event itself carries the perspective id, so the log links to the evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Tier, estimate_tokens
+from domain.commands import RecordRecall
+from domain.errors import InvalidInput, NoumenaError, UnknownEntity
+from domain.perspective import (
+    DEFAULT_BUDGET_TOKENS,
+    CountGroup,
+    Perspective,
+    PerspectiveItem,
+    RecallRecord,
+    fit_to_budget,
+)
+from domain.recalls import RecallMode
+from domain.service import OntologyService
+from projections.perspective_index import (
+    TIER_CODES,
+    PerspectiveIndex,
+    Viewpoint,
+    Walked,
+    fold,
+)
+from projections.source import RawLog, decode
+
+READ_BATCH = 10_000
+
+
+class UnknownPerspective(NoumenaError):
+    def __init__(self, perspective_id: str) -> None:
+        super().__init__(f"no perspective {perspective_id!r} was served from this home")
+
+
+class Perspectives:
+    """The perspective service of one process: indexes per tenant, the rules of serving, the evidence."""
+
+    def __init__(self, log: RawLog, service: OntologyService, home: Path,
+                 clock: Callable[[], datetime], parameters: ActivationParameters = DEFAULT_PARAMETERS) -> None:
+        self._log = log
+        self._service = service
+        self._clock = clock
+        self.parameters = parameters
+        self.evidence_dir = Path(home) / "perspectives"
+        self._indexes: dict[str, PerspectiveIndex] = {}
+        self._position = 0
+
+    # ------------------------------------------------------------------------------------------ indexes
+
+    def start_from(self, indexes: dict[str, PerspectiveIndex], position: int) -> None:
+        """Adopt indexes loaded in bulk (from DuckDB) that stand at log `position`; follow the log from there."""
+        self._indexes = dict(indexes)
+        self._position = position
+
+    def index(self, tenant: str) -> PerspectiveIndex:
+        """The tenant's index, caught up with the log."""
+        self.catch_up()
+        index = self._indexes.get(tenant)
+        if index is None:
+            index = self._indexes[tenant] = PerspectiveIndex(tenant)
+        return index
+
+    def catch_up(self) -> int:
+        """Apply every logged record not yet seen to its tenant's index; return the log position reached."""
+        while True:
+            batch = self._log.read_raw(self._position, READ_BATCH)
+            if not batch:
+                return self._position
+            for position, topic, state in batch:
+                record = decode(position, topic, state)
+                tenant = record.data.get("tenant")
+                if tenant is not None:
+                    index = self._indexes.get(tenant)
+                    if index is None:
+                        index = self._indexes[tenant] = PerspectiveIndex(tenant)
+                    if position > index.position:
+                        index.apply(position, record.topic, record.data)
+                self._position = position
+
+    def _records(self, until_position: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        records: list[tuple[int, str, dict[str, Any]]] = []
+        position = 0
+        while True:
+            batch = self._log.read_raw(position, READ_BATCH)
+            if not batch:
+                return records
+            for pos, topic, state in batch:
+                if until_position is not None and pos > until_position:
+                    return records
+                record = decode(pos, topic, state)
+                records.append((pos, record.topic, record.data))
+                position = pos
+
+    def as_of_index(self, tenant: str, as_of: datetime, until_position: int | None = None) -> PerspectiveIndex:
+        """What was believed at `as_of`: the log folded up to that transaction time."""
+        return fold(tenant, self._records(until_position), until=as_of.timestamp())
+
+    # ------------------------------------------------------------------------------------------ serving
+
+    def perspective_for(
+        self,
+        tenant: str,
+        agent: str,
+        serving: str | None = None,
+        focus: Sequence[str] = (),
+        as_of: datetime | None = None,
+        depth: int | None = None,
+        budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+        deeper: bool = False,
+        record: bool = True,
+    ) -> Perspective:
+        """What `agent` sees, serving `serving`, with `focus` in mind: ranked, tiered, rendered within budget.
+
+        A current perspective records one recall of its full and gist facts (mode `pushed`, or `deepened` for a
+        deeper look) and stores its evidence; `record=False` does neither (benchmarks, previews).
+        """
+        if as_of is not None and as_of.tzinfo is None:
+            raise InvalidInput("as_of needs a time zone", field="as_of")
+        parameters = self.parameters if depth is None else self.parameters.model_copy(update={"depth": depth})
+        if deeper:
+            parameters = parameters.deeper()
+        if as_of is None:
+            index = self.index(tenant)
+            moment = self._clock()
+        else:
+            index = self.as_of_index(tenant, as_of)
+            moment = as_of
+        for field_name, ref in (("agent", agent), ("serving", serving)):
+            if ref is not None and ref not in index.entity_ids:
+                raise UnknownEntity(ref, tenant, field=field_name)
+        viewpoint = Viewpoint(agent=agent, serving=serving, focus=tuple(dict.fromkeys(focus)))
+        walked = index.walk(viewpoint, parameters, moment.timestamp())
+        perspective = build_perspective(index, walked, viewpoint, tenant=tenant, as_of=as_of, deeper=deeper,
+                                        served_at=moment, budget_tokens=budget_tokens)
+        if record:
+            if as_of is None:
+                perspective.recall = self._record_recall(perspective, deeper)
+            self._store(perspective)
+        return perspective
+
+    def _record_recall(self, perspective: Perspective, deeper: bool) -> RecallRecord | None:
+        fact_ids = perspective.fact_ids(Tier.FULL, Tier.GIST)
+        if not fact_ids:
+            return None
+        mode = RecallMode.DEEPENED if deeper else RecallMode.PUSHED
+        result = self._service.execute_batch(
+            [RecordRecall(tenant=perspective.tenant, agent=perspective.agent, fact_ids=tuple(fact_ids), mode=mode,
+                          perspective_id=perspective.perspective_id)],
+            all_or_nothing=True,
+        )
+        error = result.outcomes[0].error
+        if error is not None:
+            raise error
+        return RecallRecord(mode=mode.value, fact_ids=fact_ids, position=result.last_position)
+
+    def used(self, tenant: str, agent: str, fact_ids: Sequence[str], perspective_id: str | None = None) -> int | None:
+        """The agent says it used these facts: record a recall of mode `used`; return its log position."""
+        result = self._service.execute_batch(
+            [RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(fact_ids), mode=RecallMode.USED,
+                          perspective_id=perspective_id)],
+            all_or_nothing=True,
+        )
+        error = result.outcomes[0].error
+        if error is not None:
+            raise error
+        return result.last_position
+
+    # ------------------------------------------------------------------------------------------ evidence
+
+    def _path(self, perspective_id: str) -> Path:
+        if not perspective_id or "/" in perspective_id or perspective_id.startswith("."):
+            raise UnknownPerspective(perspective_id)
+        return self.evidence_dir / f"{perspective_id}.json"
+
+    def _store(self, perspective: Perspective) -> None:
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        path = self._path(perspective.perspective_id)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(perspective.model_dump_json(indent=1), encoding="utf-8")
+        os.replace(temporary, path)
+
+    def explain(self, perspective_id: str) -> Perspective:
+        """The evidence of a served perspective: inputs, parameters, outputs."""
+        path = self._path(perspective_id)
+        if not path.exists():
+            raise UnknownPerspective(perspective_id)
+        return Perspective.model_validate_json(path.read_text(encoding="utf-8"))
+
+    def reproduce(self, perspective_id: str) -> Perspective:
+        """Compute the perspective again from the log as it stood when it was served, with the same parameters
+        and the same moment; nothing is recorded. Equal items mean the answer is explained by its inputs."""
+        served = self.explain(perspective_id)
+        moment = served.as_of or served.served_at
+        index = fold(served.tenant, self._records(served.log_position), until=moment.timestamp())
+        viewpoint = Viewpoint(agent=served.agent, serving=served.serving, focus=tuple(served.focus))
+        walked = index.walk(viewpoint, served.parameters, moment.timestamp())
+        again = build_perspective(index, walked, viewpoint, tenant=served.tenant, as_of=served.as_of,
+                                  deeper=served.deeper, served_at=served.served_at,
+                                  budget_tokens=served.budget_tokens)
+        again.perspective_id = served.perspective_id
+        return again
+
+
+def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpoint, *, tenant: str,
+                      as_of: datetime | None, deeper: bool, served_at: datetime, budget_tokens: int,
+                      perspective_id: str | None = None) -> Perspective:
+    """Turn a walk into a Perspective: items for the shown tiers, groups for the counted, the context block."""
+    shown = np.nonzero(walked.tiers <= TIER_CODES[Tier.MARKER])[0]
+    items: list[PerspectiveItem] = []
+    for k in shown:
+        fact = int(walked.facts[k])
+        via = int(walked.via[k])
+        subject, obj = int(index.src.data[fact]), int(index.dst.data[fact])
+        path, path_facts = index.path(walked, fact, via)
+        reason = index.reasons.get(fact)
+        items.append(PerspectiveItem(
+            tier=[t for t, c in TIER_CODES.items() if c == walked.tiers[k]][0],
+            fact_id=index.fact_id(fact), subject=index.refs[subject], relation=index.rel_names[index.rel.data[fact]],
+            object=index.refs[obj], subject_label=index.labels[subject], object_label=index.labels[obj],
+            scope=index.scope_names[index.scope.data[fact]], reason=reason or None,
+            confidence=round(float(index.conf.data[fact]), 6), provenance=index.provenance.get(fact),
+            activation=round(float(walked.activation[k]), 6), base_level=round(float(walked.base[k]), 6),
+            spread=float(walked.spread[k]), hops=int(walked.hops[k]), about=index.refs[via],
+            about_label=index.labels[via], path=path, path_fact_ids=path_facts,
+        ))
+    counted = np.nonzero(walked.tiers == TIER_CODES[Tier.COUNT])[0]
+    groups: dict[str, CountGroup] = {}
+    if len(counted):
+        vias = walked.via[counted]
+        for node in np.unique(vias):
+            members = walked.facts[counted[vias == node]]
+            ref = index.refs[int(node)]
+            groups[ref] = CountGroup(about=ref, label=index.labels[int(node)], count=len(members),
+                                     fact_ids=[index.fact_id(int(f)) for f in members])
+    forgotten = walked.count(Tier.FORGOTTEN)
+    header = [_header(index, viewpoint, as_of)]
+    if viewpoint.focus:
+        header.append("Focus: " + ", ".join(_label(index, ref) for ref in viewpoint.focus))
+    items, groups, lines = fit_to_budget(header, items, groups, forgotten, budget_tokens)
+    counts = {tier.value: sum(1 for i in items if i.tier is tier) for tier in (Tier.FULL, Tier.GIST, Tier.MARKER)}
+    counts[Tier.COUNT.value] = sum(g.count for g in groups.values())
+    counts[Tier.FORGOTTEN.value] = forgotten
+    context = "\n".join(line.text for line in lines)
+    return Perspective(
+        perspective_id=perspective_id or uuid.uuid4().hex, tenant=tenant, agent=viewpoint.agent,
+        serving=viewpoint.serving, focus=list(viewpoint.focus), as_of=as_of, deeper=deeper,
+        served_at=served_at.astimezone(UTC), log_position=index.position, parameters=walked.parameters,
+        budget_tokens=budget_tokens, items=items, count_groups=sorted(groups.values(), key=lambda g: g.about),
+        forgotten=forgotten, counts=counts, context=context, context_tokens=estimate_tokens(context), lines=lines,
+        unknown_refs=walked.unknown_refs,
+    )
+
+
+def _label(index: PerspectiveIndex, ref: str) -> str:
+    eid = index.entity_ids.get(ref)
+    return index.labels[eid] if eid is not None else ref
+
+
+def _header(index: PerspectiveIndex, viewpoint: Viewpoint, as_of: datetime | None) -> str:
+    text = f"# What {_label(index, viewpoint.agent)} sees"
+    if viewpoint.serving:
+        text += f", serving {_label(index, viewpoint.serving)}"
+    if as_of is not None:
+        text += f" (as believed at {as_of.isoformat()})"
+    return text
+
+
+def perspective_json(perspective: Perspective) -> dict[str, Any]:
+    """The CLI's JSON: id, items (tier, fact, activation, hops, path), counts per tier, groups and context."""
+    return {
+        "perspective_id": perspective.perspective_id,
+        "tenant": perspective.tenant,
+        "agent": perspective.agent,
+        "serving": perspective.serving,
+        "focus": perspective.focus,
+        "as_of": perspective.as_of.isoformat() if perspective.as_of else None,
+        "deeper": perspective.deeper,
+        "items": [
+            {"tier": i.tier.value, "fact_id": i.fact_id, "subject": i.subject, "relation": i.relation,
+             "object": i.object, "activation": i.activation, "hops": i.hops, "path": i.path, "reason": i.reason,
+             "scope": i.scope}
+            for i in perspective.items
+        ],
+        "count_groups": [{"about": g.about, "count": g.count, "fact_ids": g.fact_ids}
+                         for g in perspective.count_groups],
+        "counts": perspective.counts,
+        "context": perspective.context,
+        "context_tokens": perspective.context_tokens,
+    }
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=2)
