@@ -95,7 +95,7 @@ def replay(noumena: Noumena, on_stored: Callable[[Command], None] | None = None,
     batch_size = batch_size or settings.kafka_batch_size
     pending = [v.letter for v in dead_letters(noumena)]
     sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
-    processor = BatchProcessor(Ingestor(noumena.service, on_stored=on_stored), sink)
+    processor = BatchProcessor(Ingestor(noumena.service, on_stored=on_stored), sink, noumena.log.tracked_position)
     report = ReplayReport()
     by_partition: dict[int, list[StoredDeadLetter]] = defaultdict(list)
     for stored in pending:

@@ -15,7 +15,7 @@ is a redelivery that the stored position turns into a no-op. So stored + dead-le
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +70,12 @@ def is_transient(error: BaseException) -> bool:
 
 
 class BatchProcessor:
-    def __init__(self, ingestor: Ingestor, sink: DeadLetterSink) -> None:
+    def __init__(self, ingestor: Ingestor, sink: DeadLetterSink,
+                 tracked_position: Callable[[str], int | None] | None = None) -> None:
         self._ingestor = ingestor
         self._sink = sink
+        self._tracked_position = tracked_position
+        """The log's stored position for a tracking name: a redelivery is skipped before dead-lettering."""
 
     def process(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:
         """Store `items` and the position `tracking` atomically; dead-letter (flushed first) what is rejected.
@@ -90,6 +93,9 @@ class BatchProcessor:
 
     def _process(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:
         report = BatchReport(consumed=len(items))
+        stored = self._tracked_position(tracking.name) if self._tracked_position else None
+        if stored is not None and stored >= tracking.position:
+            return BatchReport(consumed=len(items), already_tracked=True)
         dead: set[int] = set()
         unsent: list[DeadLetter] = []
         for _round in range(len(items) + 2):

@@ -59,7 +59,8 @@ class SessionEventConsumer:
         self._noumena = noumena
         self._signal = CompactionSignal() if on_stored is None else None
         self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
-        self._processor = BatchProcessor(Ingestor(noumena.service, on_stored=on_stored or self._signal), self._sink)
+        self._processor = BatchProcessor(Ingestor(noumena.service, on_stored=on_stored or self._signal), self._sink,
+                                         noumena.log.tracked_position)
         self._stored: dict[Any, int | None] = {}
         self._lock = threading.Lock()
         options = connection_options(settings) | {
