@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from api.story import MOMENTS, TENANT, story_envelopes
-from consumers.ingest import Ingestor
 from domain.commands import CreateTenant
 from domain.facts import FactStatus
 from domain.ontology import Ontology
@@ -29,13 +30,19 @@ class StoryClock:
         return self.now
 
 
-def build_story(home: Path) -> tuple[Noumena, StoryClock]:
-    """Ingest the story into a store at `home`, one envelope at a time, each recorded at its story time."""
+def build_story(home: Path, before_each: Callable[[Noumena, StoryClock, dict[str, Any]], None] | None = None
+                ) -> tuple[Noumena, StoryClock]:
+    """Ingest the story into a store at `home`, one envelope at a time, each recorded at its story time.
+
+    `before_each(app, clock, envelope)` runs before each envelope is ingested (the perspective story uses it to
+    serve perspectives and record recalls at their moments between envelopes)."""
     clock = StoryClock()
     app = bootstrap(Settings(home=home, event_store="sqlite"), clock=clock)
     app.service.execute(CreateTenant(tenant=TENANT, display_name="Wang's export company"))
-    ingestor = Ingestor(app.service)
+    ingestor = app.ingestor()
     for envelope in story_envelopes():
+        if before_each is not None:
+            before_each(app, clock, envelope)
         clock.now = datetime.fromisoformat(envelope["occurred_at"]).astimezone(UTC)
         result = ingestor.ingest([envelope])
         if result.rejected:
@@ -75,3 +82,7 @@ def run_demo(console: Console) -> None:
             console.print()
             previous = current
         app.close()
+    with tempfile.TemporaryDirectory(prefix="noumena-demo-perspectives-") as home:
+        from api.perspective_story import print_perspectives
+
+        print_perspectives(console, Path(home))

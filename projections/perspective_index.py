@@ -533,6 +533,10 @@ class PerspectiveIndex:
                 keep &= ~np.isin(fact, seen_facts)
             if len(blocked):
                 keep &= ~(np.isin(frontier[owner], list(hub_sources)) & np.isin(nbr, blocked))
+            if hop == 1 and agent >= 0 and serving >= 0:
+                # the fact that the agent serves this person is the viewpoint itself: the header says it
+                ends = (self.src.view[fact], self.dst.view[fact])
+                keep &= ~(((ends[0] == agent) & (ends[1] == serving)) | ((ends[0] == serving) & (ends[1] == agent)))
             owner, nbr, fact = owner[keep], nbr[keep], fact[keep]
             if len(fact) == 0:
                 break
