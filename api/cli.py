@@ -115,6 +115,10 @@ from api.kafka_cli import register as _register_kafka_commands  # noqa: E402
 
 _register_kafka_commands(app)
 
+from api.cli_perspectives import register as _register_perspective_commands  # noqa: E402
+
+_register_perspective_commands(app)
+
 
 def main() -> None:
     """Console entry point: domain errors become a message and exit code 2, never a traceback."""

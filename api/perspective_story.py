@@ -118,8 +118,8 @@ def print_perspectives(console: Any, home: Path) -> None:
             console.print(f"[bold]Perspectives, {title}[/]")
             for name, perspective in views.items():
                 console.print(f"[dim]({name}: perspective {perspective.perspective_id}, "
-                              f"{perspective.context_tokens} tokens, counts {perspective.counts})[/]")
-                console.print(perspective.context, markup=False, highlight=False)
+                              f"{perspective.context_tokens} tokens, counts {perspective.counts})[/]", soft_wrap=True)
+                console.print(perspective.context, markup=False, highlight=False, soft_wrap=True)
                 console.print()
     finally:
         story.close()
