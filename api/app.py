@@ -1,0 +1,98 @@
+"""The FastAPI application factory. Nothing starts at import: `create_app` builds, the lifespan starts the
+projector (and the Kafka consumer when configured) and stops them on shutdown."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from api.application import MemoryApplication
+from api.metrics import RequestMetrics
+from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
+from api.routes import admin, entities, events, facts, forget, graph, memory, ops, perspectives, sessions
+from infra.bootstrap import Noumena
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """noumena's HTTP API: one event-sourced ontology per organization, one perspective per agent.
+
+**Authentication.** `Authorization: Bearer nk_...`: an API key names exactly one tenant, and every route works in
+that tenant only (the tenant never comes from a body, a path or a query). `/v1/admin/*` takes the admin key.
+
+**Read-your-writes.** Every write returns `position`; pass it as `min_position` to a read and the read waits
+(bounded) until the read model has it.
+
+**Errors** are RFC 9457 problem documents (`application/problem+json`) naming the offending field.
+"""
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "description": text, "content": {"application/problem+json": {}}}
+    for status, text in {401: "No or unknown API key.", 403: "Not allowed (e.g. another tenant's envelope).",
+                         404: "Not found in your tenant.", 409: "Conflicts with the current state.",
+                         422: "Invalid input; the problem names the field.",
+                         503: "The read model did not reach `min_position` in time."}.items()
+}
+
+
+def _build_memory(noumena: Noumena, start_projector: bool) -> MemoryApplication:
+    from api.perspective_engine import build_perspective_engine
+    from infra.serving import ProjectionFollower
+
+    follower = ProjectionFollower(noumena) if start_projector else None
+    memory = MemoryApplication(noumena, build_perspective_engine(noumena, follower), follower)
+    if follower is not None:
+        follower.start()
+    return memory
+
+
+def _kafka(noumena: Noumena) -> Any:
+    if not noumena.settings.kafka_bootstrap:
+        return None
+    from infra.serving import KafkaFollower
+
+    follower = KafkaFollower(noumena)
+    follower.start()
+    return follower
+
+
+def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: bool = True) -> FastAPI:
+    """The API over one Noumena. The projector runs in this process (it owns the DuckDB file)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.memory = _build_memory(noumena, start_projector)
+        app.state.kafka = _kafka(noumena) if start_kafka else None
+        try:
+            yield
+        finally:
+            if app.state.kafka is not None:
+                app.state.kafka.stop()
+            if app.state.memory.follower is not None:
+                app.state.memory.follower.stop()
+
+    app = FastAPI(title="noumena", version="1.0.0", description=DESCRIPTION, lifespan=lifespan,
+                  openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
+    app.state.metrics = RequestMetrics()
+    app.middleware("http")(app.state.metrics.middleware)
+    install_problem_handlers(app)
+
+    @app.exception_handler(ValidationError)
+    async def _model_validation(request: Request, error: ValidationError) -> JSONResponse:
+        first = error.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        return problem_response(request, ApiProblem(422, "invalid-input", "Invalid input", f"{field}: {first['msg']}",
+                                                    field=field, errors=[FieldError(field=field,
+                                                                                    detail=first["msg"])]))
+
+    v1 = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+    for module in (events, entities, facts, graph, perspectives, memory, sessions, forget, admin):
+        v1.include_router(module.router)
+    app.include_router(v1)
+    app.include_router(ops.router)
+    return app

@@ -1,0 +1,108 @@
+"""The serving commands of `noumena`: serve (HTTP API + projector [+ Kafka]), keys, mcp. Thin: parse, call, print."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+errors = Console(stderr=True)
+keys_app = typer.Typer(help="API keys: each names one tenant; only their hashes are stored.", no_args_is_help=True)
+
+
+def _fail(message: str) -> None:
+    errors.print(f"[red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to listen on (default NOUMENA_API_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default NOUMENA_API_PORT; 0: any free port).")] = None,
+) -> None:
+    """Run the HTTP API with the projector in this process, and the Kafka consumer when NOUMENA_KAFKA_BOOTSTRAP
+    is set. Outside development, refuses to start without NOUMENA_ADMIN_KEY."""
+    import uvicorn
+
+    from api.app import create_app
+    from infra.bootstrap import bootstrap
+    from infra.settings import Settings
+
+    settings = Settings()
+    unsafe = settings.unsafe_for_serving()
+    if unsafe:
+        _fail(unsafe)
+    if not settings.admin_key.get_secret_value():
+        errors.print("[yellow]warning:[/] no NOUMENA_ADMIN_KEY: the /v1/admin routes refuse every request"
+                     " (development mode); create keys with `noumena keys create --tenant T`")
+    noumena = bootstrap(settings)
+    try:
+        uvicorn.run(create_app(noumena), host=host or settings.api_host,
+                    port=settings.api_port if port is None else port, log_level="warning", access_log=False)
+    finally:
+        noumena.close()
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant the key works in.")],
+    label: Annotated[str, typer.Option(help="What the key is for.")] = "",
+) -> None:
+    """Issue an API key for an existing tenant and print it (the only time it is shown)."""
+    from infra.api_keys import ApiKeyStore
+    from infra.bootstrap import bootstrap
+
+    noumena = bootstrap()
+    try:
+        if not noumena.service.ontology(tenant).exists:
+            _fail(f"tenant {tenant!r} does not exist: `noumena tenant create {tenant}` first")
+        issued = ApiKeyStore(noumena.settings.api_keys_path()).create(tenant, label)
+    finally:
+        noumena.close()
+    errors.print(f"key {issued.record.key_id} for tenant [bold]{tenant}[/] (shown once; only its hash is stored):")
+    print(issued.key)
+
+
+@keys_app.command("list")
+def keys_list(tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None
+              ) -> None:
+    """The keys issued: ids, tenants, labels (never the keys)."""
+    from infra.api_keys import ApiKeyStore
+    from infra.settings import Settings
+
+    table = Table("key id", "tenant", "label", "created")
+    for record in ApiKeyStore(Settings().api_keys_path()).list(tenant):
+        table.add_row(record.key_id, record.tenant, record.label, record.created_at)
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str) -> None:
+    """Revoke a key: a running server refuses it from its next request."""
+    from infra.api_keys import ApiKeyStore, UnknownApiKey
+    from infra.settings import Settings
+
+    try:
+        record = ApiKeyStore(Settings().api_keys_path()).revoke(key_id)
+    except UnknownApiKey as error:
+        _fail(str(error))
+        return
+    console.print(f"revoked {record.key_id} ({record.tenant})")
+
+
+def mcp(
+    key: Annotated[str, typer.Option("--key", envvar="NOUMENA_API_KEY", help="A tenant's API key: the tenant"
+                                     " every tool works in.")],
+) -> None:
+    """Run the MCP server over stdio (tools: perspective, deepen, remember, correct, recall, forget)."""
+    from api.mcp_server import run_stdio
+
+    run_stdio(key)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("mcp")(mcp)
+    app.add_typer(keys_app, name="keys")

@@ -1,0 +1,158 @@
+"""The MCP server (`noumena mcp`, stdio, the official `mcp` SDK): noumena's memory as tools for agent runtimes.
+
+The tools call the same application as the HTTP routes (api/application.py). The tenant is the one of the API key
+the server was started with; no tool takes a tenant. Errors come back as tool errors naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from pydantic import AwareDatetime, Field, ValidationError
+
+from api.application import MemoryApplication
+from domain.commands import Source
+from domain.errors import DomainError, NoumenaError
+
+T = TypeVar("T")
+INSTRUCTIONS = """noumena is the memory behind an agent's main session. Call `perspective` with your agent ref
+(and the person you serve) to get what you should keep in mind, `deepen` to think one step further, `remember` to
+record a relation with its reason and source, `correct` when something no longer holds, `recall` to look facts
+up nearest tier first (session, person, organization)."""
+
+
+@contextmanager
+def _tool_errors() -> Iterator[None]:
+    try:
+        yield
+    except DomainError as error:
+        raise ToolError(f"{error.field}: {error.message}" if error.field else error.message) from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise ToolError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    except NoumenaError as error:
+        raise ToolError(str(error)) from None
+
+
+def _call(function: Callable[[], T]) -> T:
+    with _tool_errors():
+        return function()
+
+
+def _brief(perspective: dict[str, Any], format: str) -> dict[str, Any]:
+    answer = {"perspective_id": perspective["perspective_id"], "context": perspective["context"],
+              "counts": perspective["counts"]}
+    if format == "json":
+        answer["items"] = [{k: item[k] for k in ("tier", "fact_id", "subject", "relation", "object", "reason",
+                                                  "activation", "hops")} for item in perspective["items"]]
+    return answer
+
+
+def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
+    """The MCP server for one tenant, over an application already built."""
+    server = FastMCP("noumena", instructions=INSTRUCTIONS)
+
+    @server.tool()
+    def perspective(
+        agent: Annotated[str, Field(description="Your agent ref, e.g. agent:wang-assistant")],
+        serving: Annotated[str | None, Field(description="The person you serve now, e.g. person:wang")] = None,
+        focus: Annotated[list[str] | None, Field(description="Refs in focus now")] = None,
+        as_of: Annotated[AwareDatetime | None, Field(description="What was believed then (ISO 8601)")] = None,
+        budget_tokens: Annotated[int | None, Field(ge=40, le=100_000)] = None,
+        format: Literal["markdown", "json"] = "markdown",
+    ) -> dict[str, Any]:
+        """What you see from where you stand: the context block to keep in mind, ranked in clarity tiers."""
+        return _brief(_call(lambda: memory.perspective(tenant, agent, serving, focus or [], as_of, budget_tokens)),
+                      format)
+
+    @server.tool()
+    def deepen(perspective_id: str, budget_tokens: Annotated[int | None, Field(ge=40, le=100_000)] = None,
+               format: Literal["markdown", "json"] = "markdown") -> dict[str, Any]:
+        """Think deeper from a perspective you were given: one more hop, a lower threshold."""
+        return _brief(_call(lambda: memory.deepen(tenant, perspective_id, budget_tokens)), format)
+
+    @server.tool()
+    def remember(
+        subject: str, relation: str, object: str,
+        reason: Annotated[str | None, Field(description="Why it holds")] = None,
+        confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
+        scope: Annotated[str, Field(description="org, person:<ref> or session:<id>")] = "org",
+        session_id: Annotated[str | None, Field(description="Provenance: the session it came from")] = None,
+        message_ids: Annotated[list[str] | None, Field(description="Provenance: the messages")] = None,
+        actor: Annotated[str | None, Field(description="Provenance: who extracted it")] = None,
+        valid_from: AwareDatetime | None = None,
+        subject_label: Annotated[str | None, Field(description="Registers the subject if it is new")] = None,
+        object_label: Annotated[str | None, Field(description="Registers the object if it is new")] = None,
+    ) -> dict[str, Any]:
+        """Remember a relation `subject -relation-> object` with its reason and provenance."""
+        def run() -> dict[str, Any]:
+            state = memory.service.ontology(tenant)
+            for ref, label in ((subject, subject_label), (object, object_label)):
+                if label and ref not in state.entities:
+                    memory.register_entity(tenant, ref, label)
+            source = Source(session_id=session_id, message_ids=tuple(message_ids or ()), actor=actor)
+            written = memory.assert_fact(tenant, subject=subject, relation=relation, object=object, reason=reason,
+                                         confidence=confidence, scope=scope, valid_from=valid_from, source=source)
+            return {"fact_id": written.fact_id, "change": written.change, "supersedes": written.supersedes,
+                    "position": written.position}
+        return _call(run)
+
+    @server.tool()
+    def correct(
+        reason: Annotated[str, Field(description="Why it no longer holds")],
+        fact_id: str | None = None, subject: str | None = None, relation: str | None = None,
+        object: str | None = None, scope: str = "org", valid_to: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Correct memory: end a fact (by fact_id, or by subject, relation, object). It stays in history."""
+        def run() -> dict[str, Any]:
+            written = memory.invalidate_fact(tenant, fact_id=fact_id, subject=subject, relation=relation,
+                                             object=object, scope=scope, reason=reason, valid_to=valid_to)
+            return {"fact_id": written.fact_id, "change": written.change, "position": written.position}
+        return _call(run)
+
+    @server.tool()
+    def recall(
+        agent: str, about: list[str] | None = None, text: str | None = None, serving: str | None = None,
+        session_id: str | None = None, limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> dict[str, Any]:
+        """Look facts up nearest tier first (session, then the person served, then the org); says which answered."""
+        result = _call(lambda: memory.recall(tenant, agent, about=about or [], text=text, serving=serving,
+                                             session_id=session_id, limit=limit))
+        return {"answered_by": result.answered_by, "tiers_checked": result.tiers_checked,
+                "facts": [{"tier": h.tier, **{k: v for k, v in h.fact.items() if k in (
+                    "fact_id", "subject", "relation", "object", "scope", "reason", "confidence")}}
+                          for h in result.hits]}
+
+    @server.tool()
+    def forget(subject: Annotated[str, Field(description="The subject to forget, e.g. person:li")]) -> dict[str, Any]:
+        """Really delete what is known about a subject. Not available yet (crypto-shredding, issue 8)."""
+        written = _call(lambda: memory.forget(tenant, subject))
+        return {"position": written.position}
+
+    return server
+
+
+def run_stdio(key: str) -> None:
+    """Serve MCP over stdin/stdout for the tenant of `key`."""
+    import sys
+
+    from api.perspective_engine import build_perspective_engine
+    from infra.api_keys import ApiKeyStore
+    from infra.bootstrap import bootstrap
+
+    noumena = bootstrap()
+    try:
+        keys = ApiKeyStore(noumena.settings.api_keys_path())
+        tenant = keys.tenant_for(key)
+        if tenant is None:
+            print("error: unknown or revoked API key (NOUMENA_API_KEY / --key)", file=sys.stderr)
+            raise SystemExit(2)
+        memory = MemoryApplication(noumena, build_perspective_engine(noumena, None), None, keys)
+        build_server(memory, tenant).run("stdio")
+    finally:
+        noumena.close()

@@ -1,0 +1,71 @@
+"""The perspective port's adapter: projections/perspectives.py (issue 4) behind the API's tenant rules.
+
+One `Perspectives` per process. Its per-tenant indexes are loaded in bulk from the DuckDB read model at start
+(when this process runs the projector) and then follow the log. Requests are serialized on one lock: the index
+catches up and walks in place, and a walk takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from domain.perspective import DEFAULT_BUDGET_TOKENS, Perspective
+from infra.bootstrap import Noumena, utc_now
+from infra.serving import ProjectionFollower
+from projections.perspective_load import from_duckdb
+from projections.perspectives import Perspectives, UnknownPerspective
+
+
+def public(perspective: Perspective) -> dict[str, Any]:
+    return perspective.model_dump(mode="json")
+
+
+class EnginePerspectives:
+    """Every call is scoped to the caller's tenant; another tenant's perspective id is simply unknown."""
+
+    def __init__(self, perspectives: Perspectives) -> None:
+        self.engine = perspectives
+        self._lock = threading.Lock()
+
+    def perspective(self, tenant: str, agent: str, serving: str | None, focus: Sequence[str],
+                    as_of: datetime | None, budget_tokens: int | None, deeper: bool = False) -> dict[str, Any]:
+        with self._lock:
+            served = self.engine.perspective_for(tenant, agent, serving, focus, as_of,
+                                                 budget_tokens=budget_tokens or DEFAULT_BUDGET_TOKENS, deeper=deeper)
+        return public(served)
+
+    def _served(self, tenant: str, perspective_id: str) -> Perspective:
+        served = self.engine.explain(perspective_id)
+        if served.tenant != tenant:
+            raise UnknownPerspective(perspective_id)
+        return served
+
+    def deepen(self, tenant: str, perspective_id: str, budget_tokens: int | None) -> dict[str, Any]:
+        served = self._served(tenant, perspective_id)
+        return self.perspective(tenant, served.agent, served.serving, served.focus, served.as_of,
+                                budget_tokens or served.budget_tokens, deeper=True)
+
+    def explain(self, tenant: str, perspective_id: str) -> dict[str, Any]:
+        served = public(self._served(tenant, perspective_id))
+        inputs = {k: served[k] for k in ("tenant", "agent", "serving", "focus", "as_of", "deeper", "served_at",
+                                         "log_position", "budget_tokens")}
+        outputs = {k: served[k] for k in ("items", "count_groups", "forgotten", "counts", "context",
+                                          "context_tokens", "lines", "unknown_refs", "recall")}
+        return {"perspective_id": perspective_id, "inputs": inputs, "parameters": served["parameters"],
+                "outputs": outputs}
+
+
+def build_perspective_engine(noumena: Noumena, follower: ProjectionFollower | None) -> EnginePerspectives:
+    """The engine for this process; with a (not yet started) projector, its indexes load from DuckDB first."""
+    perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
+    if follower is not None:
+        with follower.reader() as con:
+            position = follower.position
+            tenants = [row[0] for row in con.execute(
+                "SELECT tenant FROM tenants UNION SELECT DISTINCT tenant FROM entity_versions").fetchall()]
+            indexes = {tenant: from_duckdb(con, tenant) for tenant in tenants}
+        perspectives.start_from(indexes, position)
+    return EnginePerspectives(perspectives)

@@ -1,0 +1,48 @@
+"""Administration with the admin key: tenants and API keys."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from api.auth import AdminDep, MemoryDep
+from api.problems import not_found
+from api.schemas.admin import KeyCreate, KeyIssued, KeyPublic, KeysPublic, TenantCreate, TenantWritten
+from domain.values import TenantName
+
+router = APIRouter(prefix="/admin", tags=["admin"])
+
+
+@router.post("/tenants", response_model=TenantWritten)
+def create_tenant(tenant: TenantCreate, _: AdminDep, memory: MemoryDep) -> TenantWritten:
+    """Create a tenant: one organization, one ontology."""
+    written = memory.create_tenant(tenant.tenant, tenant.display_name)
+    return TenantWritten(position=written.position, events=written.events, tenant=tenant.tenant)
+
+
+@router.post("/keys", response_model=KeyIssued)
+def create_key(request: KeyCreate, _: AdminDep, memory: MemoryDep) -> KeyIssued:
+    """Issue an API key for a tenant. The key is in this answer only; the server keeps its hash."""
+    if not memory.tenant_exists(request.tenant):
+        raise not_found(f"no tenant {request.tenant!r}", "body.tenant")
+    issued = memory.keys.create(request.tenant, request.label)
+    return KeyIssued(key=issued.key, **KeyPublic(**vars(issued.record)).model_dump())
+
+
+@router.get("/keys", response_model=KeysPublic)
+def list_keys(_: AdminDep, memory: MemoryDep,
+              tenant: Annotated[TenantName | None, Query(description="Only this tenant's keys.")] = None
+              ) -> KeysPublic:
+    """The keys issued (ids, tenants, labels; never the keys)."""
+    records = memory.keys.list(tenant)
+    return KeysPublic(data=[KeyPublic(**{k: v for k, v in vars(r).items() if k != "sha256"}) for r in records],
+                      count=len(records))
+
+
+@router.delete("/keys/{key_id}", response_model=KeyPublic)
+def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=64)], _: AdminDep, memory: MemoryDep
+               ) -> KeyPublic:
+    """Revoke a key: it stops working at once."""
+    record = memory.keys.revoke(key_id)
+    return KeyPublic(**{k: v for k, v in vars(record).items() if k != "sha256"})

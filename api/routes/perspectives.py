@@ -1,0 +1,57 @@
+"""Perspectives: get one, deepen it, explain it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import PlainTextResponse, Response
+from pydantic import AwareDatetime
+
+from api.auth import MemoryDep, TenantDep
+from api.routes.params import MinPosition
+from api.schemas.perspectives import ExplanationPublic, PerspectivePublic
+from domain.values import Ref
+
+router = APIRouter(prefix="/perspectives", tags=["perspectives"])
+Format = Annotated[Literal["json", "markdown"], Query(description="`markdown`: only the context block.")]
+Budget = Annotated[int | None, Query(ge=40, le=100_000, description="Token budget of the context block.")]
+PerspectiveId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/markdown": {"schema": {"type": "string"},
+                                                                "example": "## Clear\n- **Li** —prefers→ ..."}}}}
+
+
+def _answer(perspective: dict[str, Any], format: str) -> Any:
+    if format == "markdown":
+        return PlainTextResponse(perspective["context"], media_type="text/markdown; charset=utf-8",
+                                 headers={"X-Perspective-Id": perspective["perspective_id"]})
+    return PerspectivePublic.model_validate(perspective)
+
+
+@router.get("", response_model=PerspectivePublic, responses=RESPONSES)
+def get_perspective(
+    tenant: TenantDep, memory: MemoryDep,
+    agent: Annotated[Ref, Query(description="The agent whose view this is.", examples=["agent:wang-assistant"])],
+    serving: Annotated[Ref | None, Query(description="The person the agent serves now.")] = None,
+    focus: Annotated[list[Ref] | None, Query(max_length=20, description="Things in focus now (repeat).")] = None,
+    as_of: Annotated[AwareDatetime | None, Query(description="What was current and believed then.")] = None,
+    budget_tokens: Budget = None, format: Format = "json", min_position: MinPosition = None,
+) -> Any:
+    """What `agent` sees from where it stands: ranked facts in five clarity tiers and a context block within the
+    budget. Serving one records the full and gist facts as recalled (mode `pushed`)."""
+    perspective = memory.perspective(tenant, agent, serving, focus or [], as_of, budget_tokens,
+                                     min_position=min_position)
+    return _answer(perspective, format)
+
+
+@router.post("/{perspective_id}/deepen", response_model=PerspectivePublic, responses=RESPONSES)
+def deepen(perspective_id: PerspectiveId, tenant: TenantDep, memory: MemoryDep, budget_tokens: Budget = None,
+           format: Format = "json") -> Response | PerspectivePublic:
+    """Think deeper from the same standpoint: one more hop and a lower threshold (recorded as `deepened`)."""
+    return _answer(memory.deepen(tenant, perspective_id, budget_tokens), format)  # type: ignore[no-any-return]
+
+
+@router.get("/{perspective_id}/explain", response_model=ExplanationPublic)
+def explain(perspective_id: PerspectiveId, tenant: TenantDep, memory: MemoryDep) -> ExplanationPublic:
+    """The inputs, parameters and outputs of a served perspective, to reproduce it."""
+    return ExplanationPublic.model_validate(memory.explain(tenant, perspective_id))

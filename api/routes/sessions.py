@@ -1,0 +1,25 @@
+"""Sessions: the workers of a main session."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from api.auth import MemoryDep, TenantDep
+from api.problems import not_found
+from api.routes.params import MinPosition
+from api.schemas.sessions import SessionPublic, WorkersPublic
+
+router = APIRouter(prefix="/sessions", tags=["sessions"])
+
+
+@router.get("/{session_id}/workers", response_model=WorkersPublic)
+def session_workers(session_id: Annotated[str, Path(min_length=1, max_length=256, pattern=r"^\S(.*\S)?$")],
+                    tenant: TenantDep, memory: MemoryDep, min_position: MinPosition = None) -> WorkersPublic:
+    """A session and the worker sessions it dispatched: who holds which task, about what, with what status."""
+    session, workers = memory.session(tenant, session_id, min_position)
+    if session is None:
+        raise not_found(f"no session {session_id!r} in your tenant", "path.session_id")
+    data = [SessionPublic(**w) for w in workers]
+    return WorkersPublic(session=SessionPublic(**session), data=data, count=len(data))

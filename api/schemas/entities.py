@@ -1,0 +1,44 @@
+"""Entities: references to things that live elsewhere."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.common import WritePublic
+from domain.values import Ref
+
+Label = Annotated[str, Field(min_length=1, max_length=500)]
+
+
+class EntityCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"ref": "person:li", "label": "Li Wei", "aliases": ["Mr. Li", "李总"], "hub": False}]})
+
+    ref: Ref = Field(description="`kind:identifier`, e.g. `person:li`, `file:quotes/q3.xlsx`.")
+    label: Label
+    aliases: list[Label] = Field(default_factory=list, max_length=100)
+    hub: bool = Field(default=False, description="Many unrelated parties touch it: reachable, never traversed.")
+
+
+class EntityWritten(WritePublic):
+    ref: str
+
+
+class EntityPublic(BaseModel):
+    ref: str = Field(examples=["person:li"])
+    label: str = Field(examples=["Li Wei"])
+    aliases: list[str] = Field(default_factory=list)
+    hub: bool = False
+    needs_review: bool = False
+    merged_into: str | None = None
+    registered_at: datetime | None = None
+    updated_at: datetime | None = None
+    version: int | None = None
+
+
+class EntitiesPublic(BaseModel):
+    data: list[EntityPublic]
+    count: int = Field(description="How many match in all (the page is `data`).")

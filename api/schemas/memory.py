@@ -1,0 +1,61 @@
+"""Memory use: marking facts used, and recall by tier."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.common import WritePublic
+from domain.values import Identifier, Ref
+
+
+class UsedCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"agent": "agent:wang-assistant", "fact_ids": ["5f1c0e9a2b7d4c3e8f6a1b2c3d4e5f60"]}]})
+
+    agent: Ref
+    fact_ids: list[Identifier] = Field(min_length=1, max_length=1000)
+    perspective_id: Identifier | None = None
+
+
+class RecallCreate(BaseModel):
+    """Look facts up nearest tier first: session, then the person served (episodic), then the org (semantic)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"agent": "agent:wang-assistant", "serving": "person:wang", "about": ["person:li"], "text": "settlement"}]})
+
+    agent: Ref
+    about: list[Ref] = Field(default_factory=list, max_length=50, description="Facts touching any of these.")
+    text: Annotated[str, Field(min_length=1, max_length=500)] | None = Field(
+        default=None, description="Facts whose refs, labels, aliases, relation or reason contain this.")
+    serving: Ref | None = Field(default=None, description="The person served: their episodic tier is searched.")
+    session_id: Identifier | None = Field(default=None, description="The agent's session: its tier comes first.")
+    limit: int = Field(default=20, ge=1, le=200)
+
+
+class RecalledFact(BaseModel):
+    tier: str = Field(description="session | episodic | semantic", examples=["episodic"])
+    fact_id: str
+    subject: str
+    relation: str
+    object: str
+    scope: str
+    reason: str | None = None
+    confidence: float
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    asserted_at: datetime | None = None
+
+
+class RecallPublic(BaseModel):
+    answered_by: str | None = Field(description="The nearest tier that had an answer; null: none did.")
+    tiers_checked: list[str]
+    data: list[RecalledFact]
+    count: int
+    position: int | None = Field(description="Log position of the recall recorded (mode looked_up).")
+
+
+class UsedWritten(WritePublic):
+    pass
