@@ -111,6 +111,10 @@ from api.cli_projections import register as _register_projection_commands  # noq
 
 _register_projection_commands(app)
 
+from api.cli_serve import register as _register_serving_commands  # noqa: E402
+
+_register_serving_commands(app)
+
 from api.kafka_cli import register as _register_kafka_commands  # noqa: E402
 
 _register_kafka_commands(app)
