@@ -84,14 +84,12 @@ def tenant_create(name: str, display_name: Annotated[str, typer.Option(help="A h
 def import_(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)]) -> None:
     """Ingest a JSON-lines file of envelopes; rejected lines go to FILE.rejects.jsonl with their reasons."""
     from consumers.file_import import import_file
-    from consumers.ingest import Ingestor
-
     with _noumena() as n, Progress(
         TextColumn("[bold]importing[/] {task.description}"), BarColumn(), DownloadColumn(),
         TransferSpeedColumn(), TimeRemainingColumn(), console=errors, transient=False,
     ) as progress:
         task = progress.add_task(file.name, total=file.stat().st_size)
-        report = import_file(file, Ingestor(n.service), lambda done: progress.advance(task, done))  # type: ignore[attr-defined]
+        report = import_file(file, n.ingestor(), lambda done: progress.advance(task, done))  # type: ignore[attr-defined]
     for line in report.first_rejections:
         errors.print(f"[yellow]rejected[/] {line}")
     console.print(
@@ -122,6 +120,10 @@ _register_kafka_commands(app)
 from api.cli_perspectives import register as _register_perspective_commands  # noqa: E402
 
 _register_perspective_commands(app)
+
+from api.cli_memory import register as _register_memory_commands  # noqa: E402
+
+_register_memory_commands(app)
 
 
 def main() -> None:

@@ -255,8 +255,8 @@ def to_command(envelope: EnvelopeBase) -> c.Command:
             return c.CompactSession(
                 **common, session_id=p.session_id, through_message_id=p.through_message_id, summary=p.summary,
                 mentions=tuple(m.model_dump() for m in p.mentions),
-                facts=tuple(f.model_dump(mode="json", exclude_none=True) for f in p.facts),
-                invalidations=tuple(i.model_dump(mode="json", exclude_none=True) for i in p.invalidations),
+                facts=tuple(f.model_dump(mode="json", exclude_unset=True) for f in p.facts),
+                invalidations=tuple(i.model_dump(mode="json", exclude_unset=True) for i in p.invalidations),
             )
         case SessionEndedV1():
             return c.EndSession(**common, session_id=p.session_id)

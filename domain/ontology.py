@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, get_type_hints
 
 from domain.consolidation import (
@@ -87,6 +88,8 @@ class Ontology:
     person_scopes: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
     """(subject, relation, object) -> the person scopes in which it is currently believed (for promotion)."""
     recall_count: int = 0
+    recall_uses: dict[str, dict[str, list[datetime]]] = field(default_factory=dict)
+    """fact id -> agent -> when that agent recalled it (each recall is a use that strengthens it for that agent)."""
     _journal: list[tuple[int, Any, Any, Any]] | None = field(default=None, repr=False)
     _trim_on_commit: list[list[Any]] = field(default_factory=list, repr=False)
 
@@ -353,6 +356,14 @@ class Ontology:
     @_applies
     def _(self, e: FactsRecalled) -> None:
         self._attrs(self, recall_count=self.recall_count + 1)
+        for fact_id in e.fact_ids:
+            by_agent = self.recall_uses.get(fact_id)
+            if by_agent is None:
+                by_agent = {}
+                self._set(self.recall_uses, fact_id, by_agent)
+            if e.agent not in by_agent:
+                self._set(by_agent, e.agent, [])
+            self._append(by_agent[e.agent], e.recorded_at)
 
     def _track_person_scope(self, fact: FactState, current: bool) -> None:
         if not fact.scope.startswith("person:"):

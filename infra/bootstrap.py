@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from consumers.compaction_hook import CompactionSignal
+from consumers.consolidation import ConsolidationWorker, extractor_from
+from consumers.ingest import Ingestor
 from domain.service import OntologyService
 from infra.eventlog import EventsourcingLog
 from infra.settings import Settings
@@ -23,8 +26,25 @@ class Noumena:
     settings: Settings
     log: EventsourcingLog
     service: OntologyService
+    consolidation: ConsolidationWorker
+    _signal: CompactionSignal | None = field(default=None, repr=False)
 
-    def close(self) -> None:
+    @property
+    def on_stored(self) -> CompactionSignal:
+        """The callback every ingestion path passes on: stored `session.compacted` commands start consolidation
+        on a background thread (started on first use), so ingestion never waits for it."""
+        if self._signal is None:
+            self._signal = CompactionSignal(self.consolidation.handle)
+        return self._signal
+
+    def ingestor(self) -> Ingestor:
+        return Ingestor(self.service, on_stored=self.on_stored)
+
+    def close(self, drain_seconds: float = 30.0) -> None:
+        """Finish queued consolidations (bounded), then close the store."""
+        if self._signal is not None:
+            self._signal.drain(drain_seconds)
+            self._signal.close()
         self.log.close()
 
 
@@ -35,4 +55,6 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     # rescan it every few hundred allocations. Collect young objects far less often.
     gc.set_threshold(50_000, 20, 100)
     log = EventsourcingLog(settings.event_store_env())
-    return Noumena(settings=settings, log=log, service=OntologyService(log, clock=clock))
+    service = OntologyService(log, clock=clock)
+    return Noumena(settings=settings, log=log, service=service,
+                   consolidation=ConsolidationWorker(service, extractor_from(settings)))

@@ -67,6 +67,16 @@ class Settings(BaseSettings):
             return "NOUMENA_ADMIN_KEY is not set; it is required outside NOUMENA_ENVIRONMENT=development"
         return None
 
+    extractor: Literal["structured", "llm"] = Field(
+        default="structured", description="structured: the payload's own facts; llm: plus an LLM's extraction.")
+    llm_url: str = Field(default="", description="OpenAI-compatible base URL, e.g. https://host/v1.")
+    llm_model: str = ""
+    llm_api_key: SecretStr = SecretStr("")
+    llm_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
+    llm_retries: int = Field(default=2, ge=0, le=10)
+    disuse_period_days: float = Field(default=30.0, gt=0, description="Archive facts whose activation stayed "
+                                      "below tau for every agent this long (`noumena sweep`).")
+
     def event_store_env(self) -> dict[str, str]:
         """The environment eventsourcing's factory reads, built from our settings."""
         if self.event_store == "sqlite":

@@ -1,0 +1,179 @@
+"""The memory commands of `noumena`: consolidation, entity review and merge, promotion, tier-aware recall,
+workers, and archiving by disuse. Thin: parse, call domain/workflows.py, print."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from domain.errors import NoumenaError
+
+console = Console()
+errors = Console(stderr=True)
+Tenant = Annotated[str, typer.Option("--tenant", envvar="NOUMENA_TENANT", help="The tenant (organization).")]
+
+consolidation_app = typer.Typer(help="Consolidation ('sleep') of compacted sessions.", no_args_is_help=True)
+entities_app = typer.Typer(help="Entities: review ambiguous ones, merge, keep.", no_args_is_help=True)
+facts_app = typer.Typer(help="Facts: promotion to the organization.", no_args_is_help=True)
+
+
+@contextmanager
+def _app() -> Iterator[Any]:
+    from infra.bootstrap import bootstrap
+
+    noumena = bootstrap()
+    try:
+        yield noumena
+    except NoumenaError as error:
+        errors.print(f"[red]error:[/] {error}")
+        raise typer.Exit(2) from None
+    finally:
+        noumena.close()
+
+
+@consolidation_app.command("list")
+def consolidation_list(tenant: Tenant) -> None:
+    """Every compaction with its consolidation status, attempts, counts or failure reason."""
+    with _app() as n:
+        state = n.service.ontology(tenant)
+        table = Table("compaction", "status", "attempts", "counts / reason")
+        for k in state.compactions.values():
+            detail = k.reason or ", ".join(f"{name} {count}" for name, count in k.counts.items() if count)
+            table.add_row(k.compaction_id, k.status.value, str(k.attempts), detail)
+        console.print(table)
+
+
+@consolidation_app.command("run")
+def consolidation_run(tenant: Tenant) -> None:
+    """Consolidate every pending compaction now (the background worker does this on arrival)."""
+    with _app() as n:
+        reports = n.consolidation.run_pending(tenant)
+        for report in reports:
+            console.print(f"{report.compaction_id}: {report.status.value} {report.reason or report.counts}")
+        if any(r.reason for r in reports):
+            raise typer.Exit(1)
+
+
+@consolidation_app.command("retry")
+def consolidation_retry(compaction_id: str, tenant: Tenant) -> None:
+    """Run a failed (or stuck) consolidation again, e.g. after fixing the extractor's settings."""
+    with _app() as n:
+        report = n.consolidation.retry(tenant, compaction_id)
+        console.print(f"{report.compaction_id}: {report.status.value} {report.reason or report.counts}")
+        if report.reason:
+            raise typer.Exit(1)
+
+
+@entities_app.command("review")
+def entities_review(tenant: Tenant) -> None:
+    """Entities marked needs_review (an ambiguous mention never merges silently), with their look-alikes."""
+    from domain.resolution import NameIndex
+
+    with _app() as n:
+        state = n.service.ontology(tenant)
+        names = NameIndex(state)
+        table = Table("ref", "label", "looks like")
+        for entity in state.entities.values():
+            if entity.needs_review and entity.merged_into is None:
+                alike = sorted((names.exact(entity.label) | names.fuzzy(entity.label)) - {entity.ref})
+                table.add_row(entity.ref, entity.label, ", ".join(alike))
+        console.print(table)
+
+
+@entities_app.command("merge")
+def entities_merge(merged_ref: str, into: Annotated[str, typer.Option("--into", help="The surviving ref.")],
+                   tenant: Tenant, reason: str = "reviewed: same entity") -> None:
+    """Merge MERGED_REF into --into: recorded as an event; its current facts move."""
+    from domain.workflows import merge_entities
+
+    with _app() as n:
+        moved = merge_entities(n.service, tenant, merged_ref, into, reason)
+        console.print(f"merged {merged_ref} into {into}; {moved} facts moved")
+
+
+@entities_app.command("keep")
+def entities_keep(ref: str, tenant: Tenant) -> None:
+    """Mark a reviewed entity as distinct (clears needs_review)."""
+    from domain.commands import KeepEntity
+
+    with _app() as n:
+        n.service.execute(KeepEntity(tenant=tenant, ref=ref))
+        console.print(f"kept {ref} as its own entity")
+
+
+@facts_app.command("promote")
+def facts_promote(fact_id: str, tenant: Tenant,
+                  approved_by: Annotated[str, typer.Option(help="Who approves.")]) -> None:
+    """Approve a person- or session-scoped fact for the whole organization (semantic memory)."""
+    from domain.commands import PromoteFact
+
+    with _app() as n:
+        outcome = n.service.execute(PromoteFact(tenant=tenant, fact_id=fact_id, approved_by=approved_by))
+        console.print(f"promoted as {outcome.events[0].fact_id}")  # type: ignore[attr-defined]
+
+
+def recall_command(
+    tenant: Tenant,
+    agent: Annotated[str, typer.Option(help="The agent looking.")],
+    subject: Annotated[str, typer.Option(help="The entity asked about.")],
+    serving: Annotated[str | None, typer.Option(help="The person served.")] = None,
+    relation: Annotated[str | None, typer.Option(help="Only this relation.")] = None,
+    session: Annotated[str | None, typer.Option(help="The session asking (default: the agent's live main "
+                                                     "sessions serving that person).")] = None,
+    deeper: Annotated[bool, typer.Option("--deeper", help="Also look at facts archived for disuse.")] = False,
+) -> None:
+    """Answer from the nearest memory tier (session, episodic, semantic) and say which tier answered."""
+    from domain.workflows import recall
+
+    with _app() as n:
+        answer = recall(n.service, tenant, agent, serving, subject, relation, session, deeper)
+        if answer.tier is None:
+            console.print("nothing remembered")
+            raise typer.Exit(1)
+        console.print(f"answered from the [bold]{answer.tier.value}[/] tier")
+        for fact in answer.facts:
+            back = " (brought back)" if fact.fact_id in answer.restored else ""
+            console.print(f"  {fact.subject} -{fact.relation}-> {fact.object} [{fact.scope}] "
+                          f"{fact.reason or ''} ({fact.fact_id}){back}")
+
+
+def workers_command(session_id: str, tenant: Tenant,
+                    about: Annotated[str | None, typer.Option(help="Only workers about this ref.")] = None,
+                    all_: Annotated[bool, typer.Option("--all", help="Include finished workers.")] = False) -> None:
+    """The workers of a main session: where to route a follow-up."""
+    from domain.workflows import workers_for
+
+    with _app() as n:
+        workers = workers_for(n.service.ontology(tenant), session_id, about, live_only=not all_)
+        table = Table("worker", "status", "task", "about", "last report")
+        for w in workers:
+            table.add_row(w.session_id, w.status.value if w.status else "", w.task or "", ", ".join(w.about),
+                          w.last_summary or "")
+        console.print(table)
+
+
+def sweep_command(tenant: Tenant, period_days: Annotated[float | None, typer.Option(
+        help="Archive facts below tau for every agent this long (default NOUMENA_DISUSE_PERIOD_DAYS).")] = None
+                  ) -> None:
+    """Archive disused facts: hidden from perspectives, never deleted; a deeper recall brings them back."""
+    from domain.workflows import archive_disused
+
+    with _app() as n:
+        days = period_days or n.settings.disuse_period_days
+        archived = archive_disused(n.service, tenant, datetime.now(UTC), timedelta(days=days))
+        console.print(f"archived {len(archived)} disused facts")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(consolidation_app, name="consolidation")
+    app.add_typer(entities_app, name="entities")
+    app.add_typer(facts_app, name="facts")
+    app.command("recall")(recall_command)
+    app.command("workers")(workers_command)
+    app.command("sweep")(sweep_command)
