@@ -1,0 +1,69 @@
+"""A tiny organization written as log records (position, topic, payload), for the perspective index tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from domain.ontology import fact_id_for
+from projections.perspective_index import PerspectiveIndex, fold
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Org:
+    """Records for one tenant, as the projector would read them from the log."""
+
+    def __init__(self, tenant: str = "acme", start: datetime = START) -> None:
+        self.tenant = tenant
+        self.now = start
+        self.records: list[tuple[int, str, dict[str, Any]]] = []
+        self._generations: dict[tuple[str, str, str, str], int] = {}
+
+    def _record(self, topic: str, **data: Any) -> None:
+        data.update(tenant=self.tenant, recorded_at=self.now.isoformat())
+        self.records.append((len(self.records) + 1, topic, data))
+
+    def advance(self, days: float) -> Org:
+        self.now += timedelta(days=days)
+        return self
+
+    def entity(self, ref: str, hub: bool = False, label: str | None = None) -> str:
+        self._record("entity.registered", ref=ref, label=label or ref, aliases=[], hub=hub)
+        return ref
+
+    def session(self, session_id: str, agent: str, serving: str | None = None) -> str:
+        self._record("session.started", session_id=session_id, agent=agent, kind="main", serving=serving)
+        return f"session:{session_id}"
+
+    def fact(self, subject: str, relation: str, obj: str, scope: str = "org", confidence: float = 0.8,
+             reason: str | None = None) -> str:
+        key = (subject, relation, obj, scope)
+        generation = self._generations.get(key, 0)
+        self._generations[key] = generation + 1
+        fact_id = fact_id_for(self.tenant, key, generation)
+        self._record("fact.asserted", fact_id=fact_id, subject=subject, relation=relation, object=obj, scope=scope,
+                     reason=reason, confidence=confidence, provenance={"session_id": None, "message_ids": []})
+        return fact_id
+
+    def invalidate(self, fact_id: str) -> None:
+        self._record("fact.invalidated", fact_id=fact_id, reason="no longer holds", provenance={})
+
+    def archive(self, fact_id: str) -> None:
+        self._record("fact.archived", fact_id=fact_id, cause="session ended")
+
+    def restore(self, fact_id: str) -> None:
+        self._record("fact.restored", fact_id=fact_id, cause="recalled")
+
+    def recall(self, agent: str, fact_ids: list[str], mode: str = "used") -> None:
+        self._record("facts.recalled", agent=agent, fact_ids=fact_ids, mode=mode, perspective_id=None)
+
+    def index(self, until: datetime | None = None) -> PerspectiveIndex:
+        return fold(self.tenant, self.records, until=until.timestamp() if until else None)
+
+    def incremental(self) -> PerspectiveIndex:
+        """Applied one record at a time, never compacted: the follower's path."""
+        index = PerspectiveIndex(self.tenant)
+        for position, topic, data in self.records:
+            index.apply(position, topic, data)
+        return index
