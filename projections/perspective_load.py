@@ -30,6 +30,7 @@ from projections.perspective_index import (
     _Texts,
     provenance_text,
 )
+from projections.schema import PROJECTION_NAME
 
 
 def _hashes(ids: pl.Series) -> np.ndarray:
@@ -127,7 +128,7 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str) -> PerspectiveIndex
     """Build a tenant's index from the projections' DuckDB tables (see the module docstring)."""
 
     def frame(sql: str) -> pl.DataFrame:
-        return pl.from_arrow(con.execute(sql, [tenant]).fetch_arrow_table())  # type: ignore[return-value]
+        return pl.from_arrow(con.sql(sql, params=[tenant]).to_arrow_table())  # type: ignore[return-value]
 
     entities = frame("SELECT ref, label, hub FROM entities WHERE tenant = ? ORDER BY ref")
     facts = frame(f"""
@@ -136,10 +137,9 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str) -> PerspectiveIndex
         FROM facts AS f
         LEFT JOIN (SELECT fact_id, any_value(session_id) AS session_id, any_value(message_ids) AS message_ids,
                           any_value(actor) AS actor
-                   FROM fact_changes WHERE tenant = ? AND change = 'asserted' GROUP BY fact_id) AS c
+                   FROM fact_changes WHERE tenant = $1 AND change = 'asserted' GROUP BY fact_id) AS c
           ON c.fact_id = f.fact_id
-        WHERE f.tenant = ? ORDER BY f.asserted_at, f.fact_id""".replace("WHERE tenant = ?", "WHERE tenant = $1")
-                   .replace("f.tenant = ?", "f.tenant = $1"))
+        WHERE f.tenant = $1 ORDER BY f.asserted_at, f.fact_id""")
     provenance = [provenance_text({"session_id": s, "message_ids": m or [], "actor": a})
                   for s, m, a in zip(facts["session_id"].to_list(), facts["message_ids"].to_list(),
                                      facts["actor"].to_list(), strict=True)]
@@ -149,6 +149,7 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str) -> PerspectiveIndex
     relations = frame("SELECT name, weight FROM relation_types WHERE tenant = ?")
     uses = frame(f"SELECT agent, fact_id, {_epoch('used_at')} AS used_at FROM fact_uses WHERE tenant = ?"
                  " ORDER BY position")
-    row = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position LIMIT 1").fetchone()
+    row = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position WHERE projection = ?",
+                      [PROJECTION_NAME]).fetchone()
     position, clock = (int(row[0]), row[1]) if row else (0, None)
     return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock)

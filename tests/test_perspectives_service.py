@@ -1,0 +1,157 @@
+"""Serving perspectives through the real event log: recalls, reinforcement, evidence, as-of, budget, DuckDB start."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from domain.activation import Tier, estimate_tokens
+from domain.commands import AssertFact, CreateTenant, RegisterEntity
+from domain.recalls import FactsRecalled
+from projections.perspectives import Perspectives, UnknownPerspective
+from tests.conftest import TickingClock
+
+T = "acme"
+
+
+def _org(noumena, things: int = 16) -> list[str]:  # type: ignore[no-untyped-def]
+    """An agent that knows `things` things, all alike: only reinforcement can tell them apart."""
+    run = noumena.service.execute
+    run(CreateTenant(tenant=T))
+    run(RegisterEntity(tenant=T, ref="agent:a", label="agent A"))
+    ids = []
+    for k in range(things):
+        run(RegisterEntity(tenant=T, ref=f"thing:{k:02d}", label=f"thing {k:02d}"))
+        outcome = run(AssertFact(tenant=T, subject="agent:a", relation="knows", object=f"thing:{k:02d}",
+                                 reason=f"reason {k}"))
+        ids.append(outcome.events[-1].fact_id)  # type: ignore[attr-defined]
+    return ids
+
+
+@pytest.fixture
+def served(make_noumena, tmp_path):  # type: ignore[no-untyped-def]
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(minutes=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    ids = _org(noumena)
+    clock.now += timedelta(days=3)
+    return noumena, Perspectives(noumena.log, noumena.service, tmp_path / "home", clock), ids, clock
+
+
+def _recalls(noumena) -> list[FactsRecalled]:  # type: ignore[no-untyped-def]
+    return [logged.event for logged in noumena.log.read(0, 100_000) if isinstance(logged.event, FactsRecalled)]
+
+
+def test_serving_records_one_pushed_recall_of_the_full_and_gist_facts(served):
+    noumena, perspectives, _ids, _clock = served
+    p = perspectives.perspective_for(T, "agent:a")
+    assert (p.counts["full"], p.counts["gist"]) == (4, 7)
+    [recall] = _recalls(noumena)
+    assert recall.mode == "pushed" and recall.perspective_id == p.perspective_id
+    assert list(recall.fact_ids) == p.fact_ids(Tier.FULL, Tier.GIST)
+    assert p.recall is not None and p.recall.position is not None
+
+
+def test_later_perspectives_rank_reinforced_facts_higher(served):
+    noumena, perspectives, ids, clock = served
+    first = perspectives.perspective_for(T, "agent:a", record=False)
+    weakest = first.items[-1].fact_id  # identical facts: the tie-break put this one last
+    perspectives.used(T, "agent:a", [weakest])
+    clock.now += timedelta(hours=2)
+    second = perspectives.perspective_for(T, "agent:a")
+    assert second.items[0].fact_id == weakest
+    assert second.items[0].activation > max(i.activation for i in first.items)
+    assert [r.mode for r in _recalls(noumena)] == ["used", "pushed"]
+
+
+def test_a_pushed_fact_outranks_the_ones_that_were_not_shown(served):
+    noumena, perspectives, ids, clock = served
+    shown = set(perspectives.perspective_for(T, "agent:a").fact_ids(Tier.FULL, Tier.GIST))
+    clock.now += timedelta(days=1)
+    again = perspectives.perspective_for(T, "agent:a", record=False)
+    top = {i.fact_id for i in again.items[:11]}
+    assert top == shown
+
+
+def test_a_deeper_look_records_a_deepened_recall_and_an_as_of_look_records_none(served):
+    noumena, perspectives, _ids, clock = served
+    perspectives.perspective_for(T, "agent:a", deeper=True)
+    past = perspectives.perspective_for(T, "agent:a", as_of=clock.now - timedelta(days=1))
+    assert [r.mode for r in _recalls(noumena)] == ["deepened"]
+    assert past.recall is None and past.as_of is not None
+    assert perspectives.explain(past.perspective_id).as_of == past.as_of
+
+
+def test_the_evidence_explains_and_reproduces_a_served_perspective(served):
+    noumena, perspectives, _ids, clock = served
+    p = perspectives.perspective_for(T, "agent:a", focus=["thing:03"], budget_tokens=300)
+    clock.now += timedelta(days=2)
+    perspectives.perspective_for(T, "agent:a")  # later events must not change the reproduction
+    explained = perspectives.explain(p.perspective_id)
+    assert explained == p
+    again = perspectives.reproduce(p.perspective_id)
+    assert [(i.fact_id, i.tier, i.activation) for i in again.items] == [
+        (i.fact_id, i.tier, i.activation) for i in p.items]
+    assert again.context == p.context
+    with pytest.raises(UnknownPerspective):
+        perspectives.explain("no-such-perspective")
+
+
+def test_the_context_fits_its_budget_and_every_line_is_traceable(served):
+    _noumena, perspectives, _ids, _clock = served
+    roomy = perspectives.perspective_for(T, "agent:a", record=False)
+    tight = perspectives.perspective_for(T, "agent:a", record=False, budget_tokens=120)
+    assert roomy.context_tokens <= roomy.budget_tokens and tight.context_tokens <= 120
+    assert estimate_tokens(tight.context) == tight.context_tokens
+    assert tight.counts["full"] + tight.counts["gist"] < roomy.counts["full"] + roomy.counts["gist"]
+    assert sum(tight.counts.values()) == sum(roomy.counts.values())  # demoted, never lost
+    shown = {i.fact_id for i in tight.items} | {f for g in tight.count_groups for f in g.fact_ids}
+    for line in tight.lines:
+        if "[#" in line.text:
+            assert line.fact_ids and line.fact_ids[0][:8] in line.text
+        assert set(line.fact_ids) <= shown
+    assert "\n".join(line.text for line in tight.lines) == tight.context
+
+
+def test_unknown_agents_are_refused(served):
+    from domain.errors import UnknownEntity
+
+    _noumena, perspectives, _ids, _clock = served
+    with pytest.raises(UnknownEntity):
+        perspectives.perspective_for(T, "agent:nobody")
+
+
+def test_an_index_loaded_from_duckdb_equals_the_one_folded_from_the_log(tmp_path):
+    from api.perspective_story import VIEWS, serve_story
+    from api.story import TENANT
+    from projections.perspective_load import from_duckdb
+    from projections.projector import Projector
+
+    story = serve_story(tmp_path / "story")
+    try:
+        with Projector(story.app.log, tmp_path / "read.duckdb") as projector:
+            projector.catch_up()
+            loaded = from_duckdb(projector.con, TENANT)  # type: ignore[attr-defined]
+        folded = story.perspectives.index(TENANT)
+        assert loaded.position == folded.position
+        now = story.clock.now.timestamp()
+        from projections.perspective_index import Viewpoint
+
+        for view in VIEWS.values():
+            viewpoint = Viewpoint(view["agent"], view.get("serving"), tuple(view.get("focus", [])))
+            a, b = folded.walk(viewpoint, folded_parameters(), now), loaded.walk(viewpoint, folded_parameters(), now)
+            assert [folded.fact_id(int(f)) for f in a.facts] == [loaded.fact_id(int(f)) for f in b.facts]
+            assert a.activation == pytest.approx(b.activation, abs=1e-6)
+            assert (a.tiers == b.tiers).all()
+            fa = int(a.facts[0])
+            fb = int(b.facts[0])
+            assert folded.reasons.get(fa) == loaded.reasons.get(fb)
+            assert folded.provenance.get(fa) == loaded.provenance.get(fb)
+    finally:
+        story.close()
+
+
+def folded_parameters():  # type: ignore[no-untyped-def]
+    from domain.activation import DEFAULT_PARAMETERS
+
+    return DEFAULT_PARAMETERS
