@@ -1,0 +1,209 @@
+"""Fault tests on the real broker: consumers SIGKILLed at random points and restarted, two consumers sharing a
+PostgreSQL log with one killed, the broker restarted mid-run. Each ends with the log a clean run gives (by
+count and content digest) and the same dead letters (one per input after folding repeats by coordinates)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumers.dlq import read_dead_letters
+from consumers.kafka_config import connection_options
+from consumers.kafka_consumer import SessionEventConsumer
+from infra.bootstrap import Noumena
+from infra.bootstrap import bootstrap as bootstrap_noumena
+from infra.settings import Settings
+from tests.conftest import TickingClock, postgres_settings
+from tests.kafka_support import (
+    caught_up,
+    create_tenants,
+    create_topic,
+    end_offsets,
+    kafka_bootstrap,
+    log_digest,
+    produce,
+    spawn_consumer,
+    stored_positions,
+    story,
+    unique_topic,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
+    built: list[Noumena] = []
+
+    def make(settings: Settings) -> Noumena:
+        built.append(bootstrap_noumena(settings, clock=TickingClock()))
+        return built[-1]
+
+    yield make
+    for noumena in built:
+        noumena.close()
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Consumer processes started by a test; any still alive at the end are killed."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def settings_for(base: Settings, bootstrap: str, topic: str, name: str, **update: Any) -> Settings:
+    dlq = create_topic(bootstrap, f"{topic}.{name}.dlq", partitions=2)
+    return base.model_copy(update={
+        "kafka_bootstrap": bootstrap, "kafka_topic": topic, "kafka_dlq_topic": dlq, "kafka_group": f"{topic}.{name}",
+        "kafka_batch_size": 200, "kafka_session_timeout_ms": 6_000, "kafka_poll_timeout_ms": 200, **update})
+
+
+def dead_letter_inputs(settings: Settings) -> tuple[int, dict[tuple[int, int], tuple[bytes | None, str | None]]]:
+    """(records on the DLQ, {source (partition, offset): (value, field)}) - repeats folded by coordinates."""
+    letters = read_dead_letters(connection_options(settings), settings.kafka_dlq_topic)
+    folded = {(s.letter.source.partition, s.letter.source.offset): (s.letter.value, s.letter.field) for s in letters}
+    return len(letters), folded
+
+
+def clean_run(noumena_for, base: Settings, bootstrap: str, topic: str, tenants: list[str]):  # type: ignore[no-untyped-def]
+    settings = settings_for(base, bootstrap, topic, "clean", kafka_batch_size=500)
+    noumena = noumena_for(settings)
+    create_tenants(noumena, tenants)
+    consumer = SessionEventConsumer(noumena)
+    try:
+        consumer.run(until_idle=True)
+    finally:
+        consumer.close()
+    return log_digest(noumena), dead_letter_inputs(settings)[1]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+def stored_total(noumena: Noumena, topic: str, ends: dict[int, int]) -> int:
+    return sum((-1 if p is None else p) + 1 for p in stored_positions(noumena, topic, ends).values())
+
+
+def stop(child: subprocess.Popen[bytes]) -> None:
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 0
+
+
+def test_a_consumer_killed_at_random_points_and_restarted_ends_with_the_clean_log(
+        noumena_for, children, tmp_path):
+    bootstrap = kafka_bootstrap()
+    topic = create_topic(bootstrap, unique_topic("sigkill"), partitions=2)
+    s = story(tenants=4, per_tenant=4_900, bad_every=60, duplicate_every=97, partitions=2)
+    assert len(s.messages) >= 20_000
+    produce(bootstrap, topic, s.messages)
+    ends = end_offsets(bootstrap, topic)
+    base = Settings(home=tmp_path / "killed", event_store="sqlite")
+    settings = settings_for(base, bootstrap, topic, "killed", kafka_instance_id=f"killed-{os.getpid()}")
+    observer = noumena_for(settings)
+    create_tenants(observer, s.tenants)
+    rng = random.Random(os.environ.get("NOUMENA_TEST_SEED", "5"))
+
+    kills = 0
+    while kills < 5 and not caught_up(observer, topic, ends):
+        before = stored_total(observer, topic, ends)
+        child = spawn_consumer(settings, tmp_path / "consumer.log")
+        children.append(child)
+        wait_until(lambda b=before: stored_total(observer, topic, ends) > b or caught_up(observer, topic, ends),
+                   60, "the restarted consumer to make progress")
+        time.sleep(rng.uniform(0.0, 0.6))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        if not caught_up(observer, topic, ends):
+            kills += 1
+    final = spawn_consumer(settings, tmp_path / "consumer.log")
+    children.append(final)
+    wait_until(lambda: caught_up(observer, topic, ends), 90, "the last consumer to finish")
+    stop(final)
+
+    clean_digest, clean_letters = clean_run(noumena_for, Settings(home=tmp_path / "clean"), bootstrap, topic,
+                                            s.tenants)
+    raw_letters, letters = dead_letter_inputs(settings)
+    assert kills >= 3, "the consumer finished before it could be killed mid-run three times"
+    assert log_digest(observer) == clean_digest
+    assert letters == clean_letters
+    assert len(letters) == sum(not m.good for m in s.messages)
+    assert raw_letters >= len(letters)  # a kill between DLQ flush and store may repeat a dead letter
+
+
+def test_two_consumers_share_a_postgres_log_and_one_is_killed_midway(noumena_for, children, tmp_path):
+    bootstrap = kafka_bootstrap()
+    topic = create_topic(bootstrap, unique_topic("pg-pair"), partitions=4)
+    s = story(tenants=4, per_tenant=4_900, bad_every=60, duplicate_every=97, partitions=4)
+    produce(bootstrap, topic, s.messages)
+    ends = end_offsets(bootstrap, topic)
+    settings = settings_for(postgres_settings(tmp_path / "pg"), bootstrap, topic, "pair")
+    observer = noumena_for(settings)
+    create_tenants(observer, s.tenants)
+
+    first = spawn_consumer(settings, tmp_path / "first.log")
+    second = spawn_consumer(settings, tmp_path / "second.log")
+    children += [first, second]
+    wait_until(lambda: "assigned" in (tmp_path / "first.log").read_text()
+               and "assigned" in (tmp_path / "second.log").read_text(), 60, "both consumers to get partitions")
+    total = sum(ends.values())
+    wait_until(lambda: stored_total(observer, topic, ends) > total // 5, 60, "a fifth of the input to be stored")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    killed_at = stored_total(observer, topic, ends)
+    wait_until(lambda: caught_up(observer, topic, ends), 120, "the surviving consumer to finish")
+    stop(second)
+
+    clean_digest, clean_letters = clean_run(noumena_for, Settings(home=tmp_path / "clean"), bootstrap, topic,
+                                            s.tenants)
+    assert killed_at < total, "the first consumer was killed after everything was stored"
+    assert log_digest(observer) == clean_digest
+    assert dead_letter_inputs(settings)[1] == clean_letters
+
+
+def test_the_consumer_reconnects_after_a_broker_restart_and_finishes(noumena_for, children, tmp_path):
+    bootstrap = kafka_bootstrap()
+    topic = create_topic(bootstrap, unique_topic("restart"), partitions=2)
+    s = story(tenants=2, per_tenant=5_000, bad_every=60, partitions=2)
+    half = len(s.messages) // 2
+    produce(bootstrap, topic, s.messages[:half])
+    settings = settings_for(Settings(home=tmp_path / "restart"), bootstrap, topic, "restart",
+                            kafka_batch_size=50)
+    observer = noumena_for(settings)
+    create_tenants(observer, s.tenants)
+    child = spawn_consumer(settings, tmp_path / "consumer.log")
+    children.append(child)
+    first_ends = end_offsets(bootstrap, topic)
+    wait_until(lambda: stored_total(observer, topic, first_ends) > half // 4, 60, "a quarter of the first half")
+
+    restart = subprocess.run([str(REPO / "infra" / "kafka.sh"), "restart"], capture_output=True, text=True,
+                             timeout=180)
+    assert restart.returncode == 0, restart.stderr
+    assert not caught_up(observer, topic, first_ends) or child.poll() is None
+    kafka_bootstrap()
+    produce(bootstrap, topic, s.messages[half:])  # only a reconnected consumer can store these
+    ends = end_offsets(bootstrap, topic)
+    wait_until(lambda: caught_up(observer, topic, ends), 120, "the consumer to finish after the restart")
+    stop(child)
+
+    clean_digest, clean_letters = clean_run(noumena_for, Settings(home=tmp_path / "clean"), bootstrap, topic,
+                                            s.tenants)
+    assert log_digest(observer) == clean_digest
+    assert dead_letter_inputs(settings)[1] == clean_letters
