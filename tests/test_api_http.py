@@ -1,0 +1,215 @@
+"""The HTTP API over a real `noumena serve` process: writes, read-your-writes, history, perspectives, memory,
+sessions, operations, and errors as RFC 9457 problems that name the field and write nothing."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.api_support import Server, Tenant, api_server, register_story  # noqa: F401
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture(scope="module")
+def acme(api_server: Server) -> Tenant:  # noqa: F811
+    return api_server.tenant("acme")
+
+
+@pytest.fixture(scope="module")
+def story(acme: Tenant) -> dict[str, object]:
+    return register_story(acme, "s3cret")
+
+
+def assert_problem(response: httpx.Response, status: int, field: str | None = None) -> dict[str, object]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert body["status"] == status and body["type"].startswith("https://") and body["title"] and body["detail"]
+    if field is not None:
+        assert body["field"] == field, body
+    return dict(body)
+
+
+def test_a_write_returns_its_position_and_a_read_with_min_position_sees_it(acme: Tenant) -> None:
+    written = acme.client.post("/v1/entities", json={"ref": "person:ryw", "label": "Read Your Writes"}).json()
+    assert written["position"] > 0
+    read = acme.client.get("/v1/entities/person:ryw", params={"min_position": written["position"]})
+    assert read.status_code == 200 and read.json()["label"] == "Read Your Writes"
+
+
+def test_a_read_waits_for_a_position_the_log_has_not_reached_then_answers_503(acme: Tenant) -> None:
+    response = acme.client.get("/v1/entities", params={"min_position": 10**12})
+    body = assert_problem(response, 503, "min_position")
+    assert "retry" in str(body["detail"])
+    assert response.headers["retry-after"] == "1"
+
+
+def test_a_fact_has_its_full_history_and_provenance(acme: Tenant, story: dict) -> None:
+    fact_id = story["facts"]["prefers"]["fact_id"]
+    again = acme.client.post("/v1/facts", json={"subject": "person:customer", "relation": "prefers",
+                                                "object": "memory:pref", "confidence": 0.5,
+                                                "source": {"actor": "agent:other"}}).json()
+    assert again["change"] == "corroborated" and again["fact_id"] == fact_id
+    ended = acme.client.post(f"/v1/facts/{fact_id}/invalidate", json={"reason": "now pays weekly"}).json()
+    assert ended["change"] == "invalidated"
+    fact = acme.client.get(f"/v1/facts/{fact_id}", params={"min_position": ended["position"]}).json()
+    assert [c["change"] for c in fact["changes"]] == ["asserted", "corroborated", "invalidated"]
+    assert fact["changes"][0]["session_id"] == story["session"] and fact["changes"][0]["message_ids"] == ["m7"]
+    assert fact["changes"][1]["actor"] == "agent:other"
+    assert fact["current"]["status"] == "invalidated" and fact["current"]["ended_reason"] == "now pays weekly"
+    assert [v["status"] for v in fact["versions"]] == ["current", "current", "invalidated"]
+    assert fact["versions"][0]["recorded_to"] == fact["versions"][1]["recorded_from"]
+
+
+def test_invalidating_twice_is_a_conflict_that_names_the_state(acme: Tenant, story: dict) -> None:
+    fact_id = story["facts"]["knows"]["fact_id"]
+    assert acme.client.post(f"/v1/facts/{fact_id}/invalidate", json={"reason": "no"}).status_code == 200
+    body = assert_problem(acme.client.post(f"/v1/facts/{fact_id}/invalidate", json={"reason": "no"}), 409,
+                          "fact_id")
+    assert "invalidated" in str(body["detail"])
+
+
+def test_the_graph_as_believed_at_a_moment_is_paged(acme: Tenant, story: dict) -> None:
+    now = acme.client.get("/v1/graph", params={"min_position": story["position"], "limit": 2}).json()
+    assert len(now["data"]) == 2 and now["count"] >= 3
+    second = acme.client.get("/v1/graph", params={"skip": 2, "limit": 2}).json()
+    assert {f["fact_id"] for f in now["data"]}.isdisjoint({f["fact_id"] for f in second["data"]})
+    before = acme.client.get("/v1/graph", params={"recorded_at": "2000-01-01T00:00:00Z"}).json()
+    assert before == {"recorded_at": "2000-01-01T00:00:00Z", "valid_at": None, "data": [], "count": 0}
+
+
+def test_entities_are_found_by_label_and_alias(acme: Tenant) -> None:
+    written = acme.client.post("/v1/entities", json={"ref": "person:li", "label": "Li Wei",
+                                                     "aliases": ["李总", "Mr. Li"]}).json()
+    found = acme.client.get("/v1/entities", params={"q": "李总", "min_position": written["position"]}).json()
+    assert [e["ref"] for e in found["data"]] == ["person:li"]
+    assert acme.client.get("/v1/entities", params={"q": "mr. li"}).json()["data"][0]["label"] == "Li Wei"
+
+
+def test_a_perspective_in_json_and_markdown_then_deeper_then_explained(acme: Tenant, story: dict) -> None:
+    owns = acme.client.post("/v1/facts", json={"subject": "person:boss", "relation": "owns",
+                                                "object": "file:contract-v3", "reason": "signed it"}).json()
+    params = {"agent": "agent:assistant", "serving": "person:boss", "min_position": owns["position"]}
+    served = acme.client.get("/v1/perspectives", params=params)
+    assert served.status_code == 200, served.text
+    body = served.json()
+    assert body["items"] and {"full", "gist", "marker", "count", "forgotten"} <= set(body["counts"])
+    assert all({"tier", "fact_id", "activation", "hops"} <= set(item) for item in body["items"])
+    markdown = acme.client.get("/v1/perspectives", params=params | {"format": "markdown", "budget_tokens": 200})
+    assert markdown.headers["content-type"].startswith("text/markdown") and markdown.text.startswith("# ")
+    deeper = acme.client.post(f"/v1/perspectives/{body['perspective_id']}/deepen").json()
+    assert deeper["deeper"] is True and deeper["perspective_id"] != body["perspective_id"]
+    explained = acme.client.get(f"/v1/perspectives/{body['perspective_id']}/explain").json()
+    assert explained["inputs"]["agent"] == "agent:assistant" and explained["parameters"]["depth"] == 3
+    assert [i["fact_id"] for i in explained["outputs"]["items"]] == [i["fact_id"] for i in body["items"]]
+
+
+def test_an_unknown_agent_is_invalid_input_naming_the_field(acme: Tenant) -> None:
+    assert_problem(acme.client.get("/v1/perspectives", params={"agent": "agent:nobody"}), 422, "agent")
+    assert_problem(acme.client.get("/v1/perspectives", params={"agent": "not a ref"}), 422, "query.agent")
+
+
+def test_marking_facts_used_and_recalling_by_tier(acme: Tenant, story: dict) -> None:
+    contract = story["facts"]["contract"]["fact_id"]
+    used = acme.client.post("/v1/memory/used", json={"agent": "agent:assistant", "fact_ids": [contract]})
+    assert used.status_code == 200 and used.json()["position"] > 0
+    assert_problem(acme.client.post("/v1/memory/used", json={"agent": "agent:assistant", "fact_ids": ["nope"]}),
+                   422, "fact_ids[0]")
+    episodic = acme.client.post("/v1/memory/recall", json={"agent": "agent:assistant", "serving": "person:boss",
+                                                           "about": ["person:customer"]}).json()
+    assert episodic["answered_by"] == "episodic" and episodic["tiers_checked"] == ["episodic", "semantic"]
+    assert episodic["data"][0]["fact_id"] == contract
+    semantic = acme.client.post("/v1/memory/recall", json={"agent": "agent:assistant",
+                                                           "about": ["person:customer"]}).json()
+    assert contract not in {f["fact_id"] for f in semantic["data"]}  # episodic facts need the person served
+
+
+def test_the_workers_of_a_main_session(acme: Tenant, story: dict) -> None:
+    workers = acme.client.get(f"/v1/sessions/{story['session']}/workers",
+                              params={"min_position": story["position"]}).json()
+    assert workers["session"]["kind"] == "main" and workers["count"] == 1
+    assert workers["data"][0]["task"] == "draft quote s3cret" and workers["data"][0]["about"] == ["person:customer"]
+
+
+def test_forget_is_not_built_yet_and_says_so(acme: Tenant) -> None:
+    assert_problem(acme.client.post("/v1/forget", json={"subject": "person:boss"}), 501)
+
+
+def test_a_batch_with_one_bad_envelope_writes_nothing_and_names_the_field(acme: Tenant) -> None:
+    events = [{"event_id": "b1", "tenant": "acme", "type": "entity.registered",
+               "payload": {"ref": "person:batch", "label": "Batch"}},
+              {"event_id": "b2", "tenant": "acme", "type": "fact.asserted",
+               "payload": {"subject": "person:batch", "relation": "knows", "object": "person:boss",
+                           "confidence": 7}}]
+    body = assert_problem(acme.client.post("/v1/events", json={"events": events}), 422,
+                          "events[1].payload.confidence")
+    assert body["errors"][0]["index"] == 1
+    assert_problem(acme.client.get("/v1/entities/person:batch"), 404, "path.ref")
+
+
+def test_an_envelope_for_another_tenant_is_forbidden(acme: Tenant) -> None:
+    events = [{"event_id": "x1", "tenant": "other", "type": "entity.registered",
+               "payload": {"ref": "person:x", "label": "X"}}]
+    assert_problem(acme.client.post("/v1/events", json={"events": events}), 403, "events[0].tenant")
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"subject": "person:boss", "relation": "knows", "object": "person:nope"}, "object"),
+    ({"subject": "person:boss", "relation": "Knows", "object": "person:customer"}, "body.relation"),
+    ({"subject": "person:boss", "relation": "knows", "object": "person:customer", "confidence": -1},
+     "body.confidence"),
+    ({"subject": "person:boss", "relation": "knows", "object": "person:customer",
+      "valid_from": "2026-01-01T00:00:00"}, "body.valid_from"),
+    ({"subject": "person:boss", "relation": "knows", "object": "person:customer", "scope": "team:x"}, "body.scope"),
+    ({"subject": "person:boss", "relation": "knows"}, "body.object"),
+])
+def test_bad_facts_are_4xx_naming_the_field(acme: Tenant, story: dict, body: dict, field: str) -> None:
+    assert_problem(acme.client.post("/v1/facts", json=body), 422, field)
+
+
+def test_no_key_or_a_wrong_key_is_401_and_a_tenant_key_cannot_administer(api_server: Server,  # noqa: F811
+                                                                         acme: Tenant) -> None:
+    with api_server.client() as anonymous:
+        assert_problem(anonymous.get("/v1/entities"), 401, "Authorization")
+    with api_server.client("nk_000000000000_forged") as forged:
+        assert_problem(forged.get("/v1/entities"), 401, "Authorization")
+    assert_problem(acme.client.post("/v1/admin/tenants", json={"tenant": "evil"}), 403)
+
+
+def test_keys_are_stored_hashed_and_a_revoked_key_stops_working(api_server: Server) -> None:  # noqa: F811
+    tenant = api_server.tenant("revocable")
+    stored = (api_server.home / "api_keys.json").read_text()
+    assert tenant.key not in stored and tenant.key.split("_")[2] not in stored
+    assert tenant.client.get("/v1/entities").status_code == 200
+    key_id = tenant.key.split("_")[1]
+    with api_server.admin() as admin:
+        assert admin.get("/v1/admin/keys", params={"tenant": "revocable"}).json()["count"] == 1
+        assert admin.delete(f"/v1/admin/keys/{key_id}").status_code == 200
+        assert_problem(admin.delete(f"/v1/admin/keys/{key_id}"), 404)
+        assert_problem(admin.post("/v1/admin/keys", json={"tenant": "ghost"}), 404, "body.tenant")
+        assert_problem(admin.post("/v1/admin/tenants", json={"tenant": "revocable"}), 409, "tenant")
+    assert_problem(tenant.client.get("/v1/entities"), 401)
+
+
+def test_health_readiness_with_projection_lag_and_metrics(api_server: Server, story: dict) -> None:  # noqa: F811
+    with api_server.client() as anonymous:
+        assert anonymous.get("/healthz").json() == {"status": "ok"}
+        ready = anonymous.get("/readyz").json()
+        assert ready["status"] == "ready" and ready["projection_lag"] >= 0 and ready["projector"] == "running"
+        metrics = anonymous.get("/metrics").text
+    assert 'noumena_http_requests_total{method="POST",route="/v1/facts",status="200"}' in metrics
+    assert "noumena_projection_lag " in metrics and "noumena_http_request_seconds_bucket" in metrics
+
+
+def test_the_openapi_document_has_every_route_with_examples(api_server: Server) -> None:  # noqa: F811
+    with api_server.client() as anonymous:
+        document = anonymous.get("/v1/openapi.json").json()
+    paths = set(document["paths"])
+    assert {"/v1/events", "/v1/entities", "/v1/entities/{ref}", "/v1/facts", "/v1/facts/{fact_id}",
+            "/v1/facts/{fact_id}/invalidate", "/v1/graph", "/v1/perspectives",
+            "/v1/perspectives/{perspective_id}/deepen", "/v1/perspectives/{perspective_id}/explain",
+            "/v1/memory/used", "/v1/memory/recall", "/v1/sessions/{session_id}/workers", "/v1/forget",
+            "/v1/admin/tenants", "/v1/admin/keys", "/healthz", "/readyz", "/metrics"} <= paths
+    schemas = document["components"]["schemas"]
+    assert all("examples" in schemas[name] for name in ("FactCreate", "EntityCreate", "EventsCreate", "RecallCreate"))
