@@ -118,9 +118,9 @@ def register_story(tenant: Tenant, secret: str) -> dict[str, Any]:
                "payload": {"ref": ref, "label": label}} for i, (ref, label) in enumerate(entities)]
     events += [
         {"event_id": f"{tenant.name}-s1", "tenant": tenant.name, "type": "session.started",
-         "payload": {"session_id": f"main-{secret}", "agent": "agent:assistant", "serving": "person:boss"}},
+         "payload": {"session_id": "main", "agent": "agent:assistant", "serving": "person:boss"}},
         {"event_id": f"{tenant.name}-w1", "tenant": tenant.name, "type": "worker.dispatched",
-         "payload": {"session_id": f"main-{secret}", "worker_session_id": f"worker-{secret}",
+         "payload": {"session_id": "main", "worker_session_id": "worker-1",
                      "task": f"draft quote {secret}", "about": ["person:customer"]}},
     ]
     written = c.post("/v1/events", json={"events": events})
@@ -132,11 +132,11 @@ def register_story(tenant: Tenant, secret: str) -> dict[str, Any]:
                   "reason": f"met at the fair {secret}"},
         "prefers": {"subject": "person:customer", "relation": "prefers", "object": "memory:pref",
                     "reason": f"said so on the third call {secret}", "confidence": 0.9,
-                    "source": {"session_id": f"main-{secret}", "message_ids": ["m7"], "actor": "agent:assistant"}},
+                    "source": {"session_id": "main", "message_ids": ["m7"], "actor": "agent:assistant"}},
         "contract": {"subject": "person:customer", "relation": "waiting_on", "object": "file:contract-v3",
                      "reason": f"legal review {secret}", "scope": "person:boss"},
     }.items():
         response = c.post("/v1/facts", json=body)
         assert response.status_code == 200, response.text
         facts[name] = response.json()
-    return {"facts": facts, "position": max(f["position"] for f in facts.values()), "session": f"main-{secret}"}
+    return {"facts": facts, "position": max(f["position"] for f in facts.values()), "session": "main"}
