@@ -181,3 +181,10 @@ class KeepEntity(Command):
     """A person reviewed an entity marked `needs_review` and kept it as a distinct entity."""
 
     ref: Ref
+
+
+class RecordForgetting(Command):
+    """Record that a subject's keys were deleted (the deletion itself happens in the key store, first)."""
+
+    subject: Annotated[str, Field(min_length=3, max_length=310, pattern=r"^(person|session|fact|memory):\S+$")]
+    keys_deleted: Annotated[int, Field(ge=0)]

@@ -34,6 +34,7 @@ from domain.facts import (
     FactState,
     FactStatus,
 )
+from domain.forgetting import SubjectForgotten
 from domain.recalls import FactsRecalled
 from domain.relations import BUILTIN_RELATIONS, RelationType, RelationTypeDefined, default_relation
 from domain.sessions import (
@@ -364,6 +365,10 @@ class Ontology:
             if e.agent not in by_agent:
                 self._set(by_agent, e.agent, [])
             self._append(by_agent[e.agent], e.recorded_at)
+
+    @_applies
+    def _(self, e: SubjectForgotten) -> None:
+        pass  # the content is gone from the log's point of view; services reload their folded state
 
     def _track_person_scope(self, fact: FactState, current: bool) -> None:
         if not fact.scope.startswith("person:"):

@@ -7,15 +7,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from domain.events import DomainEvent
+from domain.forgetting import ContentKey
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """One event to append as version `version` of `tenant`'s stream."""
+    """One event to append as version `version` of `tenant`'s stream, its content sealed with `key`."""
 
     tenant: str
     version: int
     event: DomainEvent
+    key: ContentKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +58,23 @@ class EventLog(Protocol):
     def max_position(self) -> int: ...
 
     def tracked_position(self, name: str) -> int | None: ...
+
+
+class KeyStore(Protocol):
+    """Data keys kept outside the log. Deleting a key erases every copy of what it sealed."""
+
+    def keys_for(self, keys: Iterable[ContentKey]) -> dict[str, bytes]:
+        """Each key's bytes by key id, created on first use, new owners recorded; committed before returning."""
+        ...
+
+    def get(self, key_id: str) -> bytes | None:
+        """The key's bytes, or None once forgotten."""
+        ...
+
+    def forget(self, tenant: str, owner: str) -> int:
+        """Delete, for real, every key of the tenant that `owner` owns; return how many."""
+        ...
+
+    def evict_cache(self) -> None:
+        """Drop keys cached in this process."""
+        ...

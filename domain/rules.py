@@ -40,6 +40,7 @@ from domain.facts import (
     FactState,
     FactStatus,
 )
+from domain.forgetting import SubjectForgotten
 from domain.ontology import Ontology, fact_id_for
 from domain.recalls import FactsRecalled
 from domain.relations import RelationTypeDefined
@@ -424,3 +425,15 @@ def _(cmd: c.RecordRecall, state: Ontology, now: datetime) -> list[DomainEvent]:
             raise UnknownFact(fact_id, field=f"fact_ids[{i}]")
     return [FactsRecalled(**_base(cmd, now), agent=cmd.agent, fact_ids=tuple(dict.fromkeys(cmd.fact_ids)),
                           mode=cmd.mode, perspective_id=cmd.perspective_id)]
+
+
+@_decide.register
+def _(cmd: c.RecordForgetting, state: Ontology, now: datetime) -> list[DomainEvent]:
+    kind, _, rest = cmd.subject.partition(":")
+    if kind in ("person", "memory"):
+        state.require_entity(cmd.subject, "subject")
+    elif kind == "session":
+        state.require_session(rest, "subject")
+    elif rest not in state.facts:
+        raise UnknownFact(rest, field="subject")
+    return [SubjectForgotten(**_base(cmd, now), subject=cmd.subject, keys_deleted=cmd.keys_deleted)]

@@ -15,6 +15,7 @@ from datetime import datetime
 from domain.commands import Command
 from domain.errors import ConcurrencyError, DomainError
 from domain.events import DomainEvent
+from domain.forgetting import content_key
 from domain.ontology import Ontology
 from domain.ports import AlreadyTracked, EventLog, Pending, TrackingPosition, VersionConflict
 from domain.rules import decide
@@ -55,12 +56,15 @@ class BatchResult:
 
 
 class OntologyService:
-    def __init__(self, log: EventLog, clock: Callable[[], datetime]) -> None:
+    def __init__(self, log: EventLog, clock: Callable[[], datetime], seal_content: bool = True) -> None:
         self._log = log
+        self._seal = seal_content
         self._clock = clock
         self._states: dict[str, Ontology] = {}
         self._lock = threading.RLock()
         self._last_now: datetime | None = None
+        self.last_position: int | None = None
+        """The log position of this process's latest write."""
 
     def ontology(self, tenant: str) -> Ontology:
         """The tenant's state as of the latest event in the log (read-only use, please)."""
@@ -114,6 +118,8 @@ class OntologyService:
                     raise
                 for state in states.values():
                     state.commit()
+                if positions:
+                    self.last_position = positions[-1]
                 return BatchResult(outcomes, positions)
             raise ConcurrencyError(f"gave up after {MAX_RETRIES} version conflicts with other writers")
 
@@ -131,14 +137,21 @@ class OntologyService:
                 outcomes.append(Outcome(command, error=error))
                 continue
             for event in events:
+                key = content_key(state, event) if self._seal else None
                 state.apply(event)
-                pending.append(Pending(command.tenant, state.version, event))
+                pending.append(Pending(command.tenant, state.version, event, key))
             outcomes.append(Outcome(command, events))
         return outcomes, pending
 
     def _rollback(self, states: dict[str, Ontology]) -> None:
         for state in states.values():
             state.rollback()
+
+    def reload(self, tenant: str) -> None:
+        """Drop the folded state of a tenant (e.g. after a forget: it may hold content that no longer exists);
+        the next use folds it again from the log."""
+        with self._lock:
+            self._states.pop(tenant, None)
 
     def _caught_up(self, tenant: str) -> Ontology:
         state = self._states.get(tenant)

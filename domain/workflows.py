@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from pydantic import ValidationError
@@ -24,11 +24,14 @@ from domain.consolidation import (
     FailConsolidation,
     StartConsolidation,
 )
-from domain.errors import DomainError, InvalidInput
+from domain.errors import DomainError, InvalidInput, UnknownTenant
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactState, FactStatus
+from domain.forgetting import check_subject
 from domain.ontology import Ontology
+from domain.ports import KeyStore
 from domain.recalls import RecallMode
 from domain.resolution import NameIndex, Resolution, ResolvedBy, resolve
+from domain.rules import decide
 from domain.service import OntologyService
 from domain.sessions import LIVE_WORKER_STATUSES, SessionKind, SessionState
 
@@ -315,3 +318,34 @@ def archive_disused(service: OntologyService, tenant: str, now: datetime, period
         if errors:
             raise errors[0]
     return [f.fact_id for f in facts]
+
+
+# ------------------------------------------------------------------------------------------ forgetting
+
+
+@dataclass
+class ForgetReport:
+    subject: str
+    keys_deleted: int
+    position: int | None
+
+
+def forget(service: OntologyService, keys: KeyStore, tenant: str, subject: str) -> ForgetReport:
+    """Forget a subject for real: delete its keys (first, and for real), then record `SubjectForgotten`
+    (no content) and drop the folded state, which may still hold the now-unreadable content."""
+    try:
+        check_subject(subject)
+    except ValueError as error:
+        raise InvalidInput(str(error), field="subject") from None
+    state = service.ontology(tenant)
+    if not state.exists:
+        raise UnknownTenant(tenant)
+    probe = c.RecordForgetting(tenant=tenant, subject=subject, keys_deleted=0)
+    decide(state, probe, datetime.now(UTC))  # the subject must exist: checked before any key is deleted
+    deleted = keys.forget(tenant, subject)
+    outcome = service.execute(probe.model_copy(update={"keys_deleted": deleted}))
+    service.reload(tenant)
+    position = None
+    if outcome.events:
+        position = service.last_position
+    return ForgetReport(subject, deleted, position)

@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 from consumers.compaction_hook import CompactionSignal
 from consumers.consolidation import ConsolidationWorker, extractor_from
 from consumers.ingest import Ingestor
+from domain.errors import InvalidInput
 from domain.service import OntologyService
+from domain.workflows import ForgetReport, forget
 from infra.eventlog import EventsourcingLog
 from infra.settings import Settings
 
@@ -37,6 +39,13 @@ class Noumena:
             self._signal = CompactionSignal(self.consolidation.handle)
         return self._signal
 
+    def forget(self, tenant: str, subject: str) -> ForgetReport:
+        """Forget a subject for real (crypto-shredding); see domain/forgetting.py."""
+        if self.log.keys is None:
+            raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
+                               "forgotten for real", field="subject")
+        return forget(self.service, self.log.keys, tenant, subject)
+
     def ingestor(self) -> Ingestor:
         return Ingestor(self.service, on_stored=self.on_stored)
 
@@ -54,7 +63,8 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     # The folded ontology is a large, long-lived heap of small objects: the default GC thresholds would
     # rescan it every few hundred allocations. Collect young objects far less often.
     gc.set_threshold(50_000, 20, 100)
-    log = EventsourcingLog(settings.event_store_env())
-    service = OntologyService(log, clock=clock)
+    keys = settings.key_store()
+    log = EventsourcingLog(settings.event_store_env(), keys)
+    service = OntologyService(log, clock=clock, seal_content=keys is not None)
     return Noumena(settings=settings, log=log, service=service,
                    consolidation=ConsolidationWorker(service, extractor_from(settings)))

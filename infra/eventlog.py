@@ -15,14 +15,14 @@ from eventsourcing.utils import Environment
 
 from domain.errors import InfrastructureError
 from domain.events import DomainEvent
-from domain.ports import AlreadyTracked, Logged, Pending, TrackingPosition, VersionConflict
+from domain.ports import AlreadyTracked, KeyStore, Logged, Pending, TrackingPosition, VersionConflict
 from infra.mapper import EventMapper, stream_id
 
 
 class EventsourcingLog:
     """Implements domain.ports.EventLog on one eventsourcing process recorder (events + tracking)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], keys: KeyStore | None = None) -> None:
         try:
             self._factory = InfrastructureFactory.construct(Environment(env={**env, "ORIGINATOR_ID_TYPE": "text"}))
             recorder = self._factory.process_recorder()
@@ -30,14 +30,15 @@ class EventsourcingLog:
             raise InfrastructureError(f"cannot open the event store: {error}") from error
         assert isinstance(recorder, ProcessRecorder)
         self.recorder = recorder
-        self.mapper = EventMapper()
+        self.mapper = EventMapper(keys)
+        self.keys = keys
 
     def read_stream(self, tenant: str, after_version: int = 0) -> Iterable[DomainEvent]:
         stored = self.recorder.select_events(stream_id(tenant), gt=after_version or None)
         return [self.mapper.to_event(s.topic, s.state) for s in stored]
 
     def append(self, pending: Sequence[Pending], tracking: TrackingPosition | None = None) -> list[int]:
-        stored = [self.mapper.to_stored(p.tenant, p.version, p.event) for p in pending]
+        stored = self.mapper.to_stored_batch(pending)
         track = Tracking(application_name=tracking.name, notification_id=tracking.position) if tracking else None
         try:
             positions = self.recorder.insert_events(stored, tracking=track)
@@ -54,11 +55,12 @@ class EventsourcingLog:
         return [Logged(n.id, self.mapper.to_event(n.topic, n.state)) for n in notifications]
 
     def read_raw(self, after_position: int, limit: int) -> Sequence[tuple[int, str, bytes]]:
-        """Undecoded notifications, for measuring and for tools that only copy bytes."""
+        """Notifications as JSON bytes with their content opened (or `[forgotten]`), for readers that parse
+        JSON themselves (the projector)."""
         notifications = self.recorder.select_notifications(
             start=after_position, limit=limit, inclusive_of_start=False
         )
-        return [(n.id, n.topic, n.state) for n in notifications]
+        return [(n.id, n.topic, self.mapper.unsealed_state(n.topic, n.state)) for n in notifications]
 
     def max_position(self) -> int:
         return self.recorder.max_notification_id() or 0
@@ -68,3 +70,5 @@ class EventsourcingLog:
 
     def close(self) -> None:
         self._factory.close()
+        if self.keys is not None:
+            self.keys.close()  # type: ignore[attr-defined]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from domain.ports import KeyStore
 
 
 class Settings(BaseSettings):
@@ -67,6 +70,8 @@ class Settings(BaseSettings):
             return "NOUMENA_ADMIN_KEY is not set; it is required outside NOUMENA_ENVIRONMENT=development"
         return None
 
+    encrypt_content: bool = Field(default=True, description="Seal content fields with per-subject data keys "
+                                  "(crypto-shredding). Turning it off makes `forget` unable to erase.")
     extractor: Literal["structured", "llm"] = Field(
         default="structured", description="structured: the payload's own facts; llm: plus an LLM's extraction.")
     llm_url: str = Field(default="", description="OpenAI-compatible base URL, e.g. https://host/v1.")
@@ -76,6 +81,20 @@ class Settings(BaseSettings):
     llm_retries: int = Field(default=2, ge=0, le=10)
     disuse_period_days: float = Field(default=30.0, gt=0, description="Archive facts whose activation stayed "
                                       "below tau for every agent this long (`noumena sweep`).")
+
+    def key_store(self) -> KeyStore | None:
+        """The data-key store: its own SQLite file in the home, or tables beside the PostgreSQL event store."""
+        from infra.keystore import MemoryKeyStore, PostgresKeyStore, SQLiteKeyStore
+
+        if not self.encrypt_content:
+            return None
+        if self.event_store == "sqlite":
+            return SQLiteKeyStore(self.home / "keys.sqlite")
+        if self.event_store == "postgres":
+            return PostgresKeyStore({"host": self.pg_host, "port": self.pg_port, "user": self.pg_user,
+                                     "password": self.pg_password.get_secret_value(), "dbname": self.pg_dbname},
+                                    self.pg_schema)
+        return MemoryKeyStore()
 
     def event_store_env(self) -> dict[str, str]:
         """The environment eventsourcing's factory reads, built from our settings."""

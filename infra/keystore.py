@@ -1,0 +1,219 @@
+"""Key stores for crypto-shredding: data keys live here, never in the log.
+
+SQLite (default, `<home>/keys.sqlite`, WAL with synchronous=FULL, so a key is durable before any event it
+seals is appended): `secure_delete` overwrites deleted content with zeros, `VACUUM` after each forget rewrites
+the file so no free page still holds a key, and a truncating WAL checkpoint empties the WAL of old page copies.
+PostgreSQL (`noumena_data_keys` tables in the event store's schema): `DELETE`
+then `VACUUM FULL`, which rewrites the tables into new files. In memory: for tests (POPO).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from domain.forgetting import ContentKey
+
+KEY_BYTES = 32  # AES-256
+
+
+class _Cached:
+    """Keys already read or written by this process, with the owners known to be recorded."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {}
+        self.owners: dict[str, frozenset[str]] = {}
+
+    def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
+        return [k for k in wanted if k.key_id not in self.keys or not k.owners <= self.owners[k.key_id]]
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.owners.clear()
+
+
+class MemoryKeyStore:
+    def __init__(self) -> None:
+        self._keys: dict[str, bytes] = {}
+        self._owners: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
+        with self._lock:
+            result = {}
+            for k in wanted:
+                key = self._keys.get(k.key_id)
+                if key is None:
+                    key = self._keys[k.key_id] = os.urandom(KEY_BYTES)
+                self._owners.setdefault(k.key_id, set()).update(k.owners)
+                result[k.key_id] = key
+            return result
+
+    def key_for(self, key: ContentKey) -> bytes:
+        return self.keys_for([key])[key.key_id]
+
+    def get(self, key_id: str) -> bytes | None:
+        return self._keys.get(key_id)
+
+    def forget(self, tenant: str, owner: str) -> int:
+        with self._lock:
+            doomed = [k for k, owners in self._owners.items() if owner in owners and k.startswith(f"{tenant}/")]
+            for key_id in doomed:
+                self._keys.pop(key_id, None)
+                self._owners.pop(key_id, None)
+            return len(doomed)
+
+    def evict_cache(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SQLiteKeyStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA secure_delete=ON")
+        self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS key_owners (key_id TEXT NOT NULL, owner TEXT NOT NULL, "
+                         "PRIMARY KEY (key_id, owner))")
+        self._db.execute("CREATE INDEX IF NOT EXISTS key_owners_by_owner ON key_owners (owner)")
+        self._lock = threading.Lock()
+        self._cache = _Cached()
+
+    def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
+        """Every key asked for, creating missing ones and recording new owners in one committed transaction."""
+        wanted = list(wanted)
+        with self._lock:
+            missing = self._cache.missing(wanted)
+            if missing:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    ids = list({k.key_id for k in missing})
+                    for start in range(0, len(ids), 500):
+                        chunk = ids[start:start + 500]
+                        self._cache.keys.update(self._db.execute(
+                            f"SELECT key_id, key FROM data_keys WHERE key_id IN ({','.join('?' * len(chunk))})",
+                            chunk).fetchall())
+                    new = {key_id: os.urandom(KEY_BYTES) for key_id in ids if key_id not in self._cache.keys}
+                    self._db.executemany("INSERT INTO data_keys VALUES (?, ?)", new.items())
+                    self._db.executemany("INSERT OR IGNORE INTO key_owners VALUES (?, ?)",
+                                         [(k.key_id, o) for k in missing for o in k.owners])
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._cache.keys.update(new)
+                for k in missing:
+                    self._cache.owners[k.key_id] = self._cache.owners.get(k.key_id, frozenset()) | k.owners
+            return {k.key_id: self._cache.keys[k.key_id] for k in wanted}
+
+    def key_for(self, key: ContentKey) -> bytes:
+        return self.keys_for([key])[key.key_id]
+
+    def get(self, key_id: str) -> bytes | None:
+        with self._lock:
+            key = self._cache.keys.get(key_id)
+            if key is None:
+                row = self._db.execute("SELECT key FROM data_keys WHERE key_id = ?", (key_id,)).fetchone()
+                if row is None:
+                    return None
+                key = self._cache.keys[key_id] = row[0]
+            return key
+
+    def forget(self, tenant: str, owner: str) -> int:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            doomed = [r[0] for r in self._db.execute(
+                "SELECT key_id FROM key_owners WHERE owner = ? AND key_id LIKE ?", (owner, f"{tenant}/%"))]
+            for start in range(0, len(doomed), 500):
+                chunk = doomed[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                self._db.execute(f"DELETE FROM data_keys WHERE key_id IN ({marks})", chunk)
+                self._db.execute(f"DELETE FROM key_owners WHERE key_id IN ({marks})", chunk)
+            self._db.execute("COMMIT")
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._cache.clear()
+            return len(doomed)
+
+    def evict_cache(self) -> None:
+        """Forget cached keys (another process may have deleted some)."""
+        with self._lock:
+            self._cache.clear()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class PostgresKeyStore:
+    def __init__(self, connect_kwargs: dict[str, object], schema: str = "public") -> None:
+        import psycopg
+
+        self._db = psycopg.connect(**connect_kwargs, autocommit=True)  # type: ignore[arg-type]
+        self._schema = schema or "public"
+        self._keys = f'"{self._schema}".noumena_data_keys'
+        self._owners = f'"{self._schema}".noumena_key_owners'
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {self._keys} (key_id TEXT PRIMARY KEY, key BYTEA NOT NULL)")
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {self._owners} (key_id TEXT NOT NULL, owner TEXT NOT NULL, "
+                         "PRIMARY KEY (key_id, owner))")
+        self._db.execute(f"CREATE INDEX IF NOT EXISTS noumena_key_owners_by_owner ON {self._owners} (owner)")
+        self._lock = threading.Lock()
+        self._cache = _Cached()
+
+    def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
+        wanted = list(wanted)
+        with self._lock:
+            missing = self._cache.missing(wanted)
+            if missing:
+                with self._db.transaction(), self._db.cursor() as cursor:
+                    cursor.executemany(f"INSERT INTO {self._keys} VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                                       [(k.key_id, os.urandom(KEY_BYTES)) for k in missing])
+                    cursor.executemany(f"INSERT INTO {self._owners} VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                                       [(k.key_id, o) for k in missing for o in k.owners])
+                    cursor.execute(f"SELECT key_id, key FROM {self._keys} WHERE key_id = ANY(%s)",
+                                   ([k.key_id for k in missing],))
+                    self._cache.keys.update((r[0], bytes(r[1])) for r in cursor.fetchall())
+                for k in missing:
+                    self._cache.owners[k.key_id] = self._cache.owners.get(k.key_id, frozenset()) | k.owners
+            return {k.key_id: self._cache.keys[k.key_id] for k in wanted}
+
+    def key_for(self, key: ContentKey) -> bytes:
+        return self.keys_for([key])[key.key_id]
+
+    def get(self, key_id: str) -> bytes | None:
+        with self._lock:
+            key = self._cache.keys.get(key_id)
+            if key is None:
+                row = self._db.execute(f"SELECT key FROM {self._keys} WHERE key_id = %s", (key_id,)).fetchone()
+                if row is None:
+                    return None
+                key = self._cache.keys[key_id] = bytes(row[0])
+            return key
+
+    def forget(self, tenant: str, owner: str) -> int:
+        with self._lock:
+            with self._db.transaction():
+                doomed = [r[0] for r in self._db.execute(
+                    f"SELECT key_id FROM {self._owners} WHERE owner = %s AND key_id LIKE %s",
+                    (owner, f"{tenant}/%"))]
+                self._db.execute(f"DELETE FROM {self._keys} WHERE key_id = ANY(%s)", (doomed,))
+                self._db.execute(f"DELETE FROM {self._owners} WHERE key_id = ANY(%s)", (doomed,))
+            self._db.execute(f"VACUUM FULL {self._keys}")
+            self._db.execute(f"VACUUM FULL {self._owners}")
+            self._cache.clear()
+            return len(doomed)
+
+    def evict_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def close(self) -> None:
+        self._db.close()
