@@ -1,0 +1,334 @@
+"""Context assembly (issue 9): the seed's story told to Wang's main session, the budget rules, the summary tree,
+mentions in Chinese and Latin text, and the evidence that reproduces a served context. Real SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from api.demo import build_story
+from api.story import START, TENANT
+from domain.activation import estimate_tokens
+from domain.commands import AppendMessage, AssertFact, CompactSession, Source, StartSession
+from domain.context import (
+    SHRINK_ORDER,
+    Context,
+    ContextBudgetExceeded,
+    ContextParameters,
+    ContextRole,
+    assemble,
+)
+from domain.errors import InvalidInput
+from domain.facts import FactState, FactStatus
+from domain.mentions import MentionIndex
+from domain.summaries import FAN_IN, SummaryTree
+from infra.bootstrap import Noumena
+from projections.contexts import Contexts, is_context_id
+from projections.perspectives import Perspectives
+
+WANG_MAIN, WORKER = "wang-main", "w-quote-li"
+ASK = "给李总再出一版报价"
+WORKER_MESSAGE = "Read 3 past quotes, the legal email and the 400-line order sheet."
+NOW = START + timedelta(days=14)
+
+
+class Story:
+    def __init__(self, home: Path) -> None:
+        self.app, self.clock = build_story(home)
+        self.clock.now = NOW.astimezone(UTC)
+        self.perspectives = Perspectives(self.app.log, self.app.service, home, self.clock)
+        self.contexts = Contexts(self.perspectives, self.app.service, self.app.log, home, self.clock)
+
+    @property
+    def noumena(self) -> Noumena:
+        return self.app
+
+    def fact_id(self, subject: str, relation: str, obj: str) -> str:
+        for fact in self.app.service.ontology(TENANT).current_facts():
+            if (fact.subject, fact.relation, fact.object) == (subject, relation, obj):
+                return fact.fact_id
+        raise LookupError((subject, relation, obj))
+
+    def compact(self, count: int, session_id: str = WANG_MAIN) -> None:
+        for n in range(count):
+            self.app.service.execute(CompactSession(
+                tenant=TENANT, session_id=session_id, through_message_id="m13",
+                summary=f"Compaction {n}: Wang and his agent talked about Li's contract, round {n}. More detail."))
+
+    def close(self) -> None:
+        self.app.close()
+
+
+@pytest.fixture
+def story(tmp_path: Path) -> Iterator[Story]:
+    it = Story(tmp_path / "home")
+    yield it
+    it.close()
+
+
+@pytest.fixture(scope="module")
+def summarized_story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
+    """The story with 23 compactions of Wang's main session: a summary tree of two folded nodes and 3 leaves."""
+    it = Story(tmp_path_factory.mktemp("summarized") / "home")
+    it.compact(23)
+    yield it
+    it.close()
+
+
+def _block(context: Context, role: ContextRole) -> str:
+    return "\n".join(line.text for b in context.blocks if b.role is role for line in b.lines)
+
+
+def _ids(context: Context, role: ContextRole, kind: str) -> list[str]:
+    return [i for b in context.blocks if b.role is role for i in getattr(b, kind)]
+
+
+# ---------------------------------------------------------------------------------------------- the seed's story
+
+
+def test_make_li_another_quote_brings_the_settlement_preference_the_exchange_rate_reason_the_worker_and_the_turns(
+        story: Story) -> None:
+    context = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+
+    monthly = story.fact_id("person:li", "prefers", "memory:li-monthly-settlement")
+    fx = story.fact_id("file:quotes/q3.xlsx", "failed_because", "memory:quote-failed-fx")
+    full = {i.fact_id for i in context.perspective.items if i.tier.value == "full"} if context.perspective else set()
+    for fact_id in (monthly, fx):
+        assert fact_id in context.constraint_fact_ids or fact_id in full
+    constraints = _block(context, ContextRole.CONSTRAINTS)
+    assert "Li prefers monthly settlement" in constraints
+    assert "exchange rate" in constraints and "USD moved 4% against CNY" in constraints
+
+    assert "session:w-quote-li" in _ids(context, ContextRole.WORKERS, "session_ids")
+    assert "re-pricing with the new freight rate" in _block(context, ContextRole.WORKERS)
+    assert _ids(context, ContextRole.TURNS, "message_ids") == ["m1", "m7", "m12", "m13"]
+    assert "- [m12] user: 给李总再出一版报价" in context.text
+
+    assert ("person:li", "message") in {(f.ref, f.found_in) for f in context.focus}
+    assert [b.role for b in context.blocks] == [ContextRole.CONSTRAINTS, ContextRole.PERSPECTIVE,
+                                                ContextRole.WORKERS, ContextRole.TURNS]
+    assert context.tokens == estimate_tokens(context.text) <= context.budget_tokens
+
+
+def test_nothing_of_the_workers_own_session_reaches_the_main_session(story: Story) -> None:
+    story.app.service.execute(AssertFact(
+        tenant=TENANT, subject="person:li", relation="must", object="memory:quote-failed-fx",
+        reason="worker scratch: recheck the 400-line order sheet", scope=f"session:{WORKER}",
+        source=Source(session_id=WORKER, message_ids=("w1",))))
+
+    context = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+
+    assert WORKER_MESSAGE not in context.text
+    assert "400-line order sheet" not in context.text
+    assert "w1" not in {m for b in context.blocks for m in b.message_ids}
+    assert all(not line.text.startswith("- [w") for b in context.blocks for line in b.lines)
+
+
+def test_a_context_is_assembled_for_a_main_session_only(story: Story) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        story.contexts.context_for(TENANT, WORKER, ASK)
+    assert raised.value.field == "session_id"
+
+
+def test_person_scoped_constraints_are_seen_only_while_serving_that_person_and_session_ones_only_there(
+        story: Story) -> None:
+    service = story.app.service
+    service.execute(StartSession(tenant=TENANT, session_id="sales-li", agent="agent:sales", serving="person:li"))
+    service.execute(AppendMessage(tenant=TENANT, session_id="sales-li", message_id="s1", role="user",
+                                  content="李总 wants a new quote"))
+    service.execute(AssertFact(tenant=TENANT, subject="person:li", relation="requires", object="memory:li-monthly"
+                               "-settlement", reason="said in this session", scope="session:wang-main"))
+    monthly = story.fact_id("person:li", "prefers", "memory:li-monthly-settlement")
+    in_wang_session = story.fact_id("person:li", "requires", "memory:li-monthly-settlement")
+
+    sales = story.contexts.context_for(TENANT, "sales-li", "李总")
+    wang = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+
+    assert monthly not in sales.constraint_fact_ids and monthly not in sales.text  # scoped person:wang
+    assert in_wang_session not in sales.constraint_fact_ids
+    assert {monthly, in_wang_session} <= set(wang.constraint_fact_ids)
+
+
+def test_a_hard_constraint_is_shown_once_not_again_in_the_perspective(story: Story) -> None:
+    context = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+
+    perspective_ids = set(_ids(context, ContextRole.PERSPECTIVE, "fact_ids"))
+    assert not perspective_ids & set(context.constraint_fact_ids)
+    assert context.text.count("Li prefers monthly settlement") >= 1
+    assert set(context.deduplicated) <= set(context.constraint_fact_ids)
+
+
+def test_every_line_carries_the_ids_it_came_from(summarized_story: Story) -> None:
+    context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, record=False)
+
+    for block in context.blocks:
+        for line in block.lines:
+            ids = line.fact_ids + line.message_ids + line.summary_ids + line.session_ids
+            assert line.text.startswith("#") or ids or "below the threshold" in line.text, line.text
+    summary = next(b for b in context.blocks if b.role is ContextRole.SUMMARY)
+    assert f"{WANG_MAIN}#1" in summary.summary_ids and f"{WANG_MAIN}#23" in summary.summary_ids
+
+
+# ---------------------------------------------------------------------------------------------- the summary tree
+
+
+def test_every_ten_compactions_fold_into_one_node_and_the_frontier_covers_each_leaf_once() -> None:
+    leaves = [(f"s#{n}", f"Summary {n}. Detail that is dropped.") for n in range(1, 124)]
+
+    tree = SummaryTree.build("s", leaves)
+    frontier = tree.frontier()
+
+    assert [n.level for n in frontier] == [2, 1, 1, 0, 0, 0]
+    assert [k for n in frontier for k in n.compaction_ids] == [k for k, _ in leaves]
+    top = frontier[0]
+    assert len(top.child_ids) == FAN_IN and all(tree.nodes[c].level == 1 for c in top.child_ids)
+    assert "Summary 1" in top.text and "Detail" not in tree.nodes[top.child_ids[0]].text
+    again = SummaryTree.build("s", leaves[:50])
+    again.extend(leaves)
+    assert again.frontier() == frontier
+
+
+def test_the_rolling_summary_is_the_frontier_oldest_first(summarized_story: Story) -> None:
+    context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, record=False)
+
+    summary = _block(context, ContextRole.SUMMARY)
+    lines = [line for line in summary.split("\n") if line.startswith("- (")]
+    assert len(lines) == 5
+    assert lines[0].startswith(f"- ({WANG_MAIN}#L1-") and f"{WANG_MAIN}#1 … {WANG_MAIN}#10" in lines[0]
+    assert lines[-1].startswith(f"- ({WANG_MAIN}#23)")
+
+
+# ---------------------------------------------------------------------------------------------- mentions
+
+
+def test_mentions_are_found_by_label_and_alias_in_chinese_and_latin_text() -> None:
+    index = MentionIndex()
+    index.set_names("person:li", ["李总 (Li)", "Li", "李总"])
+    index.set_names("person:wang", ["王总 (Wang)", "Wang", "王"])
+    index.set_names("file:contracts/li-v3.docx", ["contract v3", "合同 v3"])
+    index.set_names("person:li-other", ["李總 (Li)"])
+
+    def refs(text: str) -> list[str]:
+        return [m.ref for m in index.find(text) if m.ref]
+
+    assert refs("给李总再出一版报价") == ["person:li"]
+    assert refs("給李總再出一版報價") == ["person:li"]  # traditional folds to simplified
+    assert refs("Li, call me") == ["person:li"] and refs("late delivery") == []
+    assert refs("the ＣＯＮＴＲＡＣＴ　Ｖ３ draft") == ["file:contracts/li-v3.docx"]  # full width, case
+    assert refs("合同v3 要改") == ["file:contracts/li-v3.docx"]
+    assert refs("王说") == []  # one character is too little to go on
+    assert [m.ambiguous for m in index.find("李总 (Li) called")] == [("person:li", "person:li-other")]
+
+
+def test_an_entity_renamed_or_registered_after_the_first_context_is_found_by_its_new_name(story: Story) -> None:
+    from domain.commands import RegisterEntity
+
+    story.contexts.context_for(TENANT, WANG_MAIN, ASK, record=False)
+    story.app.service.execute(RegisterEntity(tenant=TENANT, ref="person:zhao", label="赵经理 (Zhao)",
+                                             aliases=("赵经理",)))
+
+    context = story.contexts.context_for(TENANT, WANG_MAIN, "让赵经理看一下", record=False)
+
+    assert ("person:zhao", "message") in {(f.ref, f.found_in) for f in context.focus}
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+
+def _omitted_kinds(context: Context) -> list[int]:
+    order = {kind: k for k, kind in enumerate(SHRINK_ORDER)}
+    return [order[o.kind] for o in context.omitted if o.stage == "total"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(budget=st.integers(min_value=1, max_value=4_000))
+def test_the_block_never_exceeds_the_budget_and_cuts_in_order(summarized_story: Story, budget: int) -> None:
+    try:
+        context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, budget_tokens=budget, record=False)
+    except ContextBudgetExceeded as error:
+        assert error.needed > budget
+        return
+    assert estimate_tokens(context.text) == context.tokens <= budget
+    kinds = _omitted_kinds(context)
+    assert kinds == sorted(kinds)
+    roles = {b.role for b in context.blocks}
+    if kinds:
+        assert ContextRole.TURNS not in roles or max(kinds) == 0
+    if kinds and max(kinds) >= SHRINK_ORDER.index("count"):
+        assert ContextRole.SUMMARY not in roles
+    if kinds and max(kinds) >= SHRINK_ORDER.index("full"):
+        assert ContextRole.WORKERS not in roles
+    assert ContextRole.CONSTRAINTS in roles
+
+
+def test_turns_go_first_then_the_summary_then_the_counts_and_markers() -> None:
+    at = datetime(2026, 9, 1, tzinfo=UTC)
+    big = [FactState(fact_id=f"{n:032x}", subject="person:li", relation="prefers", object=f"memory:m{n}",
+                     scope="org", reason="x" * 300, confidence=0.9, valid_from=None, valid_to=None,
+                     status=FactStatus.CURRENT, asserted_at=at) for n in range(6)]
+    from domain.summaries import SummaryNode
+
+    summary = [SummaryNode(f"s#{n}", 0, "a summary " * 10, (), (f"s#{n}",)) for n in range(3)]
+    turns = [(f"m{n}", "user", "a turn " * 10) for n in range(8)]
+    parameters = ContextParameters(constraints_share=0, perspective_share=0, workers_share=0, summary_share=0.3,
+                                   turns_share=0.7)
+
+    def run(budget: int) -> list[str]:
+        assembly = assemble(header="# h", constraints=big, perspective=None, perspective_title="## p",
+                            workers=[], summary=summary, turns=turns, label=lambda r: r, session_id="s",
+                            parameters=parameters, budget_tokens=budget)
+        assert estimate_tokens(assembly.text) <= budget
+        assert not [o for o in assembly.omitted if o.stage == "role"]  # each role fits its share: only the total cuts
+        return [o.kind for o in assembly.omitted if o.stage == "total"]
+
+    def cost(lines: list[str]) -> int:
+        return sum(estimate_tokens(t + "\n") for t in lines)
+
+    needed = cost(["# h", "## Hard constraints (always respect)"]) + cost(
+        [t for f in big for t in (f"- **person:li** —prefers→ **{f.object}** [#{f.fact_id[:8]}]",
+                                  f"  why: {f.reason} · confidence 0.90")])
+    summary_cost = cost(["## Earlier in this session (rolling summary)"] + [f"- ({n.summary_id}) {n.text}"
+                                                                           for n in summary])
+    turns_cost = cost(["## Recent turns (verbatim)"] + [f"- [{m}] {r}: {c}" for m, r, c in turns])
+    assert run(needed + summary_cost + turns_cost) == []
+    cut_a_little = run(needed + summary_cost + turns_cost - 30)
+    cut_a_lot = run(needed + summary_cost - 10)
+    assert cut_a_little and set(cut_a_little) == {"turn"}
+    assert cut_a_lot[:8] == ["turn"] * 8 and cut_a_lot[8:] and set(cut_a_lot[8:]) == {"summary"}
+    with pytest.raises(ContextBudgetExceeded):
+        run(needed - 1)
+
+
+def test_hard_constraints_that_alone_exceed_the_budget_raise_a_clear_error(story: Story) -> None:
+    with pytest.raises(ContextBudgetExceeded) as raised:
+        story.contexts.context_for(TENANT, WANG_MAIN, ASK, budget_tokens=60)
+    assert raised.value.field == "budget_tokens" and raised.value.needed > 60
+    assert "never cut" in str(raised.value)
+
+
+# ---------------------------------------------------------------------------------------------- evidence
+
+
+def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(story: Story) -> None:
+    served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+    story.clock.now += timedelta(hours=2)
+    story.app.service.execute(AppendMessage(tenant=TENANT, session_id=WANG_MAIN, message_id="m14", role="user",
+                                            content="李总 says the freight is fine now"))
+
+    assert is_context_id(served.context_id)
+    explained = story.contexts.explain(served.context_id)
+    again = story.contexts.reproduce(served.context_id)
+
+    assert explained == served
+    assert again.text == served.text and again.blocks == served.blocks
+    assert served.recall is not None and served.recall.mode == "pushed"
+    assert set(served.constraint_fact_ids) <= set(served.recall.fact_ids)
+    state = story.app.service.ontology(TENANT)
+    for fact_id in served.recall.fact_ids:
+        assert state.recall_uses[fact_id]["agent:wang-assistant"]
+
