@@ -71,7 +71,13 @@ def explain(
     reproduce: Annotated[bool, typer.Option(help="Recompute it from the log and compare.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole evidence as JSON.")] = False,
 ) -> None:
-    """Show a served perspective's inputs, parameters and outputs; optionally reproduce it from the log."""
+    """Show a served perspective's (or context's, `ctx-...`) inputs, parameters and outputs; optionally reproduce
+    it from the log."""
+    if perspective_id.startswith("ctx-"):
+        from api.cli_context import explain_context
+
+        explain_context(perspective_id, reproduce, as_json)
+        return
     with _perspectives() as perspectives:
         served = perspectives.explain(perspective_id)
         again = perspectives.reproduce(perspective_id) if reproduce else None
