@@ -127,35 +127,46 @@ def rows_to_arrow(table: Table, rows: Sequence[Sequence[Any]]) -> pa.Table:
 
 
 _FACT = {name: FACT_VERSIONS.index(name) for name in FACT_VERSIONS.column_names}
+_SESSION_CHANGE = {name: SESSION_CHANGES.index(name) for name in SESSION_CHANGES.column_names}
 _ENTITY = {name: ENTITY_VERSIONS.index(name) for name in ENTITY_VERSIONS.column_names}
 _SESSION = {name: SESSIONS.index(name) for name in SESSIONS.column_names}
+
+# The hot handlers build rows as literals, in these column orders: the schema must not drift from them.
+if FACT_VERSIONS.column_names != [
+    "tenant", "fact_id", "version", "subject", "relation", "object", "scope", "reason", "confidence", "status",
+    "valid_from", "valid_to", "asserted_at", "sources", "superseded_by", "supersedes", "ended_reason",
+    "recorded_from", "recorded_to", "position_from", "position_to",
+] or FACT_CHANGES.column_names != [
+    "position", "recorded_at", "tenant", "fact_id", "change", "subject", "relation", "object", "scope", "reason",
+    "confidence", "previous_confidence", "valid_from", "valid_to", "superseded_by", "supersedes", "cause",
+    "source_fact_ids", "session_id", "message_ids", "actor", "occurred_at", "event_id",
+]:
+    raise ImportError("projections.fold builds fact rows in an order the schema no longer has")
 
 _FACT_TOPICS = ("fact.corroborated", "fact.invalidated", "fact.archived", "fact.restored")
 _SESSION_TOPICS = ("session.started", "message.appended", "worker.dispatched", "worker.reported",
                    "session.compacted", "session.ended")
 
 
+_KEY_FIELDS: dict[str, tuple[int, str]] = {
+    **{topic: (0, "fact_id") for topic in _FACT_TOPICS + ("fact.asserted",)},
+    **{topic: (2, "session_id") for topic in _SESSION_TOPICS},
+    "entity.registered": (1, "ref"), "entity.updated": (1, "ref"), "entity.merged": (1, "merged_ref"),
+    "relation.defined": (3, "name"),
+}
+
+
 def keys_touched(records: Iterable[Record]) -> tuple[set[Key], set[Key], set[Key], set[Key]]:
     """The (tenant, id) keys of facts, entities, sessions and relation types a batch needs before it."""
-    facts: set[Key] = set()
-    entities: set[Key] = set()
-    sessions: set[Key] = set()
-    relations: set[Key] = set()
+    keys: tuple[set[Key], set[Key], set[Key], set[Key]] = (set(), set(), set(), set())
     for r in records:
-        topic, d = r.topic, r.data
-        if topic in _FACT_TOPICS or topic == "fact.asserted":
-            facts.add((d["tenant"], d["fact_id"]))
-        elif topic in _SESSION_TOPICS:
-            sessions.add((d["tenant"], d["session_id"]))
-            if topic == "worker.dispatched":
-                sessions.add((d["tenant"], d["worker_session_id"]))
-        elif topic in ("entity.registered", "entity.updated"):
-            entities.add((d["tenant"], d["ref"]))
-        elif topic == "entity.merged":
-            entities.add((d["tenant"], d["merged_ref"]))
-        elif topic == "relation.defined":
-            relations.add((d["tenant"], d["name"]))
-    return facts, entities, sessions, relations
+        which = _KEY_FIELDS.get(r.topic)
+        if which is not None:
+            d = r.data
+            keys[which[0]].add((d["tenant"], d[which[1]]))
+            if r.topic == "worker.dispatched":
+                keys[2].add((d["tenant"], d["worker_session_id"]))
+    return keys
 
 
 class BatchFold:
@@ -191,6 +202,7 @@ class BatchFold:
         self._rows: dict[str, list[Row]] = {t.name: [] for t in (CLOCK, TENANTS, FACT_CHANGES, SESSION_CHANGES,
                                                                  RECALLS, FACT_USES)}
         clock_rows = self._rows[CLOCK.name]
+        self._fact_changes = self._rows[FACT_CHANGES.name]
         for record, at, now in zip(records, stamped, clocks, strict=True):
             d = record.data
             clock_rows.append([record.position, now, at, d.get("tenant"), record.topic, d.get("event_id")])
@@ -241,43 +253,45 @@ class BatchFold:
 
     # ------------------------------------------------------------------ facts
 
-    def _fact_change(self, pos: int, now: datetime, d: dict[str, Any], change: str, fact: Row | None,
-                     **values: Any) -> None:
-        row: Row = [None] * len(FACT_CHANGES.columns)
-        row[0:5] = [pos, now, d["tenant"], values.pop("fact_id", d.get("fact_id")), change]
+    def _change(self, pos: int, now: datetime, d: dict[str, Any], fact_id: str, change: str, fact: Row | None,
+                reason: str | None = None, confidence: float | None = None, previous: float | None = None,
+                valid_from: datetime | None = None, valid_to: datetime | None = None,
+                superseded_by: str | None = None, supersedes: str | None = None, cause: str | None = None,
+                sources: list[str] | None = None, scope: str | None = None) -> None:
+        """One fact_changes row; its columns, in order, are those of FACT_CHANGES (checked at import)."""
+        subject = relation = obj = None
         if fact is not None:
-            row[5:9] = [fact[_FACT["subject"]], fact[_FACT["relation"]], fact[_FACT["object"]], fact[_FACT["scope"]]]
-        provenance = d.get("provenance")
-        if provenance:
-            row[18] = provenance.get("session_id")
-            row[19] = list(provenance.get("message_ids", ()))
-            row[20] = provenance.get("actor")
-            row[21] = ts(provenance.get("occurred_at"))
-        row[22] = d.get("event_id")
-        for name, value in values.items():
-            row[FACT_CHANGES.index(name)] = value
-        self._rows[FACT_CHANGES.name].append(row)
+            subject, relation, obj, scope = fact[3], fact[4], fact[5], fact[6]
+        p = d.get("provenance")
+        if p:
+            occurred = p.get("occurred_at")
+            session_id, messages, actor = p.get("session_id"), p.get("message_ids"), p.get("actor")
+            occurred_at = datetime.fromisoformat(occurred) if occurred else None
+        else:
+            session_id = messages = actor = occurred_at = None
+        self._fact_changes.append([
+            pos, now, d["tenant"], fact_id, change, subject, relation, obj, scope, reason, confidence, previous,
+            valid_from, valid_to, superseded_by, supersedes, cause, sources, session_id, messages, actor,
+            occurred_at, d.get("event_id")])
 
     def _fact_asserted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        row: Row = [None] * len(FACT_VERSIONS.columns)
-        valid_from, valid_to = ts(d.get("valid_from")), ts(d.get("valid_to"))
-        for name in ("tenant", "fact_id", "subject", "relation", "object", "scope", "reason", "confidence",
-                     "supersedes"):
-            row[_FACT[name]] = d.get(name)
-        row[_FACT["status"]] = "current"
-        row[_FACT["valid_from"]], row[_FACT["valid_to"]] = valid_from, valid_to
-        row[_FACT["asserted_at"]], row[_FACT["sources"]] = at, 1
-        fact = self._facts.create((d["tenant"], d["fact_id"]), row, pos, now)
-        self._fact_change(pos, now, d, "asserted", fact, reason=d.get("reason"), confidence=d["confidence"],
-                          valid_from=valid_from, valid_to=valid_to, supersedes=d.get("supersedes"))
+        tenant, fact_id, vf, vt = d["tenant"], d["fact_id"], d.get("valid_from"), d.get("valid_to")
+        valid_from = datetime.fromisoformat(vf) if vf else None
+        valid_to = datetime.fromisoformat(vt) if vt else None
+        reason, confidence, supersedes = d.get("reason"), d["confidence"], d.get("supersedes")
+        row: Row = [tenant, fact_id, 0, d["subject"], d["relation"], d["object"], d["scope"], reason, confidence,
+                    "current", valid_from, valid_to, at, 1, None, supersedes, None, None, None, None, None]
+        fact = self._facts.create((tenant, fact_id), row, pos, now)
+        self._change(pos, now, d, fact_id, "asserted", fact, reason=reason, confidence=confidence,
+                     valid_from=valid_from, valid_to=valid_to, supersedes=supersedes)
 
     def _fact_corroborated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         key = (d["tenant"], d["fact_id"])
         old = self._facts.open.get(key)
         sources = (old[_FACT["sources"]] if old else 0) + 1
         fact = self._facts.change(key, pos, now, {_FACT["confidence"]: d["confidence"], _FACT["sources"]: sources})
-        self._fact_change(pos, now, d, "corroborated", fact, reason=d.get("reason"), confidence=d["confidence"],
-                          previous_confidence=d["previous_confidence"])
+        self._change(pos, now, d, key[1], "corroborated", fact, reason=d.get("reason"), confidence=d["confidence"],
+                     previous=d["previous_confidence"])
 
     def _fact_invalidated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         key = (d["tenant"], d["fact_id"])
@@ -287,31 +301,31 @@ class BatchFold:
         if valid_to is not None:
             updates[_FACT["valid_to"]] = valid_to
         fact = self._facts.change(key, pos, now, updates)
-        self._fact_change(pos, now, d, "invalidated", fact, reason=d["reason"], valid_to=valid_to,
-                          superseded_by=d.get("superseded_by"))
+        self._change(pos, now, d, key[1], "invalidated", fact, reason=d["reason"], valid_to=valid_to,
+                     superseded_by=d.get("superseded_by"))
 
     def _fact_archived(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         fact = self._facts.change((d["tenant"], d["fact_id"]), pos, now,
                                   {_FACT["status"]: "archived", _FACT["ended_reason"]: d["cause"]})
-        self._fact_change(pos, now, d, "archived", fact, cause=d["cause"])
+        self._change(pos, now, d, d["fact_id"], "archived", fact, cause=d["cause"])
 
     def _fact_restored(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         fact = self._facts.change((d["tenant"], d["fact_id"]), pos, now,
                                   {_FACT["status"]: "current", _FACT["ended_reason"]: None})
-        self._fact_change(pos, now, d, "restored", fact, cause=d["cause"])
+        self._change(pos, now, d, d["fact_id"], "restored", fact, cause=d["cause"])
 
     def _fact_promoted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        self._fact_change(pos, now, d, "promoted", None, fact_id=d["promoted_fact_id"], scope=d["to_scope"],
-                          cause=d["cause"], source_fact_ids=list(d["source_fact_ids"]))
+        self._change(pos, now, d, d["promoted_fact_id"], "promoted", None, scope=d["to_scope"], cause=d["cause"],
+                     sources=list(d["source_fact_ids"]))
 
     # ------------------------------------------------------------------ sessions and workers
 
     def _session_change(self, pos: int, now: datetime, d: dict[str, Any], session_id: str, change: str,
                         **values: Any) -> None:
         row: Row = [pos, now, d["tenant"], session_id, change] + [None] * (len(SESSION_CHANGES.columns) - 5)
-        row[SESSION_CHANGES.index("occurred_at")] = ts(d.get("occurred_at"))
+        row[_SESSION_CHANGE["occurred_at"]] = ts(d.get("occurred_at"))
         for name, value in values.items():
-            row[SESSION_CHANGES.index(name)] = value
+            row[_SESSION_CHANGE[name]] = value
         self._rows[SESSION_CHANGES.name].append(row)
 
     def _session(self, tenant: str, session_id: str, pos: int, now: datetime) -> Row | None:

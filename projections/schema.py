@@ -43,7 +43,7 @@ class Table:
         return pa.schema([(name, _TYPES[sql]) for name, sql in self.columns])
 
     def index(self, column: str) -> int:
-        return self.column_names.index(column)
+        return self.column_names.index(column)  # callers keep the result: this is not for hot loops
 
     def ddl(self) -> str:
         columns = ",\n  ".join(f'"{name}" {sql}' for name, sql in self.columns)

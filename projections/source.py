@@ -6,10 +6,11 @@ dict is several times cheaper to get than a model. The field names are the event
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from pydantic_core import from_json
 
 import infra.mapper  # noqa: F401  (importing registers every event topic)
 from domain.events import event_class_for, upcast
@@ -37,7 +38,7 @@ UNKNOWN = "?"
 
 def decode(position: int, stored_topic: str, state: bytes) -> Record:
     """Parse and upcast one stored event; an unknown topic gives a Record with topic `?` (kept in the clock)."""
-    data = json.loads(state)
+    data = from_json(state)  # pydantic's Rust parser: about 3x json.loads
     try:
         cls, version = event_class_for(stored_topic)
     except LookupError:
