@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from api.application import MemoryApplication
 from api.metrics import RequestMetrics
 from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
-from api.routes import admin, entities, events, facts, forget, graph, memory, ops, perspectives, sessions
+from api.routes import admin, contexts, entities, events, facts, forget, graph, memory, ops, perspectives, sessions
 from infra.bootstrap import Noumena
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
                                                                                     detail=first["msg"])]))
 
     v1 = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
-    for module in (events, entities, facts, graph, perspectives, memory, sessions, forget, admin):
+    for module in (events, entities, facts, graph, perspectives, memory, sessions, contexts, forget, admin):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

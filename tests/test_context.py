@@ -332,3 +332,35 @@ def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(stor
     for fact_id in served.recall.fact_ids:
         assert state.recall_uses[fact_id]["agent:wang-assistant"]
 
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def test_the_http_api_serves_a_context_in_json_and_markdown_and_explains_it_only_to_its_tenant(
+        story: Story) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    app = create_app(story.app, start_projector=False, start_kafka=False)
+    with TestClient(app) as client:
+        key = app.state.memory.keys.create(TENANT).key
+        other = app.state.memory.keys.create("someone-else").key
+        headers = {"Authorization": f"Bearer {key}"}
+        served = client.post(f"/v1/sessions/{WANG_MAIN}/context", json={"message": ASK}, headers=headers)
+        assert served.status_code == 200, served.text
+        body = served.json()
+        assert body["context_id"].startswith("ctx-") and "Li prefers monthly settlement" in body["text"]
+        assert [b["role"] for b in body["blocks"]][0] == "constraints"
+        markdown = client.post(f"/v1/sessions/{WANG_MAIN}/context?format=markdown", json={"message": ASK},
+                               headers=headers)
+        assert markdown.text.startswith("# Context for") and markdown.headers["x-context-id"].startswith("ctx-")
+        explained = client.get(f"/v1/contexts/{body['context_id']}/explain", headers=headers)
+        assert explained.status_code == 200 and explained.json()["text"] == body["text"]
+        hidden = client.get(f"/v1/contexts/{body['context_id']}/explain",
+                            headers={"Authorization": f"Bearer {other}"})
+        assert hidden.status_code == 404
+        too_small = client.post(f"/v1/sessions/{WANG_MAIN}/context", json={"message": ASK, "budget_tokens": 50},
+                                headers=headers)
+        assert too_small.status_code == 422 and too_small.json()["field"] == "budget_tokens"
