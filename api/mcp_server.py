@@ -134,6 +134,20 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
         written = _call(lambda: memory.forget(tenant, subject))
         return {"position": written.position}
 
+    @server.tool()
+    def context(
+        session_id: Annotated[str, Field(description="Your main session id, e.g. wang-main")],
+        message: Annotated[str | None, Field(description="The request you are answering now")] = None,
+        budget_tokens: Annotated[int | None, Field(ge=1, le=200_000)] = None,
+    ) -> dict[str, Any]:
+        """The context block for your main session, compiled for this request: hard constraints, relations in
+        view, live workers, the rolling summary and the recent turns, within the budget."""
+        from api.context_engine import contexts_of
+
+        served = _call(lambda: contexts_of(memory).context(tenant, session_id, message, budget_tokens))
+        return {"context_id": served.context_id, "context": served.text, "tokens": served.tokens,
+                "focus": [f.ref for f in served.focus]}
+
     return server
 
 

@@ -364,3 +364,19 @@ def test_the_http_api_serves_a_context_in_json_and_markdown_and_explains_it_only
         too_small = client.post(f"/v1/sessions/{WANG_MAIN}/context", json={"message": ASK, "budget_tokens": 50},
                                 headers=headers)
         assert too_small.status_code == 422 and too_small.json()["field"] == "budget_tokens"
+
+
+def test_the_mcp_tool_gives_the_block_for_a_main_session(story: Story) -> None:
+    import asyncio
+
+    from api.application import MemoryApplication
+    from api.mcp_server import build_server
+    from api.perspective_engine import build_perspective_engine
+
+    memory = MemoryApplication(story.app, build_perspective_engine(story.app, None), None)
+    server = build_server(memory, TENANT)
+
+    result = asyncio.run(server.call_tool("context", {"session_id": WANG_MAIN, "message": ASK}))
+
+    text = str(result)
+    assert "ctx-" in text and "Li prefers monthly settlement" in text and WORKER_MESSAGE not in text
