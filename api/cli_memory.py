@@ -177,3 +177,14 @@ def register(app: typer.Typer) -> None:
     app.command("recall")(recall_command)
     app.command("workers")(workers_command)
     app.command("sweep")(sweep_command)
+    app.command("forget")(forget_command)
+
+
+def forget_command(subject: str, tenant: Tenant) -> None:
+    """Forget SUBJECT for real (person:<ref>, session:<id>, fact:<id>, memory:<ref>): delete its data keys,
+    record SubjectForgotten, and purge the projections and snapshots of its content."""
+    with _app() as n:
+        report = n.forget(tenant, subject)
+        purged = n.purge_projections()
+        console.print(f"forgot {report.subject}: {report.keys_deleted} data keys deleted"
+                      + (f"; projections rebuilt without it at position {purged}" if purged is not None else ""))

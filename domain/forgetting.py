@@ -7,7 +7,8 @@ unreadable, and replays show `[forgotten]` with the structure (ids, refs, relati
 
 Who owns which content (`content_key`):
 
-- label and aliases of `person:` and `memory:` entities: the entity's key, owned by the entity;
+- label and aliases of `person:` and `memory:` entities: the entity's key, owned by the entity, and a memory
+  also by every person a fact links it to;
 - a fact's reason (assert, corroborate, invalidate): the fact's key, owned by the fact, by its `person:` or
   `session:` scope, and, for an org-scoped fact, by a `person:` subject or object;
 - messages, tasks, worker reports, compaction summaries and payloads, consolidation notes: the session's key,
@@ -96,6 +97,18 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
     serving = getattr(event, "serving", None)
     parent = getattr(event, "parent_session_id", None)
     return ContentKey(f"{tenant}/session/{session_id}", _session_owners(state, session_id, serving, parent))
+
+
+def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
+    """Further owners a fact gives a memory: a `memory:` entity linked to a person (by the fact's subject or
+    object, or by its `person:` scope) becomes theirs too, so "forget me" erases the memories about them."""
+    if not isinstance(event, FactAsserted):
+        return ()
+    people = {ref for ref in (event.subject, event.object, event.scope) if ref.startswith("person:")}
+    memories = [ref for ref in (event.subject, event.object) if ref.startswith("memory:")]
+    if not people or not memories:
+        return ()
+    return tuple(ContentKey(f"{event.tenant}/entity/{ref}", frozenset(people | {ref})) for ref in memories)
 
 
 def check_subject(subject: str) -> str:

@@ -18,6 +18,8 @@ class Pending:
     version: int
     event: DomainEvent
     key: ContentKey | None = None
+    grants: tuple[ContentKey, ...] = ()
+    """Owners this event adds to other keys (recorded with the batch's keys, before the events)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,8 +339,9 @@ def _(cmd: c.StartSession, state: Ontology, now: datetime) -> list[DomainEvent]:
     events: list[DomainEvent] = []
     ref = f"session:{cmd.session_id}"
     if ref not in state.entities:
-        events.append(EntityRegistered(**_base(cmd, now), ref=ref, label=cmd.task or f"{cmd.kind.value} session "
-                                       f"of {cmd.agent}"[:500]))
+        # A neutral label: the task is content (sealed with the session), a label is structure.
+        events.append(EntityRegistered(**_base(cmd, now), ref=ref, label=f"{cmd.kind.value} session "
+                                       f"{cmd.session_id}"[:500]))
     events.append(SessionStarted(**_base(cmd, now), session_id=cmd.session_id, agent=cmd.agent, kind=cmd.kind,
                                  serving=cmd.serving, parent_session_id=cmd.parent_session_id, task=cmd.task,
                                  occurred_at=cmd.occurred_at))
@@ -375,7 +376,8 @@ def _(cmd: c.DispatchWorker, state: Ontology, now: datetime) -> list[DomainEvent
                               field="worker_session_id")
     ref = f"session:{cmd.worker_session_id}"
     if ref not in state.entities:
-        events.append(EntityRegistered(**_base(cmd, now), ref=ref, label=cmd.task[:500]))
+        events.append(EntityRegistered(**_base(cmd, now), ref=ref,
+                                       label=f"worker session {cmd.worker_session_id}"[:500]))
     events.append(WorkerDispatched(**_base(cmd, now), session_id=cmd.session_id,
                                    worker_session_id=cmd.worker_session_id, task=cmd.task, about=cmd.about,
                                    occurred_at=cmd.occurred_at))

@@ -15,7 +15,7 @@ from datetime import datetime
 from domain.commands import Command
 from domain.errors import ConcurrencyError, DomainError
 from domain.events import DomainEvent
-from domain.forgetting import content_key
+from domain.forgetting import SubjectForgotten, content_key, owner_grants
 from domain.ontology import Ontology
 from domain.ports import AlreadyTracked, EventLog, Pending, TrackingPosition, VersionConflict
 from domain.rules import decide
@@ -138,8 +138,9 @@ class OntologyService:
                 continue
             for event in events:
                 key = content_key(state, event) if self._seal else None
+                grants = owner_grants(state, event) if self._seal else ()
                 state.apply(event)
-                pending.append(Pending(command.tenant, state.version, event, key))
+                pending.append(Pending(command.tenant, state.version, event, key, grants))
             outcomes.append(Outcome(command, events))
         return outcomes, pending
 
@@ -157,7 +158,12 @@ class OntologyService:
         state = self._states.get(tenant)
         if state is None:
             state = self._states[tenant] = Ontology(tenant=tenant)
-        for event in self._log.read_stream(tenant, after_version=state.version):
+        events = list(self._log.read_stream(tenant, after_version=state.version))
+        if state.version and any(isinstance(e, SubjectForgotten) for e in events):
+            # Another process forgot a subject: content folded earlier may no longer exist. Fold afresh.
+            state = self._states[tenant] = Ontology(tenant=tenant)
+            events = list(self._log.read_stream(tenant))
+        for event in events:
             state.apply(event)
         return state
 

@@ -46,6 +46,12 @@ class Noumena:
                                "forgotten for real", field="subject")
         return forget(self.service, self.log.keys, tenant, subject)
 
+    def purge_projections(self) -> int | None:
+        """Rebuild projections, snapshot and exports without forgotten content (see projections/purge.py)."""
+        from projections.purge import purge_projections
+
+        return purge_projections(self.log, self.settings.home)
+
     def ingestor(self) -> Ingestor:
         return Ingestor(self.service, on_stored=self.on_stored)
 

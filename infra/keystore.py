@@ -21,11 +21,13 @@ KEY_BYTES = 32  # AES-256
 
 
 class _Cached:
-    """Keys already read or written by this process, with the owners known to be recorded."""
+    """Keys already read or written by this process, with the owners known to be recorded. `generation` moves on
+    every clear, so holders of derived objects (the mapper's ciphers) know to drop theirs too."""
 
     def __init__(self) -> None:
         self.keys: dict[str, bytes] = {}
         self.owners: dict[str, frozenset[str]] = {}
+        self.generation = 0
 
     def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
         return [k for k in wanted if k.key_id not in self.keys or not k.owners <= self.owners[k.key_id]]
@@ -33,6 +35,7 @@ class _Cached:
     def clear(self) -> None:
         self.keys.clear()
         self.owners.clear()
+        self.generation += 1
 
 
 class MemoryKeyStore:
@@ -40,6 +43,7 @@ class MemoryKeyStore:
         self._keys: dict[str, bytes] = {}
         self._owners: dict[str, set[str]] = {}
         self._lock = threading.Lock()
+        self.generation = 0
 
     def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
         with self._lock:
@@ -64,10 +68,11 @@ class MemoryKeyStore:
             for key_id in doomed:
                 self._keys.pop(key_id, None)
                 self._owners.pop(key_id, None)
+            self.generation += 1
             return len(doomed)
 
     def evict_cache(self) -> None:
-        pass
+        self.generation += 1
 
     def close(self) -> None:
         pass
@@ -144,6 +149,10 @@ class SQLiteKeyStore:
             self._cache.clear()
             return len(doomed)
 
+    @property
+    def generation(self) -> int:
+        return self._cache.generation
+
     def evict_cache(self) -> None:
         """Forget cached keys (another process may have deleted some)."""
         with self._lock:
@@ -210,6 +219,10 @@ class PostgresKeyStore:
             self._db.execute(f"VACUUM FULL {self._owners}")
             self._cache.clear()
             return len(doomed)
+
+    @property
+    def generation(self) -> int:
+        return self._cache.generation
 
     def evict_cache(self) -> None:
         with self._lock:

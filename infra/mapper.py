@@ -51,6 +51,7 @@ class EventMapper:
     def __init__(self, keys: KeyStore | None = None) -> None:
         self.keys = keys
         self._ciphers: dict[str, AESGCM | None] = {}
+        self._generation = getattr(keys, "generation", 0)
 
     # ------------------------------------------------------------------ writing
 
@@ -61,9 +62,10 @@ class EventMapper:
         """Serialize a batch; every data key it needs is created and committed first, in one transaction."""
         keys: dict[str, bytes] = {}
         if self.keys is not None:
-            wanted = {p.key.key_id: p.key for p in pending if p.key is not None}
+            wanted = [p.key for p in pending if p.key is not None]
+            wanted += [grant for p in pending for grant in p.grants]
             if wanted:
-                keys = self.keys.keys_for(wanted.values())
+                keys = self.keys.keys_for(wanted)
         stored = []
         for p in pending:
             event = p.event
@@ -81,7 +83,14 @@ class EventMapper:
                                       topic=event.stored_topic(), state=state))
         return stored
 
+    def _check_generation(self) -> None:
+        generation = getattr(self.keys, "generation", 0)
+        if generation != self._generation:  # the key store dropped keys: so must we
+            self._ciphers.clear()
+            self._generation = generation
+
     def _cipher_for(self, key_id: str, key: bytes) -> AESGCM:
+        self._check_generation()
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             cipher = self._ciphers[key_id] = AESGCM(key)
@@ -126,6 +135,7 @@ class EventMapper:
 
     def _open(self, name: str, value: str) -> Any:
         nonce, sealed, key_id = value[len(SEAL):].split(":", 2)
+        self._check_generation()
         cipher = self._ciphers.get(key_id)
         if cipher is None and key_id not in self._ciphers:
             key = self.keys.get(key_id) if self.keys is not None else None
