@@ -33,7 +33,8 @@ that tenant only (the tenant never comes from a body, a path or a query). `/v1/a
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "description": text, "content": {"application/problem+json": {}}}
-    for status, text in {401: "No or unknown API key.", 403: "Not allowed (e.g. another tenant's envelope).",
+    for status, text in {400: "The body is not JSON.", 401: "No or unknown API key.",
+                         403: "Not allowed (e.g. another tenant's envelope).",
                          404: "Not found in your tenant.", 409: "Conflicts with the current state.",
                          422: "Invalid input; the problem names the field.",
                          503: "The read model did not reach `min_position` in time."}.items()

@@ -15,7 +15,14 @@ import duckdb
 
 from consumers.ingest import Ingestor
 from domain import commands as c
-from domain.errors import DomainError, InfrastructureError, NoumenaError, UnknownEntity, UnknownSession
+from domain.errors import (
+    DomainError,
+    InfrastructureError,
+    InvalidInput,
+    NoumenaError,
+    UnknownEntity,
+    UnknownSession,
+)
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactStatus
 from domain.recalls import RecallMode
 from infra.api_keys import ApiKeyStore
@@ -241,6 +248,10 @@ class MemoryApplication:
         if min_position is None or min_position <= 0:
             return
         follower = self._follower()
+        end = self.noumena.log.max_position()
+        if min_position > end:
+            raise InvalidInput(f"min_position {min_position} is beyond the end of the log ({end}): no write"
+                               " returned it", field="min_position")
         if not follower.wait_for(min_position, self.settings.api_read_wait_seconds):
             raise ProjectionBehind(f"the read model reached position {follower.position}, not {min_position},"
                                    f" within {self.settings.api_read_wait_seconds:g} s; retry")

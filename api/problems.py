@@ -134,7 +134,8 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        titles = {401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+        titles = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
+                  405: "Method not allowed",
                   406: "Not acceptable", 413: "Payload too large", 415: "Unsupported media type"}
         slug = titles.get(error.status_code, "error").lower().replace(" ", "-")
         problem = ApiProblem(error.status_code, slug, titles.get(error.status_code, "Error"), str(error.detail),

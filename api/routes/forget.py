@@ -12,7 +12,8 @@ from api.schemas.forget import ForgetCreate
 router = APIRouter(prefix="/forget", tags=["forget"])
 
 
-@router.post("", response_model=WritePublic, responses={501: {"model": Problem, "description": "Not built yet."}})
+@router.post("", response_model=WritePublic, responses={501: {
+    "model": Problem, "description": "Not built yet (issue 8).", "content": {"application/problem+json": {}}}})
 def forget(request: ForgetCreate, tenant: TenantDep, memory: MemoryDep) -> WritePublic:
     """Really delete what is known about a subject (crypto-shredding). Not built yet: answers 501 and changes
     nothing."""
