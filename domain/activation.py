@@ -95,9 +95,10 @@ class ActivationParameters(BaseModel):
     """At most this many markers in all, before the token budget cuts further. Our choice, to bound the walk's
     output; the budget is the real limit."""
 
-    minimum_spread: float = Field(default=1e-4, ge=0)
-    """Nodes whose spread falls below this pass nothing on: ln(1e-4) + S = -7.7, which no plausible base level
-    lifts over tau. Our choice; it bounds the walk through very crowded neighbourhoods."""
+    minimum_spread: float = Field(default=0.0, ge=0)
+    """An absolute floor under the walk's own cut-off. The walk already stops at nodes whose facts could not
+    rise above tau even with the agent's freshest possible base level: spread < exp(tau - S - B_max). Our choice
+    (none beyond that bound); raise it to trade recall of faint facts for speed."""
 
     party_kinds: tuple[str, ...] = ("person",)
     """Entity kinds that are parties a hub serves. A hub that is itself the viewer never reaches parties other

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -213,6 +214,14 @@ class PerspectiveIndex:
         # uses
         self.uses: dict[int, tuple[_Column, _Column]] = {}
         self._uses_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._most_uses: dict[int, int] = {}
+        # walk scratch (one walk at a time per index: `walk` holds the lock)
+        self._lock = threading.Lock()
+        self._visited_scratch: np.ndarray | None = None
+        self._seen_scratch: np.ndarray | None = None
+        self._touched_nodes: list[np.ndarray] = []
+        self._touched_facts: list[np.ndarray] = []
+        self._hubs: np.ndarray | None = None
         self._scope("org")
         for relation in BUILTIN_RELATIONS.values():
             self._relation(relation.name, relation.weight)
@@ -245,6 +254,7 @@ class PerspectiveIndex:
             self.refs.append(ref)
             self.labels.append(label or ref)
             self.hub.append(bool(hub))
+            self._hubs = None
             self.kind.append(self._kind(ref))
             self.fan.append(0)
         else:
@@ -252,6 +262,7 @@ class PerspectiveIndex:
                 self.labels[eid] = label
             if hub is not None:
                 self.hub.data[eid] = hub
+                self._hubs = None
         return eid
 
     def _scope(self, name: str) -> int:
@@ -382,6 +393,7 @@ class PerspectiveIndex:
                 columns[0].append(index)
                 columns[1].append(at)
         self._uses_sorted.pop(agent, None)
+        self._most_uses.pop(agent, None)
 
     # ------------------------------------------------------------------------------------------ bulk building
 
@@ -442,6 +454,20 @@ class PerspectiveIndex:
                 (session_serving == -1) | (session_serving == serving))
         return visible
 
+    def _visible(self, codes: np.ndarray, agent: int, serving: int) -> np.ndarray:
+        """`visible_scopes` evaluated only for the given scope codes (the facts a walk gathered)."""
+        kind = self.scope_kind.data[codes]
+        visible = kind == SCOPE_ORG
+        if visible.all():
+            return visible
+        if serving >= 0:
+            visible |= (kind == SCOPE_PERSON) & (self.scope_person.data[codes] == serving)
+        if agent >= 0:
+            session_serving = self.scope_serving.data[codes]
+            visible |= (kind == SCOPE_SESSION) & (self.scope_agent.data[codes] == agent) & (
+                (session_serving == -1) | (session_serving == serving))
+        return visible
+
     def _edges(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All (owner position in `nodes`, neighbour, fact) of the given unique nodes, CSR plus the delta tail."""
         n_csr = len(self.indptr) - 1
@@ -476,10 +502,15 @@ class PerspectiveIndex:
         return owner, nbr, fact
 
     def walk(self, viewpoint: Viewpoint, parameters: ActivationParameters, now: float) -> Walked:
-        """Spread activation from the viewpoint, rank every reached fact and cut the ranking into tiers."""
+        """Spread activation from the viewpoint, rank every reached fact and cut the ranking into tiers.
+
+        Layered like a breadth-first search: a node passes activation on once, at its first (shortest) hop, with
+        all it received at that hop. A node whose facts could not rise above tau even with this agent's freshest
+        possible base level passes nothing on (`spread_floor`): what lies beyond it would be forgotten anyway.
+        """
         self._maybe_compact()
         p = parameters
-        n_entities = len(self.refs)
+        n_entities, n_facts = len(self.refs), self.fact_count
         unknown: list[str] = []
         source_refs = [viewpoint.agent, *([viewpoint.serving] if viewpoint.serving else []), *viewpoint.focus]
         source_ids: list[int] = []
@@ -491,79 +522,126 @@ class PerspectiveIndex:
                 source_ids.append(eid)
         agent = self.entity_ids.get(viewpoint.agent, -1)
         serving = self.entity_ids.get(viewpoint.serving, -1) if viewpoint.serving else -1
-        visible = self.visible_scopes(agent, serving)
         empty = np.zeros(0, dtype=np.int64)
         if not source_ids:
             return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, [], unknown,
                           empty, empty, empty, now, p)
-
-        hub = self.hub.view
-        kind = self.kind.view
-        fan = self.fan.view
-        status, scope, rel = self.status.view, self.scope.view, self.rel.view
-        weights = self.rel_weight.view.astype(np.float64)
-        stop = hub.copy()
+        hub, kind = self.hub.view, self.kind.view
         party_codes = [self.kind_codes[k] for k in p.party_kinds if k in self.kind_codes]
         # A hub viewer: the other parties it serves are neither reached from it nor traversed.
-        hub_sources = {s for s in source_ids if hub[s]}
-        blocked = np.zeros(0, dtype=np.int64)
-        if hub_sources and party_codes:
-            owner, nbr, _fact = self._edges(np.array(sorted(hub_sources), dtype=np.int64))
-            is_party = np.isin(kind[nbr], party_codes) & (nbr != serving)
-            blocked = np.unique(nbr[is_party]).astype(np.int64)
-            stop[blocked] = True
+        hub_sources = np.array(sorted({s for s in source_ids if hub[s]}), dtype=np.int64)
+        blocked_nodes = np.zeros(0, dtype=np.int64)
+        if len(hub_sources) and party_codes:
+            _owner, nbr, _fact = self._edges(hub_sources)
+            blocked_nodes = np.unique(nbr[np.isin(kind[nbr], party_codes) & (nbr != serving)]).astype(np.int64)
+        any_blocked = len(blocked_nodes) > 0
+        with self._lock:
+            visited, seen = self._scratch(n_entities, n_facts)
+            try:
+                return self._spread(p, now, source_ids, unknown, agent, serving, hub_sources, blocked_nodes,
+                                    any_blocked, visited, seen)
+            finally:
+                self._release(visited, seen)
 
-        share = p.source_weight / len(source_ids)
+    def _scratch(self, n_entities: int, n_facts: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-index scratch flags, all False, reused across walks (a fresh 1M-fact array per query costs more
+        in page faults than the walk). Only the entries a walk sets are cleared after it."""
+        if self._visited_scratch is None or len(self._visited_scratch) < n_entities:
+            self._visited_scratch = np.zeros(max(n_entities, 64) * 2, dtype=bool)
+        if self._seen_scratch is None or len(self._seen_scratch) < n_facts:
+            self._seen_scratch = np.zeros(max(n_facts, 64) * 2, dtype=bool)
+        self._touched_nodes = []
+        self._touched_facts = []
+        return self._visited_scratch, self._seen_scratch
+
+    def _hub_nodes(self) -> np.ndarray:
+        if self._hubs is None:
+            self._hubs = np.nonzero(self.hub.view)[0].astype(np.int64)
+        return self._hubs
+
+    def _release(self, visited: np.ndarray, seen: np.ndarray) -> None:
+        for nodes in self._touched_nodes:
+            visited[nodes] = False
+        for facts in self._touched_facts:
+            seen[facts] = False
+        self._touched_nodes, self._touched_facts = [], []
+
+    def _spread(self, p: ActivationParameters, now: float, source_ids: list[int], unknown: list[str], agent: int,
+                serving: int, hub_sources: np.ndarray, blocked_nodes: np.ndarray, any_blocked: bool,
+                visited: np.ndarray, seen: np.ndarray) -> Walked:
+        empty = np.zeros(0, dtype=np.int64)
+        fan = self.fan.view
+        status, scope, rel = self.status.view, self.scope.view, self.rel.view
+        src_all, dst_all = self.src.view, self.dst.view
+        weights = self.rel_weight.view.astype(np.float64)
+        max_weight = float(weights.max()) if len(weights) else 1.0
+        floor = self.spread_floor(agent, p)
+        stop_nodes = visited  # hubs and blocked parties are marked visited up front: reached, never expanded
+
         frontier, counts = np.unique(np.array(source_ids, dtype=np.int64), return_counts=True)
-        frontier_act = counts * share
-        visited = np.zeros(n_entities, dtype=bool)
+        frontier_act = counts * (p.source_weight / len(source_ids))
         visited[frontier] = True
-        seen_facts = np.zeros(0, dtype=np.int64)
-        rec_fact, rec_x, rec_hop, rec_via = [], [], [], []
-        node_ids, node_parent, node_parent_fact = [frontier], [np.full(len(frontier), -1)], [np.full(len(frontier), -1)]
+        self._touched_nodes.append(frontier)
+        hub_nodes = self._hub_nodes()
+        visited[hub_nodes] = True
+        visited[blocked_nodes] = True
+        self._touched_nodes += [hub_nodes, blocked_nodes]
         exp_s = math.exp(p.associative_strength)
+        rec_fact, rec_x, rec_hop, rec_via = [], [], [], []
+        node_ids = [frontier]
+        node_parent = [np.full(len(frontier), -1, dtype=np.int64)]
+        node_parent_fact = [np.full(len(frontier), -1, dtype=np.int64)]
+        first_hop = True
         for hop in range(1, p.depth + 1):
+            node_share = np.minimum(1.0, exp_s / np.maximum(fan[frontier], 1).astype(np.float64))
+            out = frontier_act * node_share * p.hop_factor
+            # sources always pass (their own facts are the viewpoint); others only when it can still matter
+            strong = out * max_weight >= floor
+            if not first_hop:
+                frontier, out = frontier[strong], out[strong]
             if len(frontier) == 0:
                 break
             owner, nbr, fact = self._edges(frontier)
             if len(fact) == 0:
                 break
-            keep = (status[fact] == CURRENT) & visible[scope[fact]]
-            if len(seen_facts):
-                keep &= ~np.isin(fact, seen_facts)
-            if len(blocked):
-                keep &= ~(np.isin(frontier[owner], list(hub_sources)) & np.isin(nbr, blocked))
-            if hop == 1 and agent >= 0 and serving >= 0:
+            keep = (status[fact] == CURRENT) & ~seen[fact]
+            keep &= self._visible(scope[fact], agent, serving)
+            if any_blocked:
+                keep &= ~(np.isin(frontier[owner], hub_sources) & np.isin(nbr, blocked_nodes))
+            if first_hop and agent >= 0 and serving >= 0:
                 # the fact that the agent serves this person is the viewpoint itself: the header says it
-                ends = (self.src.view[fact], self.dst.view[fact])
-                keep &= ~(((ends[0] == agent) & (ends[1] == serving)) | ((ends[0] == serving) & (ends[1] == agent)))
+                a, b = src_all[fact], dst_all[fact]
+                keep &= ~(((a == agent) & (b == serving)) | ((a == serving) & (b == agent)))
             owner, nbr, fact = owner[keep], nbr[keep], fact[keep]
             if len(fact) == 0:
                 break
-            node_fan = fan[frontier].astype(np.float64)
-            node_share = np.minimum(1.0, exp_s / np.maximum(node_fan, 1.0))
-            x = frontier_act[owner] * node_share[owner] * p.hop_factor * weights[rel[fact]]
+            x = out[owner] * weights[rel[fact]]
+            seen[fact] = True
+            self._touched_facts.append(fact)
             rec_fact.append(fact.astype(np.int64))
             rec_x.append(x)
             rec_hop.append(np.full(len(fact), hop, dtype=np.int64))
             rec_via.append(frontier[owner])
-            seen_facts = np.union1d(seen_facts, fact)
+            first_hop = False
             if hop == p.depth:
                 break
-            onward = ~stop[nbr] & ~visited[nbr] & (x > 0)
+            onward = ~stop_nodes[nbr]
             if not onward.any():
                 break
-            next_nodes, inverse = np.unique(nbr[onward], return_inverse=True)
-            next_act = np.bincount(inverse, weights=x[onward], minlength=len(next_nodes))
-            best = np.lexsort((-x[onward], inverse))
-            first = np.ones(len(best), dtype=bool)
-            first[1:] = inverse[best][1:] != inverse[best][:-1]
+            on_nbr, on_x, on_owner, on_fact = nbr[onward], x[onward], owner[onward], fact[onward]
+            order = np.lexsort((-on_x, on_nbr))
+            on_nbr, on_x, on_owner, on_fact = on_nbr[order], on_x[order], on_owner[order], on_fact[order]
+            starts = np.ones(len(on_nbr), dtype=bool)
+            starts[1:] = on_nbr[1:] != on_nbr[:-1]
+            start_at = np.nonzero(starts)[0]
+            next_nodes = on_nbr[start_at]
+            next_act = np.add.reduceat(on_x, start_at)
             node_ids.append(next_nodes)
-            node_parent.append(frontier[owner[onward][best[first]]])
-            node_parent_fact.append(fact[onward][best[first]].astype(np.int64))
+            node_parent.append(frontier[on_owner[start_at]])
+            node_parent_fact.append(on_fact[start_at].astype(np.int64))
             visited[next_nodes] = True
-            strong = next_act >= p.minimum_spread
-            frontier, frontier_act = next_nodes[strong], next_act[strong]
+            self._touched_nodes.append(next_nodes)
+            frontier, frontier_act = next_nodes, next_act
 
         nodes = np.concatenate(node_ids)
         parents = np.concatenate(node_parent)
@@ -578,14 +656,20 @@ class PerspectiveIndex:
         all_x = np.concatenate(rec_x)
         all_hop = np.concatenate(rec_hop)
         all_via = np.concatenate(rec_via)
-        facts, inverse = np.unique(all_fact, return_inverse=True)
-        spread = np.bincount(inverse, weights=all_x, minlength=len(facts))
-        best = np.lexsort((-all_x, inverse))
-        first = np.ones(len(best), dtype=bool)
-        first[1:] = inverse[best][1:] != inverse[best][:-1]
-        hops = all_hop[best[first]]
-        via = all_via[best[first]]
+        order = np.lexsort((-all_x, all_fact))
+        all_fact, all_x, all_hop, all_via = all_fact[order], all_x[order], all_hop[order], all_via[order]
+        starts = np.ones(len(all_fact), dtype=bool)
+        starts[1:] = all_fact[1:] != all_fact[:-1]
+        start_at = np.nonzero(starts)[0]
+        facts = all_fact[start_at]
+        spread = np.add.reduceat(all_x, start_at)
+        hops, via = all_hop[start_at], all_via[start_at]
 
+        # facts whose spread cannot lift them over tau are forgotten without computing their base level
+        ranked = spread >= floor
+        n_weak = int(len(facts) - np.count_nonzero(ranked))
+        weak_facts, weak_spread, weak_hops, weak_via = facts[~ranked], spread[~ranked], hops[~ranked], via[~ranked]
+        facts, spread, hops, via = facts[ranked], spread[ranked], hops[ranked], via[ranked]
         base = self.base_levels(agent, facts, now, p)
         conf = self.conf.view[facts].astype(np.float64)
         with np.errstate(divide="ignore"):
@@ -593,8 +677,31 @@ class PerspectiveIndex:
         order = np.lexsort((self.hashes.view[facts], -act))
         facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
         tiers = tier_codes(p, act, via)
+        if n_weak:
+            facts = np.concatenate([facts, weak_facts])
+            with np.errstate(divide="ignore"):
+                act = np.concatenate([act, np.full(n_weak, -np.inf)])
+            spread = np.concatenate([spread, weak_spread])
+            base = np.concatenate([base, np.full(n_weak, np.nan)])
+            hops, via = np.concatenate([hops, weak_hops]), np.concatenate([via, weak_via])
+            tiers = np.concatenate([tiers, np.full(n_weak, TIER_CODES[Tier.FORGOTTEN], dtype=np.int8)])
         return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, parents, parent_facts,
                       now, p)
+
+    def spread_floor(self, agent: int, p: ActivationParameters) -> float:
+        """The least spread a fact needs to have any chance of A > tau for this agent: exp(tau - S - B_max), where
+        B_max is the base level of a fact asserted and used (as often as this agent ever used one fact) within
+        the last `minimum_age_seconds`. Never below `minimum_spread`."""
+        fresh = (p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay
+        most = self._most_uses.get(agent)
+        if most is None:
+            uses = self._sorted_uses(agent)
+            most = 0
+            if uses is not None and len(uses[0]):
+                most = int(np.unique(uses[0], return_counts=True)[1].max())
+            self._most_uses[agent] = most
+        best_base = math.log(fresh * (1 + most))
+        return max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base))
 
     def base_levels(self, agent: int, facts: np.ndarray, now: float, p: ActivationParameters) -> np.ndarray:
         """B per fact for one agent at `now`: the assertion plus the agent's recalls made at or before `now`."""
