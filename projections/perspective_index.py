@@ -148,12 +148,26 @@ class Walked:
     """TIER_CODES per fact."""
     sources: list[int]
     unknown_refs: list[str]
-    node_ids: np.ndarray
-    """every node reached and expanded, sorted, with its parent (for paths)."""
-    node_parent: np.ndarray
-    node_parent_fact: np.ndarray
+    node_layers: list[np.ndarray]
+    """every node reached and expanded, per hop, with its parent (for paths; see `parents`)."""
+    parent_layers: list[np.ndarray]
+    parent_fact_layers: list[np.ndarray]
     now: float
     parameters: ActivationParameters
+    _parents: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def parents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(nodes sorted, their parent node, the fact crossed from it): -1 for the sources."""
+        if self._parents is None:
+            if not self.node_layers:
+                empty = np.zeros(0, dtype=np.int64)
+                self._parents = (empty, empty, empty)
+            else:
+                nodes = np.concatenate(self.node_layers)
+                order = np.argsort(nodes, kind="stable")
+                self._parents = (nodes[order], np.concatenate(self.parent_layers)[order],
+                                 np.concatenate(self.parent_fact_layers)[order])
+        return self._parents
 
     def count(self, tier: Tier) -> int:
         return int(np.count_nonzero(self.tiers == TIER_CODES[tier]))
@@ -471,8 +485,11 @@ class PerspectiveIndex:
     def _edges(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All (owner position in `nodes`, neighbour, fact) of the given unique nodes, CSR plus the delta tail."""
         n_csr = len(self.indptr) - 1
-        positions = np.nonzero(nodes < n_csr)[0]
-        in_csr = nodes[positions]
+        if n_csr == len(self.refs):  # every entity has its CSR row (the usual case)
+            positions, in_csr = np.arange(len(nodes)), nodes
+        else:
+            positions = np.nonzero(nodes < n_csr)[0]
+            in_csr = nodes[positions]
         starts = self.indptr[in_csr]
         lengths = self.indptr[in_csr + 1] - starts
         total = int(lengths.sum())
@@ -525,7 +542,7 @@ class PerspectiveIndex:
         empty = np.zeros(0, dtype=np.int64)
         if not source_ids:
             return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, [], unknown,
-                          empty, empty, empty, now, p)
+                          [], [], [], now, p)
         hub, kind = self.hub.view, self.kind.view
         party_codes = [self.kind_codes[k] for k in p.party_kinds if k in self.kind_codes]
         # A hub viewer: the other parties it serves are neither reached from it nor traversed.
@@ -587,7 +604,10 @@ class PerspectiveIndex:
         visited[blocked_nodes] = True
         self._touched_nodes += [hub_nodes, blocked_nodes]
         exp_s = math.exp(p.associative_strength)
-        rec_fact, rec_x, rec_hop, rec_via = [], [], [], []
+        rec_fact: list[np.ndarray] = []
+        rec_x: list[np.ndarray] = []
+        rec_hop: list[int] = []
+        rec_via: list[np.ndarray] = []
         node_ids = [frontier]
         node_parent = [np.full(len(frontier), -1, dtype=np.int64)]
         node_parent_fact = [np.full(len(frontier), -1, dtype=np.int64)]
@@ -620,7 +640,7 @@ class PerspectiveIndex:
             self._touched_facts.append(fact)
             rec_fact.append(fact.astype(np.int64))
             rec_x.append(x)
-            rec_hop.append(np.full(len(fact), hop, dtype=np.int64))
+            rec_hop.append(len(fact))
             rec_via.append(frontier[owner])
             first_hop = False
             if hop == p.depth:
@@ -643,18 +663,14 @@ class PerspectiveIndex:
             self._touched_nodes.append(next_nodes)
             frontier, frontier_act = next_nodes, next_act
 
-        nodes = np.concatenate(node_ids)
-        parents = np.concatenate(node_parent)
-        parent_facts = np.concatenate(node_parent_fact)
-        order_nodes = np.argsort(nodes, kind="stable")
-        nodes, parents, parent_facts = nodes[order_nodes], parents[order_nodes], parent_facts[order_nodes]
+        nodes, parents, parent_facts = node_ids, node_parent, node_parent_fact  # sorted lazily, for paths only
         if not rec_fact:
             return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, source_ids, unknown,
                           nodes, parents, parent_facts, now, p)
 
         all_fact = np.concatenate(rec_fact)
         all_x = np.concatenate(rec_x)
-        all_hop = np.concatenate(rec_hop)
+        all_hop = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
         all_via = np.concatenate(rec_via)
         order = np.lexsort((-all_x, all_fact))
         all_fact, all_x, all_hop, all_via = all_fact[order], all_x[order], all_hop[order], all_via[order]
@@ -744,11 +760,12 @@ class PerspectiveIndex:
         node = via
         for _ in range(16):
             refs.append(node)
-            k = int(np.searchsorted(walked.node_ids, node))
-            if k >= len(walked.node_ids) or walked.node_ids[k] != node or walked.node_parent[k] < 0:
+            nodes, parents, parent_facts = walked.parents()
+            k = int(np.searchsorted(nodes, node))
+            if k >= len(nodes) or nodes[k] != node or parents[k] < 0:
                 break
-            crossed.append(int(walked.node_parent_fact[k]))
-            node = int(walked.node_parent[k])
+            crossed.append(int(parent_facts[k]))
+            node = int(parents[k])
         refs.reverse()
         crossed.reverse()
         other = int(self.dst.data[fact]) if int(self.src.data[fact]) == via else int(self.src.data[fact])
