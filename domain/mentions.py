@@ -25,6 +25,9 @@ from domain.resolution import _STRIP, _TRADITIONAL, normalize
 MIN_NAME_CHARS = 2
 """Normalized names shorter than this are never looked for in text (one CJK character names half the country)."""
 
+FIND_CACHE_SIZE = 4_096
+"""How many texts' answers are kept (recent turns repeat with every request to the same session)."""
+
 _WORDISH = re.compile(r"[0-9a-z]")
 
 
@@ -50,6 +53,8 @@ class MentionIndex:
     names_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
     lengths: dict[int, int] = field(default_factory=dict)
     """normalized length -> how many names have it (the scan only tries lengths that exist)."""
+    _found: dict[tuple[str, int], list[Mention]] = field(default_factory=dict, repr=False)
+    """Answers already given (the same recent turns come back with every request); emptied by any change."""
 
     @classmethod
     def from_ontology(cls, state: Ontology) -> MentionIndex:
@@ -62,6 +67,7 @@ class MentionIndex:
     def set_names(self, ref: str, names: Iterable[str]) -> None:
         """Give `ref` exactly these names (replacing the ones it had)."""
         self.remove(ref)
+        self._found.clear()
         keys = tuple(dict.fromkeys(k for k in (normalize(n) for n in names) if len(k) >= MIN_NAME_CHARS))
         self.names_of[ref] = keys
         for key in keys:
@@ -71,6 +77,7 @@ class MentionIndex:
                 self.lengths[len(key)] = self.lengths.get(len(key), 0) + 1
 
     def remove(self, ref: str) -> None:
+        self._found.clear()
         for key in self.names_of.pop(ref, ()):
             refs = self.by_name.get(key)
             if refs is None:
@@ -84,6 +91,16 @@ class MentionIndex:
 
     def find(self, text: str, max_chars: int = 4_000) -> list[Mention]:
         """The mentions in `text` (its first `max_chars` characters), in order of appearance."""
+        known = self._found.get((text, max_chars))
+        if known is not None:
+            return list(known)
+        found = self._scan(text, max_chars)
+        if len(self._found) >= FIND_CACHE_SIZE:
+            self._found.clear()
+        self._found[(text, max_chars)] = found
+        return list(found)
+
+    def _scan(self, text: str, max_chars: int) -> list[Mention]:
         folded = unicodedata.normalize("NFKC", text[:max_chars]).casefold().translate(_TRADITIONAL)
         pieces = [p for p in _STRIP.split(folded) if p]
         joined = "".join(pieces)

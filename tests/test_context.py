@@ -22,6 +22,8 @@ from domain.context import (
     ContextParameters,
     ContextRole,
     assemble,
+    line_tokens,
+    text_tokens,
 )
 from domain.errors import InvalidInput
 from domain.facts import FactState, FactStatus
@@ -264,6 +266,11 @@ def test_the_block_never_exceeds_the_budget_and_cuts_in_order(summarized_story: 
     if kinds and max(kinds) >= SHRINK_ORDER.index("full"):
         assert ContextRole.WORKERS not in roles
     assert ContextRole.CONSTRAINTS in roles
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from("ab 1,。李总ＡＢ\u3000é😀"), max_size=30), min_size=1, max_size=6))
+def test_the_cached_line_counts_add_up_to_the_documented_estimate_of_the_whole(lines: list[str]) -> None:
+    assert text_tokens(lines) == estimate_tokens("\n".join(lines)) <= sum(line_tokens(t) for t in lines)
 
 
 def test_turns_go_first_then_the_summary_then_the_counts_and_markers() -> None:
