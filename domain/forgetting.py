@@ -91,12 +91,26 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
         else:
             owners |= {ref for ref in (subject, obj) if ref.startswith("person:")}
         return ContentKey(f"{tenant}/fact/{event.fact_id}", frozenset(owners))
-    session_id = getattr(event, "session_id", None)
-    if session_id is None:
+    fields = _FIELDS.get(type(event))
+    if fields is None:  # (pydantic's getattr on a missing field is slow: ask the class, once)
+        fields = _FIELDS[type(event)] = frozenset(type(event).model_fields)
+    if "session_id" not in fields:
         return None
-    serving = getattr(event, "serving", None)
-    parent = getattr(event, "parent_session_id", None)
-    return ContentKey(f"{tenant}/session/{session_id}", _session_owners(state, session_id, serving, parent))
+    session_id = event.session_id  # type: ignore[attr-defined]
+    key_id = f"{tenant}/session/{session_id}"
+    cached = _SESSION_KEYS.get(key_id)
+    if cached is not None and cached[0] is state:
+        return cached[1]
+    serving = event.serving if "serving" in fields else None  # type: ignore[attr-defined]
+    parent = event.parent_session_id if "parent_session_id" in fields else None  # type: ignore[attr-defined]
+    key = ContentKey(key_id, _session_owners(state, session_id, serving, parent))
+    if session_id in getattr(state, "sessions", {}):
+        _SESSION_KEYS[key_id] = (state, key)  # a known session's owners do not change
+    return key
+
+
+_SESSION_KEYS: dict[str, tuple[object, ContentKey]] = {}
+_FIELDS: dict[type, frozenset[str]] = {}
 
 
 def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
@@ -104,9 +118,11 @@ def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
     object, or by its `person:` scope) becomes theirs too, so "forget me" erases the memories about them."""
     if not isinstance(event, FactAsserted):
         return ()
-    people = {ref for ref in (event.subject, event.object, event.scope) if ref.startswith("person:")}
     memories = [ref for ref in (event.subject, event.object) if ref.startswith("memory:")]
-    if not people or not memories:
+    if not memories:
+        return ()
+    people = {ref for ref in (event.subject, event.object, event.scope) if ref.startswith("person:")}
+    if not people:
         return ()
     return tuple(ContentKey(f"{event.tenant}/entity/{ref}", frozenset(people | {ref})) for ref in memories)
 

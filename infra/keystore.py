@@ -79,6 +79,11 @@ class MemoryKeyStore:
 
 
 class SQLiteKeyStore:
+    """One row per key: its bytes and its owners as a space-delimited list (` person:li fact:ab12 `).
+
+    Writing a key is one row (no owner table, no second index): keys are written with every batch of events.
+    Forgetting, which is rare, scans the owners column."""
+
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
@@ -86,10 +91,8 @@ class SQLiteKeyStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA secure_delete=ON")
-        self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS key_owners (key_id TEXT NOT NULL, owner TEXT NOT NULL, "
-                         "PRIMARY KEY (key_id, owner))")
-        self._db.execute("CREATE INDEX IF NOT EXISTS key_owners_by_owner ON key_owners (owner)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL, "
+                         "owners TEXT NOT NULL) WITHOUT ROWID")
         self._lock = threading.Lock()
         self._cache = _Cached()
 
@@ -99,29 +102,34 @@ class SQLiteKeyStore:
         with self._lock:
             missing = self._cache.missing(wanted)
             if missing:
+                owners: dict[str, set[str]] = {}
+                for k in missing:
+                    owners.setdefault(k.key_id, set()).update(k.owners)
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    ids = list({k.key_id for k in missing})
+                    ids = list(owners)
+                    stored: dict[str, str] = {}
                     for start in range(0, len(ids), 500):
                         chunk = ids[start:start + 500]
-                        self._cache.keys.update(self._db.execute(
-                            f"SELECT key_id, key FROM data_keys WHERE key_id IN ({','.join('?' * len(chunk))})",
-                            chunk).fetchall())
-                    new = {key_id: os.urandom(KEY_BYTES) for key_id in ids if key_id not in self._cache.keys}
-                    self._db.executemany("INSERT INTO data_keys VALUES (?, ?)", new.items())
-                    self._db.executemany("INSERT OR IGNORE INTO key_owners VALUES (?, ?)",
-                                         [(k.key_id, o) for k in missing for o in k.owners])
+                        for key_id, key, known in self._db.execute(
+                                f"SELECT key_id, key, owners FROM data_keys WHERE key_id IN "
+                                f"({','.join('?' * len(chunk))})", chunk):
+                            self._cache.keys[key_id] = key
+                            stored[key_id] = known
+                    new = {key_id: os.urandom(KEY_BYTES) for key_id in ids if key_id not in stored}
+                    self._db.executemany("INSERT INTO data_keys VALUES (?, ?, ?)",
+                                         [(key_id, key, _owners_text(owners[key_id])) for key_id, key in new.items()])
+                    grown = [(_owners_text(set(stored[key_id].split()) | owners[key_id]), key_id)
+                             for key_id in stored if not owners[key_id] <= set(stored[key_id].split())]
+                    self._db.executemany("UPDATE data_keys SET owners = ? WHERE key_id = ?", grown)
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
                 self._cache.keys.update(new)
-                for k in missing:
-                    self._cache.owners[k.key_id] = self._cache.owners.get(k.key_id, frozenset()) | k.owners
+                for key_id, more in owners.items():
+                    self._cache.owners[key_id] = self._cache.owners.get(key_id, frozenset()) | more
             return {k.key_id: self._cache.keys[k.key_id] for k in wanted}
-
-    def key_for(self, key: ContentKey) -> bytes:
-        return self.keys_for([key])[key.key_id]
 
     def get(self, key_id: str) -> bytes | None:
         with self._lock:
@@ -136,18 +144,14 @@ class SQLiteKeyStore:
     def forget(self, tenant: str, owner: str) -> int:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            doomed = [r[0] for r in self._db.execute(
-                "SELECT key_id FROM key_owners WHERE owner = ? AND key_id LIKE ?", (owner, f"{tenant}/%"))]
-            for start in range(0, len(doomed), 500):
-                chunk = doomed[start:start + 500]
-                marks = ",".join("?" * len(chunk))
-                self._db.execute(f"DELETE FROM data_keys WHERE key_id IN ({marks})", chunk)
-                self._db.execute(f"DELETE FROM key_owners WHERE key_id IN ({marks})", chunk)
+            cursor = self._db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND "
+                                      "instr(owners, ?) > 0", (f"{tenant}/", f"{tenant}0", f" {owner} "))
+            deleted = cursor.rowcount
             self._db.execute("COMMIT")
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._cache.clear()
-            return len(doomed)
+            return deleted
 
     @property
     def generation(self) -> int:
@@ -160,6 +164,10 @@ class SQLiteKeyStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _owners_text(owners: set[str] | frozenset[str]) -> str:
+    return " " + " ".join(sorted(owners)) + " "
 
 
 class PostgresKeyStore:

@@ -39,6 +39,15 @@ def stream_id(tenant: str) -> str:
     return f"tenant:{tenant}"
 
 
+def _plain(value: Any) -> Any:
+    """Tuples of strings or of pydantic-dumped dicts, as JSON-ready values."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    return value
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
@@ -69,16 +78,17 @@ class EventMapper:
         stored = []
         for p in pending:
             event = p.event
-            if p.key is None or p.key.key_id not in keys:
+            content = [name for name in event.content_fields if getattr(event, name) not in (None, "", (), {})]
+            if p.key is None or p.key.key_id not in keys or not content:
                 state = event.model_dump_json().encode()
             else:
-                data = event.model_dump(mode="json")
+                # The structure as pydantic writes it, then each sealed field spliced in as a JSON string.
                 cipher = self._cipher_for(p.key.key_id, keys[p.key.key_id])
-                for name in event.content_fields:
-                    value = data.get(name)
-                    if value not in (None, "", [], {}):
-                        data[name] = self._seal(cipher, p.key.key_id, name, value)
-                state = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+                head = event.model_dump_json(exclude=set(content))
+                sealed = ",".join(
+                    f'"{name}":{json.dumps(self._seal(cipher, p.key.key_id, name, getattr(event, name)))}'
+                    for name in content)
+                state = (head[:-1] + ("," if len(head) > 2 else "") + sealed + "}").encode()
             stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
                                       topic=event.stored_topic(), state=state))
         return stored
@@ -99,7 +109,10 @@ class EventMapper:
     @staticmethod
     def _seal(cipher: AESGCM, key_id: str, name: str, value: Any) -> str:
         nonce = os.urandom(12)
-        plain = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        if isinstance(value, str):
+            plain = b"s" + value.encode()  # a text field: no JSON needed
+        else:
+            plain = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
         sealed = cipher.encrypt(nonce, plain, f"{key_id}|{name}".encode())
         return f"{SEAL}{_b64(nonce)}:{_b64(sealed)}:{key_id}"
 
@@ -143,9 +156,10 @@ class EventMapper:
         if cipher is None:
             return [] if name in EMPTY_WHEN_FORGOTTEN else FORGOTTEN
         try:
-            return json.loads(cipher.decrypt(_unb64(nonce), _unb64(sealed), f"{key_id}|{name}".encode()))
+            plain = cipher.decrypt(_unb64(nonce), _unb64(sealed), f"{key_id}|{name}".encode())
         except InvalidTag:
             return [] if name in EMPTY_WHEN_FORGOTTEN else FORGOTTEN
+        return plain[1:].decode() if plain[:1] == b"s" else json.loads(plain[1:])
 
     def evict(self) -> None:
         """Drop every cached key: a subject was forgotten (perhaps by another process)."""
