@@ -19,11 +19,14 @@ TenantOption = Annotated[str, typer.Option("--tenant", envvar="NOUMENA_TENANT",
 @contextmanager
 def _perspectives() -> Iterator[Any]:
     from infra.bootstrap import bootstrap, utc_now
+    from projections.files import ProjectionFiles
     from projections.perspectives import Perspectives
 
     noumena = bootstrap()
     try:
-        yield Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
+        perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
+        perspectives.start_from_read_model(ProjectionFiles(noumena.settings.home).snapshot)
+        yield perspectives
     finally:
         noumena.close()
 

@@ -18,6 +18,7 @@ following the log).
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -153,3 +154,17 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str) -> PerspectiveIndex
                       [PROJECTION_NAME]).fetchone()
     position, clock = (int(row[0]), row[1]) if row else (0, None)
     return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock)
+
+
+def load_all(path: Path) -> tuple[dict[str, PerspectiveIndex], int]:
+    """Every tenant's index from a DuckDB file of the read model (the published snapshot), and the log
+    position it stands at: the perspective service starts from these and follows the log from there."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        tenants = [row[0] for row in con.execute("SELECT DISTINCT tenant FROM entities ORDER BY 1").fetchall()]
+        indexes = {tenant: from_duckdb(con, tenant) for tenant in tenants}
+        row = con.execute("SELECT position FROM projection_position WHERE projection = ?",
+                          [PROJECTION_NAME]).fetchone()
+        return indexes, int(row[0]) if row else 0
+    finally:
+        con.close()

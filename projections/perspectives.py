@@ -73,6 +73,16 @@ class Perspectives:
         self._indexes = dict(indexes)
         self._position = position
 
+    def start_from_read_model(self, path: Path) -> bool:
+        """Load every tenant's index from the DuckDB read model at `path` (the published snapshot) if it exists,
+        instead of folding the whole log; the log is followed from the snapshot's position. True if loaded."""
+        if not path.exists():
+            return False
+        from projections.perspective_load import load_all
+
+        self.start_from(*load_all(path))
+        return True
+
     def index(self, tenant: str) -> PerspectiveIndex:
         """The tenant's index, caught up with the log."""
         self.catch_up()
