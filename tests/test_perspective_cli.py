@@ -64,7 +64,8 @@ def test_a_tenant_is_required_and_used_records_a_recall(home: Path):
     data = json.loads(_run("perspective", "--agent", "agent:sales", "--json", home=home).stdout)
     fact_id = data["items"][0]["fact_id"]
     used = _run("used", "--agent", "agent:sales", fact_id, "--perspective-id", data["perspective_id"], home=home)
-    assert used.returncode == 0, used.stderr and "recorded" in used.stdout
+    assert used.returncode == 0, used.stderr
+    assert "recorded" in used.stdout
     unknown = _run("perspective", "--agent", "agent:nobody", home=home)
     assert unknown.returncode == 2 and "agent:nobody" in unknown.stderr
 
