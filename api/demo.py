@@ -47,6 +47,8 @@ def build_story(home: Path, before_each: Callable[[Noumena, StoryClock, dict[str
         result = ingestor.ingest([envelope])
         if result.rejected:
             raise RuntimeError(f"the story itself was rejected: {result.rejected[0].reason}")
+        if envelope["type"] == "session.compacted":
+            app.on_stored.drain(60)  # consolidation runs in the background; the story waits for its "sleep"
     return app, clock
 
 

@@ -88,12 +88,19 @@ def story_envelopes() -> list[dict[str, Any]]:
         # the third call: monthly settlement
         (5, "message.appended", {"session_id": "wang-main", "message_id": "m7", "role": "user",
                                  "content": "第三次通话：李总说他们只做月结。"}),
-        (5, "fact.asserted", _fact("person:li", "prefers", "memory:li-monthly-settlement",
-                                   "Li said so on the third call", scope="person:wang", session="wang-main",
-                                   messages=("m7",), confidence=0.9)),
+        # the runtime compacts the session: consolidation ("sleep") turns it into relations
+        (5, "session.compacted", {
+            "session_id": "wang-main", "through_message_id": "m7",
+            "summary": "Three calls with Li about contract v3; Li only does monthly settlement.",
+            "mentions": [{"ref": "person:li", "label": "李總"}],
+            "facts": [_fact("person:li", "prefers", "memory:li-monthly-settlement", "Li said so on the third call",
+                            scope="person:wang", session="wang-main", messages=("m7",), confidence=0.9)]}),
         # the quote fails; the contract goes to legal
-        (8, "fact.asserted", _fact("file:quotes/q3.xlsx", "failed_because", "memory:quote-failed-fx",
-                                   "USD moved 4% against CNY before Li could sign", session="wang-main")),
+        (8, "session.compacted", {
+            "session_id": "wang-main", "through_message_id": "m7",
+            "summary": "The USD quote failed on the exchange rate.",
+            "facts": [_fact("file:quotes/q3.xlsx", "failed_because", "memory:quote-failed-fx",
+                            "USD moved 4% against CNY before Li could sign", session="wang-main")]}),
         (9, "fact.asserted", _fact("file:contracts/li-v3.docx", "stage", "stage:legal-review",
                                    "sent to legal for clause 7", session="wang-main")),
         (9, "fact.asserted", _fact("file:contracts/li-v3.docx", "waiting_on", "ticket:legal/118",
