@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from api.application import MemoryApplication
+from api.application import MemoryApplication, PerspectiveEngine
 from api.metrics import RequestMetrics
 from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
 from api.routes import admin, contexts, entities, events, facts, forget, graph, memory, ops, perspectives, sessions
@@ -41,12 +41,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _build_memory(noumena: Noumena, start_projector: bool) -> MemoryApplication:
+def _build_memory(noumena: Noumena, start_projector: bool, perspective_engine: PerspectiveEngine | None
+                  ) -> MemoryApplication:
     from api.perspective_engine import build_perspective_engine
     from infra.serving import ProjectionFollower
 
     follower = ProjectionFollower(noumena) if start_projector else None
-    memory = MemoryApplication(noumena, build_perspective_engine(noumena, follower), follower)
+    engine = perspective_engine or build_perspective_engine(noumena, follower)
+    memory = MemoryApplication(noumena, engine, follower)
     if follower is not None:
         follower.start()
     return memory
@@ -62,12 +64,14 @@ def _kafka(noumena: Noumena) -> Any:
     return follower
 
 
-def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: bool = True) -> FastAPI:
-    """The API over one Noumena. The projector runs in this process (it owns the DuckDB file)."""
+def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: bool = True,
+               perspective_engine: PerspectiveEngine | None = None) -> FastAPI:
+    """The API over one Noumena. The projector runs in this process (it owns the DuckDB file).
+    `perspective_engine` replaces the perspective engine built from the log (benchmarks)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.memory = _build_memory(noumena, start_projector)
+        app.state.memory = _build_memory(noumena, start_projector, perspective_engine)
         app.state.kafka = _kafka(noumena) if start_kafka else None
         try:
             yield

@@ -19,7 +19,6 @@ from domain.errors import (
     DomainError,
     InfrastructureError,
     InvalidInput,
-    NoumenaError,
     UnknownEntity,
     UnknownSession,
 )
@@ -61,10 +60,6 @@ class ProjectionBehind(InfrastructureError):
     """A read named a log position the read model did not reach in time."""
 
 
-class ForgettingNotAvailable(NoumenaError):
-    """Real forgetting (crypto-shredding, issue 8) is not built yet."""
-
-
 class PerspectiveEngine(Protocol):
     """The perspective port: what a viewer sees (see api/perspective_engine.py for the adapter in use)."""
 
@@ -74,6 +69,9 @@ class PerspectiveEngine(Protocol):
     def deepen(self, tenant: str, perspective_id: str, budget_tokens: int | None) -> dict[str, Any]: ...
 
     def explain(self, tenant: str, perspective_id: str) -> dict[str, Any]: ...
+
+    def forgotten(self) -> None:
+        """Content was forgotten: drop whatever holds it in memory."""
 
 
 @dataclass
@@ -85,6 +83,7 @@ class Written:
     fact_id: str | None = None
     change: str | None = None
     supersedes: str | None = None
+    keys_deleted: int | None = None
 
 
 @dataclass
@@ -188,8 +187,18 @@ class MemoryApplication:
                                         perspective_id=perspective_id))
 
     def forget(self, tenant: str, subject: str) -> Written:
-        raise ForgettingNotAvailable("real forgetting (crypto-shredding) arrives with issue 8; nothing was changed."
-                                     " Use invalidation to end a fact meanwhile.")
+        """Forget a subject for real (crypto-shredding: its data keys are deleted, every copy in the log becomes
+        unreadable), then purge the read model and the perspective indexes of its content before answering."""
+        report = self.noumena.forget(tenant, subject)
+        if self.follower is not None:
+            if report.position is not None:
+                self.follower.nudge()
+                self.wait_for(report.position)
+        else:
+            self.noumena.purge_projections()  # None when a server's projector holds the file: it purges itself
+            self.perspectives.forgotten()
+        return Written(position=report.position, events=1 if report.position is not None else 0,
+                       keys_deleted=report.keys_deleted)
 
     # ------------------------------------------------------------------ recall by tier
 
@@ -319,5 +328,5 @@ class UnknownEntityFact(DomainError):
         super().__init__(f"no fact {fact_id!r} in your tenant", field=field)
 
 
-__all__ = ["BatchRejected", "ForgettingNotAvailable", "MemoryApplication", "PerspectiveEngine", "ProjectionBehind",
+__all__ = ["BatchRejected", "MemoryApplication", "PerspectiveEngine", "ProjectionBehind",
            "RecallResult", "TenantMismatch", "UnknownEntity", "Written"]

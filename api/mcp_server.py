@@ -129,10 +129,12 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
                           for h in result.hits]}
 
     @server.tool()
-    def forget(subject: Annotated[str, Field(description="The subject to forget, e.g. person:li")]) -> dict[str, Any]:
-        """Really delete what is known about a subject. Not available yet (crypto-shredding, issue 8)."""
+    def forget(subject: Annotated[str, Field(description="person:<ref>, memory:<ref>, session:<id> or fact:<id>")]
+               ) -> dict[str, Any]:
+        """Really delete what is known about a subject ("forget me", "forget that"): its content becomes
+        unreadable everywhere; ids and relations stay."""
         written = _call(lambda: memory.forget(tenant, subject))
-        return {"position": written.position}
+        return {"subject": subject, "keys_deleted": written.keys_deleted, "position": written.position}
 
     @server.tool()
     def context(

@@ -8,7 +8,7 @@ catches up and walks in place, and a walk takes milliseconds.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from infra.bootstrap import Noumena, utc_now
 from infra.serving import ProjectionFollower
 from projections.perspective_load import from_duckdb
 from projections.perspectives import Perspectives, UnknownPerspective
+from projections.read_model import clock_position
 
 
 def public(perspective: Perspective) -> dict[str, Any]:
@@ -26,16 +27,28 @@ def public(perspective: Perspective) -> dict[str, Any]:
 class EnginePerspectives:
     """Every call is scoped to the caller's tenant; another tenant's perspective id is simply unknown."""
 
-    def __init__(self, perspectives: Perspectives) -> None:
+    def __init__(self, perspectives: Perspectives, *, record: bool = True,
+                 reload: Callable[[], Perspectives] | None = None) -> None:
         self.engine = perspectives
+        self._reload = reload
+        self.record = record
+        """False: record no recall and keep no evidence (benchmarks over an index not built from the log)."""
         self._lock = threading.Lock()
 
     def perspective(self, tenant: str, agent: str, serving: str | None, focus: Sequence[str],
                     as_of: datetime | None, budget_tokens: int | None, deeper: bool = False) -> dict[str, Any]:
         with self._lock:
             served = self.engine.perspective_for(tenant, agent, serving, focus, as_of,
-                                                 budget_tokens=budget_tokens or DEFAULT_BUDGET_TOKENS, deeper=deeper)
+                                                 budget_tokens=budget_tokens or DEFAULT_BUDGET_TOKENS, deeper=deeper,
+                                                 record=self.record)
         return public(served)
+
+    def forgotten(self) -> None:
+        """Content was forgotten: drop the indexes (they hold labels and reasons) and load them again."""
+        if self._reload is not None:
+            fresh = self._reload()
+            with self._lock:
+                self.engine = fresh
 
     def _served(self, tenant: str, perspective_id: str) -> Perspective:
         served = self.engine.explain(perspective_id)
@@ -58,14 +71,22 @@ class EnginePerspectives:
                 "outputs": outputs}
 
 
-def build_perspective_engine(noumena: Noumena, follower: ProjectionFollower | None) -> EnginePerspectives:
-    """The engine for this process; with a (not yet started) projector, its indexes load from DuckDB first."""
+def _load(noumena: Noumena, follower: ProjectionFollower | None) -> Perspectives:
     perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
     if follower is not None:
         with follower.reader() as con:
-            position = follower.position
+            position = clock_position(con)
             tenants = [row[0] for row in con.execute(
                 "SELECT tenant FROM tenants UNION SELECT DISTINCT tenant FROM entity_versions").fetchall()]
             indexes = {tenant: from_duckdb(con, tenant) for tenant in tenants}
         perspectives.start_from(indexes, position)
-    return EnginePerspectives(perspectives)
+    return perspectives
+
+
+def build_perspective_engine(noumena: Noumena, follower: ProjectionFollower | None) -> EnginePerspectives:
+    """The engine for this process; with a (not yet started) projector, its indexes load from DuckDB first, and
+    load again after the projector purged forgotten content (the indexes hold labels and reasons)."""
+    engine = EnginePerspectives(_load(noumena, follower), reload=lambda: _load(noumena, follower))
+    if follower is not None:
+        follower.on_purged.append(engine.forgotten)
+    return engine

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.application import BatchRejected, ForgettingNotAvailable, ProjectionBehind, TenantMismatch
+from api.application import BatchRejected, ProjectionBehind, TenantMismatch
 from domain.errors import (
     DomainError,
     FactNotCurrent,
@@ -121,10 +121,6 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(UnknownPerspective)
     async def _unknown_perspective(request: Request, error: UnknownPerspective) -> JSONResponse:
         return problem_response(request, not_found(str(error), "path.perspective_id"))
-
-    @app.exception_handler(ForgettingNotAvailable)
-    async def _forget(request: Request, error: ForgettingNotAvailable) -> JSONResponse:
-        return problem_response(request, ApiProblem(501, "not-implemented", "Not implemented yet", str(error)))
 
     @app.exception_handler(ProjectionBehind)
     async def _behind(request: Request, error: ProjectionBehind) -> JSONResponse:

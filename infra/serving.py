@@ -3,6 +3,10 @@ connections on the same database for the API's reads, and the Kafka consumer whe
 
 Read-your-writes: a write returns its log position; a read that names one waits (bounded) until the projector
 has applied it. Writers nudge the follower so that wait is usually one DuckDB transaction, not a poll interval.
+
+Forgetting: when the projector applies a `subject.forgotten` event (written by this process or any other), the
+follower rebuilds the live file from the log (projections/purge.py: the forgotten content now reads
+`[forgotten]`) and tells its listeners (the perspective indexes) to reload, before it reports the position.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,6 +23,7 @@ import duckdb
 from infra.bootstrap import Noumena
 from projections.files import ProjectionFiles
 from projections.projector import Projector
+from projections.purge import purge_projections
 from projections.snapshot import remove_stale_temporaries
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,14 @@ class ProjectionFollower:
         self.position = self._projector.position
         self.last_error: str | None = None
         self.batches = 0
+        self.purges = 0
+        self.on_purged: list[Callable[[], None]] = []
+        """Called (in the follower's thread) after a purge, before the new position is reported."""
+        self._generation = 0
+        self._readers = 0
+        self._swap = threading.Condition()
+        self._swapping = False
+        self._settings = settings
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -59,12 +72,7 @@ class ProjectionFollower:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        with self._cursor_lock:
-            for cursor in self._cursors:
-                cursor.close()
-            self._cursors.clear()
-            self._read_base.close()
-        self._projector.close()
+        self._close_connections()
 
     @property
     def running(self) -> bool:
@@ -74,8 +82,11 @@ class ProjectionFollower:
         last_publish, published = time.monotonic(), -1
         while not self._stop.is_set():
             self._wake.clear()
+            before = self._projector.position
             try:
                 applied = self._projector.run_once()
+                if applied and self._forgotten_since(before):
+                    self._purge()
                 self.last_error = None
             except Exception as error:  # keep serving reads; readiness reports the failure
                 self.last_error = repr(error)
@@ -96,6 +107,38 @@ class ProjectionFollower:
                     last_publish = time.monotonic()
             if not applied:
                 self._wake.wait(self._poll)
+
+    def _forgotten_since(self, position: int) -> bool:
+        row = self._projector.con.execute("SELECT count(*) FROM clock WHERE position > ? AND topic = ?",
+                                          [position, "subject.forgotten"]).fetchone()
+        return bool(row and row[0])
+
+    def _purge(self) -> None:
+        """Rebuild the live file without forgotten content; readers wait meanwhile, then reconnect."""
+        with self._swap:
+            self._swapping = True
+            self._swap.wait_for(lambda: self._readers == 0)
+            try:
+                self._close_connections()
+                purge_projections(self._log, self._settings.home)
+                self._projector = Projector(self._log, self._files.live,
+                                            batch_size=self._settings.projection_batch_size)
+                self._read_base = self._projector.con.cursor()
+                self._generation += 1
+                self.purges += 1
+            finally:
+                self._swapping = False
+                self._swap.notify_all()
+        for listener in self.on_purged:
+            listener()
+
+    def _close_connections(self) -> None:
+        with self._cursor_lock:
+            for cursor in self._cursors:
+                cursor.close()
+            self._cursors.clear()
+            self._read_base.close()
+        self._projector.close()
 
     # ------------------------------------------------------------------ read-your-writes
 
@@ -120,14 +163,22 @@ class ProjectionFollower:
     @contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read connection on the live database for this thread (a snapshot of the last committed batch)."""
-        cursor = getattr(self._local, "cursor", None)
-        if cursor is None:
-            with self._cursor_lock:
-                cursor = self._read_base.cursor()
-                cursor.execute("SET TimeZone = 'UTC'")
-                self._cursors.append(cursor)
-            self._local.cursor = cursor
-        yield cursor
+        with self._swap:
+            self._swap.wait_for(lambda: not self._swapping)
+            self._readers += 1
+        try:
+            cached = getattr(self._local, "cursor", None)
+            if cached is None or cached[0] != self._generation:
+                with self._cursor_lock:
+                    cursor = self._read_base.cursor()
+                    cursor.execute("SET TimeZone = 'UTC'")
+                    self._cursors.append(cursor)
+                cached = self._local.cursor = (self._generation, cursor)
+            yield cached[1]
+        finally:
+            with self._swap:
+                self._readers -= 1
+                self._swap.notify_all()
 
 
 class KafkaFollower:

@@ -130,8 +130,30 @@ def test_the_workers_of_a_main_session(acme: Tenant, story: dict) -> None:
     assert workers["data"][0]["task"] == "draft quote s3cret" and workers["data"][0]["about"] == ["person:customer"]
 
 
-def test_forget_is_not_built_yet_and_says_so(acme: Tenant) -> None:
-    assert_problem(acme.client.post("/v1/forget", json={"subject": "person:boss"}), 501)
+def test_forgetting_a_person_erases_their_content_from_every_read(acme: Tenant) -> None:
+    c = acme.client
+    c.post("/v1/entities", json={"ref": "person:zhao", "label": "Zhao Unique-Name"})
+    c.post("/v1/entities", json={"ref": "agent:forgetful", "label": "forgetful agent"})
+    fact = c.post("/v1/facts", json={"subject": "agent:forgetful", "relation": "serves", "object": "person:zhao",
+                                     "reason": "Zhao's private reason", "scope": "person:zhao"}).json()
+    seen = c.get("/v1/perspectives", params={"agent": "agent:forgetful", "serving": "person:zhao",
+                                             "min_position": fact["position"]}).text
+    assert "Unique-Name" in seen or "private reason" in seen or "Zhao" in seen
+    forgotten = c.post("/v1/forget", json={"subject": "person:zhao"})
+    assert forgotten.status_code == 200, forgotten.text
+    assert forgotten.json()["keys_deleted"] >= 1
+    position = forgotten.json()["position"]
+    assert c.get("/v1/entities/person:zhao", params={"min_position": position}).json()["label"] == "[forgotten]"
+    history = c.get(f"/v1/facts/{fact['fact_id']}").json()
+    assert history["current"]["reason"] == "[forgotten]" and history["changes"][0]["reason"] == "[forgotten]"
+    for response in (c.get("/v1/entities", params={"q": "unique-name"}), c.get("/v1/graph", params={"limit": 1000}),
+                     c.get("/v1/perspectives", params={"agent": "agent:forgetful", "serving": "person:zhao"}),
+                     c.post("/v1/memory/recall", json={"agent": "agent:forgetful", "serving": "person:zhao",
+                                                       "about": ["person:zhao"]})):
+        assert response.status_code == 200, response.text
+        assert "Unique-Name" not in response.text and "private reason" not in response.text
+    assert_problem(c.post("/v1/forget", json={"subject": "person:never-was"}), 422)
+    assert_problem(c.post("/v1/forget", json={"subject": "team:x"}), 422, "body.subject")
 
 
 def test_a_batch_with_one_bad_envelope_writes_nothing_and_names_the_field(acme: Tenant) -> None:

@@ -27,6 +27,9 @@ def tenants(api_server: Server) -> dict[str, tuple[Tenant, dict]]:  # noqa: F811
                                                                "min_position": story["position"]})
         assert served.status_code == 200, served.text
         story["perspective_id"] = served.json()["perspective_id"]
+        context = tenant.client.post("/v1/sessions/main/context", json={"message": f"quote for {secret}"})
+        assert context.status_code == 200, context.text
+        story["context_id"] = context.json()["context_id"]
         made[name] = (tenant, story)
     return made
 
@@ -78,7 +81,11 @@ def test_no_route_shows_one_tenant_anything_of_another(api_server: Server, tenan
         "agent": "agent:assistant", "serving": "person:boss", "about": ["person:customer"]}))
     call("get", "/v1/sessions/{session_id}/workers", {200},
          lambda: c.get(f"/v1/sessions/{their_story['session']}/workers", params=wait))
-    call("post", "/v1/forget", {501}, lambda: c.post("/v1/forget", json={"subject": "person:boss"}))
+    call("post", "/v1/sessions/{session_id}/context", {200},
+         lambda: c.post("/v1/sessions/main/context", json={"message": "the customer and the contract"}))
+    call("get", "/v1/contexts/{context_id}/explain", {404},
+         lambda: c.get(f"/v1/contexts/{their_story['context_id']}/explain"))
+    call("post", "/v1/forget", {404}, lambda: c.post("/v1/forget", json={"subject": f"fact:{their_fact}"}))
     for method, path in (("post", "/v1/admin/tenants"), ("post", "/v1/admin/keys"), ("get", "/v1/admin/keys"),
                          ("delete", "/v1/admin/keys/{key_id}")):
         target = path.replace("{key_id}", theirs.key.split("_")[1])

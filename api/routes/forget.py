@@ -1,21 +1,21 @@
-"""Forgetting on request: a placeholder until crypto-shredding lands (issue 8)."""
+"""Forgetting on request ("forget that", "forget me"): crypto-shredding (issue 8)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from api.auth import MemoryDep, TenantDep
-from api.problems import Problem
-from api.schemas.common import WritePublic
-from api.schemas.forget import ForgetCreate
+from api.schemas.forget import ForgetCreate, ForgetWritten
 
 router = APIRouter(prefix="/forget", tags=["forget"])
 
 
-@router.post("", response_model=WritePublic, responses={501: {
-    "model": Problem, "description": "Not built yet (issue 8).", "content": {"application/problem+json": {}}}})
-def forget(request: ForgetCreate, tenant: TenantDep, memory: MemoryDep) -> WritePublic:
-    """Really delete what is known about a subject (crypto-shredding). Not built yet: answers 501 and changes
-    nothing."""
+@router.post("", response_model=ForgetWritten)
+def forget(request: ForgetCreate, tenant: TenantDep, memory: MemoryDep) -> ForgetWritten:
+    """Really delete what is known about a subject (`person:<ref>`, `memory:<ref>`, `session:<id>`,
+    `fact:<id>`): its data keys are deleted, so every copy of its content in the log reads `[forgotten]`; the
+    read model and the perspective indexes are purged before this answers. Structure (ids, refs, relations,
+    times) stays. 422 when the subject is unknown or content is not encrypted here."""
     written = memory.forget(tenant, request.subject)
-    return WritePublic(position=written.position, events=written.events)
+    return ForgetWritten(subject=request.subject, position=written.position, events=written.events,
+                         keys_deleted=written.keys_deleted or 0)
