@@ -98,8 +98,11 @@ def _ensure_snapshot() -> Path:
 
 def export(parquet: Annotated[Path, typer.Option("--parquet", help="Directory for one Parquet file per table.",
                                                  file_okay=False)]) -> None:
-    """Write the history, version and current tables of the latest snapshot as Parquet files."""
+    """Write the history, version and current tables of the latest snapshot as Parquet files (registered: a
+    later `noumena forget` rewrites them)."""
+    from infra.settings import Settings
     from projections.export import export_parquet
+    from projections.purge import register_export
     from projections.snapshot import open_snapshot
 
     con = open_snapshot(_ensure_snapshot())
@@ -107,6 +110,7 @@ def export(parquet: Annotated[Path, typer.Option("--parquet", help="Directory fo
         written = export_parquet(con, parquet)
     finally:
         con.close()
+    register_export(Settings().home, parquet)  # a later forget rewrites this export too
     for path in written:
         console.print(str(path))
 

@@ -1,8 +1,9 @@
-"""Turn a batch of logged events into row changes for the DuckDB tables, in memory, mirroring domain.ontology.
+"""Turn a batch of logged events into row changes for the versioned and current-state tables, in memory,
+mirroring domain.ontology (the history tables are derived in SQL: projections.history).
 
-The fold is the only place that knows what an event does to the read model. It needs the rows the batch
-touches as they stand before it (given by a `Loader`), and returns everything the batch changes, so that the
-projector can write it with bulk loads in one transaction together with the new log position.
+The fold needs the rows the batch touches as they stand before it (given by a `Loader`), and returns
+everything the batch changes, so that the projector can write it with bulk loads in one transaction together
+with the new log position.
 """
 
 from __future__ import annotations
@@ -14,19 +15,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from projections.schema import (
-    CLOCK,
-    ENTITY_VERSIONS,
-    FACT_CHANGES,
-    FACT_USES,
-    FACT_VERSIONS,
-    RECALLS,
-    RELATION_TYPES,
-    SESSION_CHANGES,
-    SESSIONS,
-    TENANTS,
-    Table,
-)
+from projections.history import EVENTS_SCHEMA
+from projections.schema import ENTITY_VERSIONS, FACT_VERSIONS, RELATION_TYPES, SESSIONS, Table
 from projections.source import Record
 
 Key = tuple[str, str]
@@ -112,6 +102,9 @@ class BatchChanges:
     last_position: int
     clock: datetime | None
     events: int
+    events_frame: pa.Table | None = None
+    """The batch's events (position, transaction time, stamp, topic, JSON payload): input of the history SQL."""
+    topics: set[str] = field(default_factory=set)
     inserts: dict[str, list[Row]] = field(default_factory=dict)
     closes: dict[str, list[tuple[str, str, int, datetime, int]]] = field(default_factory=dict)
     replaces: dict[str, dict[Key, Row]] = field(default_factory=dict)
@@ -127,19 +120,14 @@ def rows_to_arrow(table: Table, rows: Sequence[Sequence[Any]]) -> pa.Table:
 
 
 _FACT = {name: FACT_VERSIONS.index(name) for name in FACT_VERSIONS.column_names}
-_SESSION_CHANGE = {name: SESSION_CHANGES.index(name) for name in SESSION_CHANGES.column_names}
 _ENTITY = {name: ENTITY_VERSIONS.index(name) for name in ENTITY_VERSIONS.column_names}
 _SESSION = {name: SESSIONS.index(name) for name in SESSIONS.column_names}
 
-# The hot handlers build rows as literals, in these column orders: the schema must not drift from them.
+# The hot handler builds fact rows as literals, in this column order: the schema must not drift from it.
 if FACT_VERSIONS.column_names != [
     "tenant", "fact_id", "version", "subject", "relation", "object", "scope", "reason", "confidence", "status",
     "valid_from", "valid_to", "asserted_at", "sources", "superseded_by", "supersedes", "ended_reason",
     "recorded_from", "recorded_to", "position_from", "position_to",
-] or FACT_CHANGES.column_names != [
-    "position", "recorded_at", "tenant", "fact_id", "change", "subject", "relation", "object", "scope", "reason",
-    "confidence", "previous_confidence", "valid_from", "valid_to", "superseded_by", "supersedes", "cause",
-    "source_fact_ids", "session_id", "message_ids", "actor", "occurred_at", "event_id",
 ]:
     raise ImportError("projections.fold builds fact rows in an order the schema no longer has")
 
@@ -199,16 +187,11 @@ class BatchFold:
         self._relations = self._loader.current_rows(RELATION_TYPES, relations) if relations else {}
         self._touched_sessions: set[Key] = set()
         self._touched_relations: set[Key] = set()
-        self._rows: dict[str, list[Row]] = {t.name: [] for t in (CLOCK, TENANTS, FACT_CHANGES, SESSION_CHANGES,
-                                                                 RECALLS, FACT_USES)}
-        clock_rows = self._rows[CLOCK.name]
-        self._fact_changes = self._rows[FACT_CHANGES.name]
+        handlers = self._handlers
         for record, at, now in zip(records, stamped, clocks, strict=True):
-            d = record.data
-            clock_rows.append([record.position, now, at, d.get("tenant"), record.topic, d.get("event_id")])
-            handler = self._handlers.get(record.topic)
+            handler = handlers.get(record.topic)
             if handler is not None:
-                handler(self, record.position, now, at, d)
+                handler(self, record.position, now, at, record.data)
         if clocks:
             self.clock = clocks[-1]
         changes = BatchChanges(
@@ -216,7 +199,15 @@ class BatchFold:
             last_position=records[-1].position if records else 0,
             clock=self.clock, events=len(records), reached_until=reached_until,
         )
-        changes.inserts = dict(self._rows)
+        changes.topics = {r.topic for r in records}
+        changes.events_frame = pa.Table.from_arrays([
+            pa.array([r.position for r in records], pa.int64()),
+            pa.array(clocks, pa.timestamp("us", tz="UTC")),
+            pa.array(stamped, pa.timestamp("us", tz="UTC")),
+            pa.array([r.topic for r in records], pa.string()),
+            pa.array([r.raw for r in records], pa.binary()).cast(pa.string()),
+        ], schema=EVENTS_SCHEMA)
+        changes.inserts = {}
         changes.inserts[FACT_VERSIONS.name] = self._facts.new_rows
         changes.inserts[ENTITY_VERSIONS.name] = self._entities.new_rows
         changes.closes = {FACT_VERSIONS.name: self._facts.closes, ENTITY_VERSIONS.name: self._entities.closes}
@@ -227,9 +218,6 @@ class BatchFold:
         return changes
 
     # ------------------------------------------------------------------ tenants, entities, relation types
-
-    def _tenant_created(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        self._rows[TENANTS.name].append([d["tenant"], d.get("display_name", ""), at, pos])
 
     def _entity_registered(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         row: Row = [None] * len(ENTITY_VERSIONS.columns)
@@ -253,80 +241,37 @@ class BatchFold:
 
     # ------------------------------------------------------------------ facts
 
-    def _change(self, pos: int, now: datetime, d: dict[str, Any], fact_id: str, change: str, fact: Row | None,
-                reason: str | None = None, confidence: float | None = None, previous: float | None = None,
-                valid_from: datetime | None = None, valid_to: datetime | None = None,
-                superseded_by: str | None = None, supersedes: str | None = None, cause: str | None = None,
-                sources: list[str] | None = None, scope: str | None = None) -> None:
-        """One fact_changes row; its columns, in order, are those of FACT_CHANGES (checked at import)."""
-        subject = relation = obj = None
-        if fact is not None:
-            subject, relation, obj, scope = fact[3], fact[4], fact[5], fact[6]
-        p = d.get("provenance")
-        if p:
-            occurred = p.get("occurred_at")
-            session_id, messages, actor = p.get("session_id"), p.get("message_ids"), p.get("actor")
-            occurred_at = datetime.fromisoformat(occurred) if occurred else None
-        else:
-            session_id = messages = actor = occurred_at = None
-        self._fact_changes.append([
-            pos, now, d["tenant"], fact_id, change, subject, relation, obj, scope, reason, confidence, previous,
-            valid_from, valid_to, superseded_by, supersedes, cause, sources, session_id, messages, actor,
-            occurred_at, d.get("event_id")])
-
     def _fact_asserted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         tenant, fact_id, vf, vt = d["tenant"], d["fact_id"], d.get("valid_from"), d.get("valid_to")
-        valid_from = datetime.fromisoformat(vf) if vf else None
-        valid_to = datetime.fromisoformat(vt) if vt else None
-        reason, confidence, supersedes = d.get("reason"), d["confidence"], d.get("supersedes")
-        row: Row = [tenant, fact_id, 0, d["subject"], d["relation"], d["object"], d["scope"], reason, confidence,
-                    "current", valid_from, valid_to, at, 1, None, supersedes, None, None, None, None, None]
-        fact = self._facts.create((tenant, fact_id), row, pos, now)
-        self._change(pos, now, d, fact_id, "asserted", fact, reason=reason, confidence=confidence,
-                     valid_from=valid_from, valid_to=valid_to, supersedes=supersedes)
+        row: Row = [tenant, fact_id, 0, d["subject"], d["relation"], d["object"], d["scope"], d.get("reason"),
+                    d["confidence"], "current", datetime.fromisoformat(vf) if vf else None,
+                    datetime.fromisoformat(vt) if vt else None, at, 1, None, d.get("supersedes"), None, None, None,
+                    None, None]
+        self._facts.create((tenant, fact_id), row, pos, now)
 
     def _fact_corroborated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         key = (d["tenant"], d["fact_id"])
         old = self._facts.open.get(key)
         sources = (old[_FACT["sources"]] if old else 0) + 1
-        fact = self._facts.change(key, pos, now, {_FACT["confidence"]: d["confidence"], _FACT["sources"]: sources})
-        self._change(pos, now, d, key[1], "corroborated", fact, reason=d.get("reason"), confidence=d["confidence"],
-                     previous=d["previous_confidence"])
+        self._facts.change(key, pos, now, {_FACT["confidence"]: d["confidence"], _FACT["sources"]: sources})
 
     def _fact_invalidated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        key = (d["tenant"], d["fact_id"])
         updates = {_FACT["status"]: "invalidated", _FACT["superseded_by"]: d.get("superseded_by"),
                    _FACT["ended_reason"]: d["reason"]}
         valid_to = ts(d.get("valid_to"))
         if valid_to is not None:
             updates[_FACT["valid_to"]] = valid_to
-        fact = self._facts.change(key, pos, now, updates)
-        self._change(pos, now, d, key[1], "invalidated", fact, reason=d["reason"], valid_to=valid_to,
-                     superseded_by=d.get("superseded_by"))
+        self._facts.change((d["tenant"], d["fact_id"]), pos, now, updates)
 
     def _fact_archived(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        fact = self._facts.change((d["tenant"], d["fact_id"]), pos, now,
-                                  {_FACT["status"]: "archived", _FACT["ended_reason"]: d["cause"]})
-        self._change(pos, now, d, d["fact_id"], "archived", fact, cause=d["cause"])
+        self._facts.change((d["tenant"], d["fact_id"]), pos, now,
+                           {_FACT["status"]: "archived", _FACT["ended_reason"]: d["cause"]})
 
     def _fact_restored(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        fact = self._facts.change((d["tenant"], d["fact_id"]), pos, now,
-                                  {_FACT["status"]: "current", _FACT["ended_reason"]: None})
-        self._change(pos, now, d, d["fact_id"], "restored", fact, cause=d["cause"])
-
-    def _fact_promoted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        self._change(pos, now, d, d["promoted_fact_id"], "promoted", None, scope=d["to_scope"], cause=d["cause"],
-                     sources=list(d["source_fact_ids"]))
+        self._facts.change((d["tenant"], d["fact_id"]), pos, now,
+                           {_FACT["status"]: "current", _FACT["ended_reason"]: None})
 
     # ------------------------------------------------------------------ sessions and workers
-
-    def _session_change(self, pos: int, now: datetime, d: dict[str, Any], session_id: str, change: str,
-                        **values: Any) -> None:
-        row: Row = [pos, now, d["tenant"], session_id, change] + [None] * (len(SESSION_CHANGES.columns) - 5)
-        row[_SESSION_CHANGE["occurred_at"]] = ts(d.get("occurred_at"))
-        for name, value in values.items():
-            row[_SESSION_CHANGE[name]] = value
-        self._rows[SESSION_CHANGES.name].append(row)
 
     def _session(self, tenant: str, session_id: str, pos: int, now: datetime) -> Row | None:
         key = (tenant, session_id)
@@ -342,13 +287,11 @@ class BatchFold:
                                d.get("parent_session_id"), d.get("task"), [], None, None, False, 0, [], 0, at,
                                now, pos]
         self._touched_sessions.add(key)
-        self._session_change(pos, now, d, d["session_id"], "started", task=d.get("task"))
 
     def _message_appended(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         session = self._session(d["tenant"], d["session_id"], pos, now)
         if session is not None:
             session[_SESSION["messages"]] += 1
-        self._session_change(pos, now, d, d["session_id"], "message", message_id=d["message_id"], role=d["role"])
 
     def _worker_dispatched(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         tenant, worker_id = d["tenant"], d["worker_session_id"]
@@ -364,8 +307,6 @@ class BatchFold:
         if worker is not None:
             worker[_SESSION["task"]], worker[_SESSION["about"]] = d["task"], list(d.get("about", ()))
             worker[_SESSION["status"]] = "dispatched"
-        self._session_change(pos, now, d, d["session_id"], "dispatched", worker_session_id=worker_id,
-                             task=d["task"], about=list(d.get("about", ())), status="dispatched")
 
     def _worker_reported(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         worker = self._session(d["tenant"], d["session_id"], pos, now)
@@ -373,34 +314,18 @@ class BatchFold:
         if worker is not None:
             worker[_SESSION["status"]], worker[_SESSION["last_summary"]] = d["status"], d["summary"]
             worker[_SESSION["about"]] = list(dict.fromkeys(worker[_SESSION["about"]] + about))
-        self._session_change(pos, now, d, d["session_id"], "reported", status=d["status"], summary=d["summary"],
-                             about=about)
 
     def _session_compacted(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         session = self._session(d["tenant"], d["session_id"], pos, now)
         if session is not None:
             session[_SESSION["compactions"]] += 1
-        self._session_change(pos, now, d, d["session_id"], "compacted", summary=d.get("summary"),
-                             message_id=d.get("through_message_id"))
 
     def _session_ended(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         session = self._session(d["tenant"], d["session_id"], pos, now)
         if session is not None:
             session[_SESSION["ended"]] = True
-        self._session_change(pos, now, d, d["session_id"], "ended")
-
-    # ------------------------------------------------------------------ recalls
-
-    def _facts_recalled(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        fact_ids = list(d["fact_ids"])
-        self._rows[RECALLS.name].append([pos, now, d["tenant"], d["agent"], d["mode"], d.get("perspective_id"),
-                                         fact_ids, d.get("event_id")])
-        uses = self._rows[FACT_USES.name]
-        for fact_id in fact_ids:
-            uses.append([d["tenant"], d["agent"], fact_id, now, pos, d["mode"]])
 
     _handlers: dict[str, Callable[[BatchFold, int, datetime, datetime, dict[str, Any]], None]] = {
-        "tenant.created": _tenant_created,
         "entity.registered": _entity_registered,
         "entity.updated": _entity_updated,
         "entity.merged": _entities_merged,
@@ -410,12 +335,10 @@ class BatchFold:
         "fact.invalidated": _fact_invalidated,
         "fact.archived": _fact_archived,
         "fact.restored": _fact_restored,
-        "fact.promoted": _fact_promoted,
         "session.started": _session_started,
         "message.appended": _message_appended,
         "worker.dispatched": _worker_dispatched,
         "worker.reported": _worker_reported,
         "session.compacted": _session_compacted,
         "session.ended": _session_ended,
-        "facts.recalled": _facts_recalled,
     }

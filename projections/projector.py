@@ -4,9 +4,10 @@ resumes exactly after it: nothing applied twice, nothing skipped."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from domain.errors import InfrastructureError
 from projections.fold import BatchChanges, BatchFold, Key, Row, rows_to_arrow
+from projections.history import statements_for
 from projections.schema import ALL_TABLES, PROJECTION_NAME, SCHEMA_VERSION, Table, create_schema
 from projections.snapshot import publish_snapshot
 from projections.source import RawLog, read_records
@@ -23,6 +25,7 @@ Progress = Callable[[int, int], None]
 """Called with (position reached, last position of the log) after each batch."""
 
 _TABLES = {t.name: t for t in ALL_TABLES}
+FORGOTTEN_TOPIC = "subject.forgotten"
 
 
 class ProjectionError(InfrastructureError):
@@ -69,6 +72,19 @@ class _DuckDBLoader:
         return self._select(table, keys, "")
 
 
+class _Until:
+    """A log that ends at `position`: a rebuild in place reproduces exactly what the projector had applied."""
+
+    def __init__(self, log: RawLog, position: int) -> None:
+        self._log, self._position = log, position
+
+    def read_raw(self, after_position: int, limit: int) -> Sequence[tuple[int, str, bytes]]:
+        return [r for r in self._log.read_raw(after_position, limit) if r[0] <= self._position]
+
+    def max_position(self) -> int:
+        return min(self._position, self._log.max_position())
+
+
 class Projector:
     """Materializes the log into one DuckDB file. One projector per file (DuckDB allows one writer process)."""
 
@@ -95,12 +111,15 @@ class Projector:
         self.position: int = row[0]
         self.clock: datetime | None = row[1]
         self.reached_until = False
+        self.last_topics: set[str] = set()
+        """The topics of the last batch applied."""
 
     # ------------------------------------------------------------------ following the log
 
     def run_once(self, until: datetime | None = None, limit: int | None = None) -> int:
         """Project the next batch (up to `limit` events); with `until`, stop before the first event recorded
         after it. Returns how many events were applied."""
+        self.last_topics = set()
         if self.reached_until:
             return 0
         records = read_records(self.log, self.position, limit or self.batch_size)
@@ -123,6 +142,7 @@ class Projector:
             self.con.rollback()
             raise
         self.reached_until = changes.reached_until
+        self.last_topics = changes.topics
         if changes.events:
             self.position, self.clock = changes.last_position, changes.clock
         return changes.events
@@ -148,15 +168,24 @@ class Projector:
         snapshot: Path | None = None,
         snapshot_interval: float = 5.0,
         snapshot_request: Path | None = None,
+        on_rebuilt: Callable[[], None] | None = None,
     ) -> None:
         """Follow the log until `stop` is set. With `snapshot`, publish it every `snapshot_interval` seconds
-        when something changed, at once when `snapshot_request` appears, and once more on the way out."""
+        when something changed, at once when `snapshot_request` appears, and once more on the way out.
+        After a `subject.forgotten` event the file is rebuilt from the log (the forgotten content now reads
+        `[forgotten]`), the snapshot republished and `on_rebuilt` called."""
         published: int | None = None
         last_publish = time.monotonic()
         if snapshot is not None and not snapshot.exists():
             published = self.publish(snapshot)
         while not stop.is_set():
             applied = self.run_once()
+            if FORGOTTEN_TOPIC in self.last_topics:
+                self.rebuild_in_place()
+                if snapshot is not None:
+                    published, last_publish = self.publish(snapshot), time.monotonic()
+                if on_rebuilt is not None:
+                    on_rebuilt()
             if snapshot is not None:
                 requested = snapshot_request is not None and snapshot_request.exists()
                 due = snapshot_interval > 0 and time.monotonic() - last_publish >= snapshot_interval
@@ -170,6 +199,21 @@ class Projector:
                 stop.wait(poll_interval)
         if snapshot is not None and published != self.position:
             self.publish(snapshot)
+
+    def rebuild_in_place(self) -> None:
+        """Replace the file by a fresh replay of the log up to this projector's position (DuckDB does not zero
+        freed blocks: rows updated in place could leave forgotten text in the file)."""
+        from projections.replay import replay
+
+        position = self.position
+        self.con.close()
+        tmp = self.path.with_name(self.path.name + ".rebuilt")
+        built = replay(_Until(self.log, position), tmp)
+        self.path.with_name(self.path.name + ".wal").unlink(missing_ok=True)
+        os.replace(built.path, self.path)
+        self.con = connect(self.path)
+        self.con.execute("SET TimeZone = 'UTC'")
+        self.position, self.clock = built.position, built.clock
 
     def publish(self, snapshot: Path) -> int:
         """Publish the views as they are now to `snapshot` (atomically replaced). Returns the position."""
@@ -205,6 +249,13 @@ class Projector:
         for name, rows in changes.inserts.items():
             if rows:
                 self._with(rows_to_arrow(_TABLES[name], rows), f"INSERT INTO {name} SELECT * FROM _batch")
+        if changes.events_frame is not None:  # after the versions: fact changes read the facts' first versions
+            con.register("_events", changes.events_frame)
+            try:
+                for sql in statements_for(changes.topics):
+                    con.execute(sql)
+            finally:
+                con.unregister("_events")
         con.execute("UPDATE projection_position SET position = ?, clock = ?, updated_at = now()"
                     " WHERE projection = ?", [changes.last_position, changes.clock, self.name])
 

@@ -14,12 +14,16 @@ from projections.source import RawLog
 
 def follow(log: RawLog, settings: Settings, stop: threading.Event) -> None:
     """Follow the log into `<home>/projections.duckdb` until `stop` is set, publishing `<home>/snapshot.duckdb`
-    every `snapshot_interval` seconds when changed and whenever `noumena snapshot` asks."""
+    every `snapshot_interval` seconds when changed and whenever `noumena snapshot` asks. After a forget it
+    rebuilds itself, republishes and rewrites the registered Parquet exports (projections/purge.py)."""
     files = ProjectionFiles(settings.home)
     remove_stale_temporaries(files.snapshot)
+    from projections.purge import rewrite_exports
+
     with Projector(log, files.live, batch_size=settings.projection_batch_size) as projector:
         projector.run_forever(stop, poll_interval=settings.projection_poll_interval, snapshot=files.snapshot,
-                              snapshot_interval=settings.snapshot_interval, snapshot_request=files.snapshot_request)
+                              snapshot_interval=settings.snapshot_interval, snapshot_request=files.snapshot_request,
+                              on_rebuilt=lambda: rewrite_exports(settings.home, files.snapshot))
 
 
 def publish_now(log: RawLog, settings: Settings, timeout: float = 60.0) -> int | None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 
 import infra.mapper  # noqa: F401  (importing registers every event topic)
 from domain.events import event_class_for, upcast
@@ -18,11 +18,13 @@ from domain.events import event_class_for, upcast
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One logged event: its position, its topic without version (`fact.asserted`) and its payload."""
+    """One logged event: its position, its topic without version (`fact.asserted`) and its payload, parsed and
+    as JSON text (of the current version: the history tables are derived from it in SQL)."""
 
     position: int
     topic: str
     data: dict[str, Any]
+    raw: bytes
 
 
 class RawLog(Protocol):
@@ -42,10 +44,11 @@ def decode(position: int, stored_topic: str, state: bytes) -> Record:
     try:
         cls, version = event_class_for(stored_topic)
     except LookupError:
-        return Record(position, UNKNOWN, data)
+        return Record(position, UNKNOWN, data, state)
     if version != cls.version:
         data = upcast(cls.topic, version, data)
-    return Record(position, cls.topic, data)
+        state = to_json(data)
+    return Record(position, cls.topic, data, state)
 
 
 def read_records(log: RawLog, after_position: int, limit: int) -> list[Record]:

@@ -74,6 +74,8 @@ def test_a_reader_process_runs_the_macros_on_the_snapshot_while_the_projector_wr
     bin_dir = Path(sys.executable).parent
     projector = subprocess.Popen([str(bin_dir / "noumena"), "project"], env=env, stderr=subprocess.PIPE)
     try:
+        assert projector.stderr is not None
+        assert b"projecting into" in projector.stderr.readline()  # imports and bootstrap are done
         writer.start()
         reader = subprocess.run([sys.executable, "-c", READER, str(files.snapshot), "4"], capture_output=True,
                                 text=True, timeout=60, check=True)
