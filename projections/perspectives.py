@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -65,6 +66,8 @@ class Perspectives:
         self.evidence_dir = Path(home) / "perspectives"
         self._indexes: dict[str, PerspectiveIndex] = {}
         self._position = 0
+        self._lock = threading.RLock()
+        """Following the log and walking an index never overlap (the arrays grow while records are applied)."""
 
     # ------------------------------------------------------------------------------------------ indexes
 
@@ -93,6 +96,10 @@ class Perspectives:
 
     def catch_up(self) -> int:
         """Apply every logged record not yet seen to its tenant's index; return the log position reached."""
+        with self._lock:
+            return self._catch_up()
+
+    def _catch_up(self) -> int:
         while True:
             batch = self._log.read_raw(self._position, READ_BATCH)
             if not batch:
@@ -150,19 +157,20 @@ class Perspectives:
         parameters = self.parameters if depth is None else self.parameters.model_copy(update={"depth": depth})
         if deeper:
             parameters = parameters.deeper()
-        if as_of is None:
-            index = self.index(tenant)
-            moment = self._clock()
-        else:
-            index = self.as_of_index(tenant, as_of)
-            moment = as_of
-        for field_name, ref in (("agent", agent), ("serving", serving)):
-            if ref is not None and ref not in index.entity_ids:
-                raise UnknownEntity(ref, tenant, field=field_name)
-        viewpoint = Viewpoint(agent=agent, serving=serving, focus=tuple(dict.fromkeys(focus)))
-        walked = index.walk(viewpoint, parameters, moment.timestamp())
-        perspective = build_perspective(index, walked, viewpoint, tenant=tenant, as_of=as_of, deeper=deeper,
-                                        served_at=moment, budget_tokens=budget_tokens)
+        with self._lock:
+            if as_of is None:
+                index = self.index(tenant)
+                moment = self._clock()
+            else:
+                index = self.as_of_index(tenant, as_of)
+                moment = as_of
+            for field_name, ref in (("agent", agent), ("serving", serving)):
+                if ref is not None and ref not in index.entity_ids:
+                    raise UnknownEntity(ref, tenant, field=field_name)
+            viewpoint = Viewpoint(agent=agent, serving=serving, focus=tuple(dict.fromkeys(focus)))
+            walked = index.walk(viewpoint, parameters, moment.timestamp())
+            perspective = build_perspective(index, walked, viewpoint, tenant=tenant, as_of=as_of, deeper=deeper,
+                                            served_at=moment, budget_tokens=budget_tokens)
         if record:
             if as_of is None:
                 perspective.recall = self._record_recall(perspective, deeper)
