@@ -202,6 +202,22 @@ class Contexts:
             raise UnknownContext(context_id)
         return Context.model_validate_json(path.read_text(encoding="utf-8"))
 
+    def purge(self, tenant: str, subject: str) -> int:
+        """Delete the evidence of every context of `tenant` that names `subject` (a ref, `session:<id>` or a fact
+        id) anywhere: evidence holds content in the clear, so forgetting a subject must take it too. Returns how
+        many files were deleted."""
+        if not self.evidence_dir.exists():
+            return 0
+        needles = {subject, subject.removeprefix("session:"), subject.removeprefix("fact:")}
+        deleted = 0
+        for path in self.evidence_dir.glob(f"{CONTEXT_PREFIX}*.json"):
+            text = path.read_text(encoding="utf-8")
+            if f'"tenant":"{tenant}"' not in text.replace(" ", "") or not any(n and n in text for n in needles):
+                continue
+            path.unlink(missing_ok=True)
+            deleted += 1
+        return deleted
+
     def reproduce(self, context_id: str) -> Context:
         """Assemble the context again from the log as it stood when it was served (the session state at its stream
         version, the perspective at its log position), with the same parameters and moment; nothing recorded."""

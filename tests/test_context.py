@@ -30,7 +30,7 @@ from domain.facts import FactState, FactStatus
 from domain.mentions import MentionIndex
 from domain.summaries import FAN_IN, SummaryTree
 from infra.bootstrap import Noumena
-from projections.contexts import Contexts, is_context_id
+from projections.contexts import Contexts, UnknownContext, is_context_id
 from projections.perspectives import Perspectives
 
 WANG_MAIN, WORKER = "wang-main", "w-quote-li"
@@ -339,6 +339,16 @@ def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(stor
     for fact_id in served.recall.fact_ids:
         assert state.recall_uses[fact_id]["agent:wang-assistant"]
 
+
+
+def test_forgetting_a_subject_can_take_the_context_evidence_that_names_it(story: Story) -> None:
+    served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+
+    assert story.contexts.purge(TENANT, "person:jia") == 0
+    assert story.contexts.purge("another-tenant", "person:li") == 0
+    assert story.contexts.purge(TENANT, "person:li") == 1
+    with pytest.raises(UnknownContext):
+        story.contexts.explain(served.context_id)
 
 
 # ---------------------------------------------------------------------------------------------- entry points
