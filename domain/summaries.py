@@ -35,7 +35,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s*")
 class Folder(Protocol):
     """Turns the texts of consecutive nodes (oldest first) into one higher-level summary."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def fold(self, texts: Sequence[str]) -> str: ...
 
