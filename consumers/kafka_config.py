@@ -20,6 +20,9 @@ def connection_options(settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "bootstrap_servers": [s.strip() for s in settings.kafka_bootstrap.split(",") if s.strip()],
         "security_protocol": settings.kafka_security_protocol,
+        # kafka-python backs off up to 30 s between reconnects; the Java client's 1 s brings a consumer back
+        # within a second of a broker restart.
+        "reconnect_backoff_max_ms": 1_000,
     }
     if settings.kafka_sasl_mechanism:
         options |= {

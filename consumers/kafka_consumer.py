@@ -80,6 +80,9 @@ class SessionEventConsumer:
         except KafkaError as error:
             self._sink.close()
             raise InfrastructureError(f"cannot connect to Kafka at {settings.kafka_bootstrap}: {error}") from error
+        # Knowing the topic's partitions before joining avoids a first, empty assignment and a second rebalance.
+        if not self._consumer.partitions_for_topic(self.topic):
+            log.warning("topic %s has no partitions yet (missing, or being created)", self.topic)
         self._consumer.subscribe([self.topic], listener=self._rebalance_listener())
 
     # ------------------------------------------------------------------ assignment

@@ -174,9 +174,11 @@ def log_rows(noumena: Noumena) -> list[tuple[str, int, str, dict[str, Any]]]:
     rows = []
     after = 0
     recorder = noumena.log.recorder
+    # Content fields may be sealed with random nonces: compare what they say, not their ciphertext.
+    unsealed = getattr(noumena.log.mapper, "unsealed_state", lambda topic, state: state)
     while batch := recorder.select_notifications(start=after, limit=5_000, inclusive_of_start=False):
         for n in batch:
-            state = json.loads(n.state)
+            state = json.loads(unsealed(n.topic, n.state))
             recorded_at = state.pop("recorded_at", None)
             if recorded_at is not None:
                 state = {k: v for k, v in state.items() if v != recorded_at}
