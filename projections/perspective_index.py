@@ -202,6 +202,8 @@ class PerspectiveIndex:
         self.scope_person = _Column(np.int32)
         self.scope_agent = _Column(np.int32)
         self.scope_serving = _Column(np.int32)
+        self._agent_scopes: dict[int, list[int]] = {}
+        """agent entity id -> the session scope codes of its sessions (checked again at query time)."""
         self.sessions: dict[str, tuple[int, int]] = {}
         """session id -> (agent entity id, served entity id or -1): one entry per session, not per fact."""
         # facts
@@ -291,6 +293,7 @@ class PerspectiveIndex:
         elif name.startswith("session:"):
             kind = SCOPE_SESSION
             agent, serving = self.sessions.get(name.removeprefix("session:"), (-1, -1))
+            self._agent_scopes.setdefault(agent, []).append(code)
         self.scope_kind.append(kind)
         self.scope_person.append(person)
         self.scope_agent.append(agent)
@@ -353,6 +356,7 @@ class PerspectiveIndex:
         code = self.scope_codes.get(f"session:{session_id}")
         if code is not None:
             self.scope_agent.data[code], self.scope_serving.data[code] = agent, serving
+            self._agent_scopes.setdefault(agent, []).append(code)
 
     def _fact_asserted(self, d: dict[str, Any], at: float) -> None:
         subject, obj = self.entity(d["subject"]), self.entity(d["object"])
@@ -468,18 +472,24 @@ class PerspectiveIndex:
                 (session_serving == -1) | (session_serving == serving))
         return visible
 
-    def _visible(self, codes: np.ndarray, agent: int, serving: int) -> np.ndarray:
-        """`visible_scopes` evaluated only for the given scope codes (the facts a walk gathered)."""
-        kind = self.scope_kind.data[codes]
-        visible = kind == SCOPE_ORG
-        if visible.all():
-            return visible
+    def visible_codes(self, agent: int, serving: int) -> np.ndarray:
+        """The scope codes other than org that the viewer may see (few): the served person's scope and the
+        scopes of the agent's sessions that serve the same person or no one. Same rule as `visible_scopes`."""
+        codes: list[int] = []
         if serving >= 0:
-            visible |= (kind == SCOPE_PERSON) & (self.scope_person.data[codes] == serving)
-        if agent >= 0:
-            session_serving = self.scope_serving.data[codes]
-            visible |= (kind == SCOPE_SESSION) & (self.scope_agent.data[codes] == agent) & (
-                (session_serving == -1) | (session_serving == serving))
+            code = self.scope_codes.get(self.refs[serving])
+            if code is not None:
+                codes.append(code)
+        for code in self._agent_scopes.get(agent, ()):
+            if int(self.scope_agent.data[code]) == agent and int(self.scope_serving.data[code]) in (-1, serving):
+                codes.append(code)
+        return np.array(codes, dtype=np.int32)
+
+    def _visible(self, codes: np.ndarray, extra: np.ndarray) -> np.ndarray:
+        """Visibility of the gathered facts' scope codes: org (code 0) or one of the viewer's `extra` codes."""
+        visible = codes == 0
+        if len(extra):
+            visible |= np.isin(codes, extra)
         return visible
 
     def _edges(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -593,6 +603,7 @@ class PerspectiveIndex:
         weights = self.rel_weight.view.astype(np.float64)
         max_weight = float(weights.max()) if len(weights) else 1.0
         floor = self.spread_floor(agent, p)
+        extra_scopes = self.visible_codes(agent, serving)
         stop_nodes = visited  # hubs and blocked parties are marked visited up front: reached, never expanded
 
         frontier, counts = np.unique(np.array(source_ids, dtype=np.int64), return_counts=True)
@@ -625,7 +636,7 @@ class PerspectiveIndex:
             if len(fact) == 0:
                 break
             keep = (status[fact] == CURRENT) & ~seen[fact]
-            keep &= self._visible(scope[fact], agent, serving)
+            keep &= self._visible(scope[fact], extra_scopes)
             if any_blocked:
                 keep &= ~(np.isin(frontier[owner], hub_sources) & np.isin(nbr, blocked_nodes))
             if first_hop and agent >= 0 and serving >= 0:
@@ -731,7 +742,7 @@ class PerspectiveIndex:
             lo = np.searchsorted(used_facts, facts, "left")
             hi = np.searchsorted(used_facts, facts, "right")
             lengths = hi - lo
-            n = int(lengths.sum())
+            n = int(lengths.sum())  # usually 0: the agent used none of these facts
             if n:
                 owner = np.repeat(np.arange(len(facts)), lengths)
                 offsets = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths) + np.arange(n)
