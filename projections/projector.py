@@ -168,7 +168,7 @@ class Projector:
         snapshot: Path | None = None,
         snapshot_interval: float = 5.0,
         snapshot_request: Path | None = None,
-        on_rebuilt: Callable[[], None] | None = None,
+        on_rebuilt: Callable[[], object] | None = None,
     ) -> None:
         """Follow the log until `stop` is set. With `snapshot`, publish it every `snapshot_interval` seconds
         when something changed, at once when `snapshot_request` appears, and once more on the way out.
