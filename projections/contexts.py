@@ -96,7 +96,7 @@ class Contexts:
         self.folder = folder or TrimmingFolder()
         self.evidence_dir = Path(home) / "contexts"
         self._tenants: dict[str, _TenantIndexes] = {}
-        self._trees: dict[tuple[str, str], SummaryTree] = {}
+        self._trees: dict[tuple[str, str], tuple[Ontology, SummaryTree]] = {}
 
     # ------------------------------------------------------------------------------------------ indexes
 
@@ -126,15 +126,16 @@ class Contexts:
         cached.version = version
         return cached
 
-    def _tree(self, tenant: str, session: SessionState) -> SummaryTree:
+    def _tree(self, tenant: str, state: Ontology, session: SessionState) -> SummaryTree:
+        """The session's summary tree, grown by the compactions since the last request. Built again when the
+        service folded the tenant anew (after a forget, summaries may have lost their content)."""
         key = (tenant, session.session_id)
-        tree = self._trees.get(key)
+        cached = self._trees.get(key)
         summaries = session.summaries
-        if tree is None or tree.leaves > len(summaries) or (
-                tree.leaves and tree.nodes.get(summaries[tree.leaves - 1][0]) is None):
-            tree = self._trees[key] = SummaryTree(session.session_id, self.folder)
-        tree.extend(summaries)
-        return tree
+        if cached is None or cached[0] is not state or cached[1].leaves > len(summaries):
+            cached = self._trees[key] = (state, SummaryTree(session.session_id, self.folder))
+        cached[1].extend(summaries)
+        return cached[1]
 
     # ------------------------------------------------------------------------------------------ serving
 
@@ -152,7 +153,7 @@ class Contexts:
         indexes = self._indexes(tenant, state)
         session = state.require_session(session_id)
         inputs = _Inputs(state, indexes.mentions, indexes.constraints,
-                         {session_id: self._tree(tenant, session)})
+                         {session_id: self._tree(tenant, state, session)})
         moment = self._clock()
 
         def perspective(agent: str, serving: str | None, focus: list[str], p_budget: int) -> Perspective:

@@ -75,7 +75,7 @@ def story(tmp_path: Path) -> Iterator[Story]:
 
 @pytest.fixture(scope="module")
 def summarized_story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
-    """The story with 23 compactions of Wang's main session: a summary tree of two folded nodes and 3 leaves."""
+    """The story with 23 more compactions of Wang's main session: a summary tree of folded nodes and leaves."""
     it = Story(tmp_path_factory.mktemp("summarized") / "home")
     it.compact(23)
     yield it
@@ -113,7 +113,8 @@ def test_make_li_another_quote_brings_the_settlement_preference_the_exchange_rat
 
     assert ("person:li", "message") in {(f.ref, f.found_in) for f in context.focus}
     assert [b.role for b in context.blocks] == [ContextRole.CONSTRAINTS, ContextRole.PERSPECTIVE,
-                                                ContextRole.WORKERS, ContextRole.TURNS]
+                                                ContextRole.WORKERS, ContextRole.SUMMARY, ContextRole.TURNS]
+    assert _ids(context, ContextRole.SUMMARY, "summary_ids") == [f"{WANG_MAIN}#1", f"{WANG_MAIN}#2"]
     assert context.tokens == estimate_tokens(context.text) <= context.budget_tokens
 
 
@@ -173,7 +174,7 @@ def test_every_line_carries_the_ids_it_came_from(summarized_story: Story) -> Non
             ids = line.fact_ids + line.message_ids + line.summary_ids + line.session_ids
             assert line.text.startswith("#") or ids or "below the threshold" in line.text, line.text
     summary = next(b for b in context.blocks if b.role is ContextRole.SUMMARY)
-    assert f"{WANG_MAIN}#1" in summary.summary_ids and f"{WANG_MAIN}#23" in summary.summary_ids
+    assert f"{WANG_MAIN}#1" in summary.summary_ids and f"{WANG_MAIN}#20" in summary.summary_ids
 
 
 # ---------------------------------------------------------------------------------------------- the summary tree
@@ -198,11 +199,12 @@ def test_every_ten_compactions_fold_into_one_node_and_the_frontier_covers_each_l
 def test_the_rolling_summary_is_the_frontier_oldest_first(summarized_story: Story) -> None:
     context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, record=False)
 
+    leaves = len(summarized_story.app.service.ontology(TENANT).sessions[WANG_MAIN].summaries)
     summary = _block(context, ContextRole.SUMMARY)
     lines = [line for line in summary.split("\n") if line.startswith("- (")]
-    assert len(lines) == 5
+    assert len(lines) == leaves // FAN_IN + leaves % FAN_IN
     assert lines[0].startswith(f"- ({WANG_MAIN}#L1-") and f"{WANG_MAIN}#1 … {WANG_MAIN}#10" in lines[0]
-    assert lines[-1].startswith(f"- ({WANG_MAIN}#23)")
+    assert lines[-1].startswith(f"- ({WANG_MAIN}#{leaves})")
 
 
 # ---------------------------------------------------------------------------------------------- mentions
