@@ -143,3 +143,27 @@ def test_sql_prints_rows_and_refuses_to_write(cli_home: Path) -> None:
     assert shown.exit_code == 0 and "李总 (Li)" in shown.output
     refused = CliRunner().invoke(cli, ["sql", "CREATE TABLE mine (a INTEGER)"])
     assert refused.exit_code == 2
+
+
+@pytest.mark.parametrize("backend_name", ["sqlite", "postgres"])
+def test_the_projection_agrees_with_the_log_on_every_event_store(backend_name: str, make_noumena, tmp_path) -> None:
+    import random
+
+    from tests.projection_support import ManualClock, Workload
+
+    rng = random.Random(11)
+    clock = ManualClock()
+    app = make_noumena(backend_name, clock=clock)
+    workload = Workload(rng)
+    for command in workload.setup():
+        workload.run(app.service, command)
+    for _ in range(120):
+        clock.now += timedelta(minutes=rng.choice([0, 1, 30]))
+        workload.run(app.service, workload.next())
+    events = [logged.event for logged in app.log.read(0, 100_000)]
+    with Projector(app.log, tmp_path / f"{backend_name}.duckdb", batch_size=17) as projector:
+        projector.catch_up()
+        for moment in rng.sample([e.recorded_at for e in events], 5):
+            expected = {k: v for t in ("t1", "t2")
+                        for k, v in fact_rows_from_log(believed_at(t, events, moment)).items()}
+            assert fact_rows_from_sql(projector.con, "SELECT * FROM facts_as_of(?)", [moment]) == expected
