@@ -14,6 +14,7 @@ NOUMENA_BENCH_LAG_SECONDS (default 10).
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
@@ -21,21 +22,23 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import duckdb  # noqa: E402
+from eventsourcing.persistence import StoredEvent  # noqa: E402
 
 from domain import commands as c  # noqa: E402
 from domain.entities import EntityRegistered  # noqa: E402
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated  # noqa: E402
 from domain.recalls import FactsRecalled, RecallMode  # noqa: E402
 from domain.tenants import TenantCreated  # noqa: E402
-from domain.values import Provenance  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
 from infra.eventlog import EventsourcingLog  # noqa: E402
+from infra.mapper import stream_id  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.replay import replay  # noqa: E402
@@ -47,52 +50,60 @@ TENANT = "bench"
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _events(n: int) -> list:
-    """A fact-heavy log: assertions, corroborations, invalidations (each a new fact version) and recalls."""
+def _payloads(n: int) -> Iterator[tuple[str, dict]]:
+    """A fact-heavy log: assertions, corroborations, invalidations (each a new fact version) and recalls, as
+    (stored topic, payload) in the events' JSON shape (built as dicts: writing 1M pydantic events is slow)."""
     rng = random.Random(42)
     at = START
     tick = timedelta(milliseconds=1)
-    events: list = [TenantCreated(tenant=TENANT, recorded_at=at)]
+    base = {"tenant": TENANT, "event_id": None}
+    yield TenantCreated.stored_topic(), {**base, "recorded_at": at.isoformat(), "display_name": ""}
     for i in range(ENTITIES):
-        events.append(EntityRegistered.model_construct(tenant=TENANT, recorded_at=at, event_id=None,
-                                                       ref=f"thing:e{i}", label=f"entity {i}", aliases=(),
-                                                       hub=False, needs_review=False))
+        yield EntityRegistered.stored_topic(), {**base, "recorded_at": at.isoformat(), "ref": f"thing:e{i}",
+                                                "label": f"entity {i}", "aliases": [], "hub": False,
+                                                "needs_review": False}
     current: list[str] = []
-    provenance = Provenance(session_id="s", message_ids=("m",), actor="agent:bench")
-    while len(events) < n:
+    provenance = {"session_id": "s", "message_ids": ["m"], "actor": "agent:bench", "event_id": None,
+                  "occurred_at": None}
+    for k in range(n - ENTITIES - 1):
         at += tick
+        stamp = at.isoformat()
         roll = rng.random()
         if roll < 0.70 or len(current) < 100:
-            fact_id = f"f{len(events)}"
+            fact_id = f"f{k}"
             current.append(fact_id)
-            events.append(FactAsserted.model_construct(
-                tenant=TENANT, recorded_at=at, event_id=None, fact_id=fact_id,
-                subject=f"thing:e{rng.randrange(ENTITIES)}", relation=f"r{rng.randrange(7)}",
-                object=f"thing:e{rng.randrange(ENTITIES)}", scope="org", reason="benchmark",
-                confidence=0.8, valid_from=at - timedelta(days=rng.randrange(30)), valid_to=None,
-                provenance=provenance, supersedes=None))
+            yield FactAsserted.stored_topic(), {
+                **base, "recorded_at": stamp, "fact_id": fact_id, "subject": f"thing:e{rng.randrange(ENTITIES)}",
+                "relation": f"r{rng.randrange(7)}", "object": f"thing:e{rng.randrange(ENTITIES)}", "scope": "org",
+                "reason": "benchmark", "confidence": 0.8,
+                "valid_from": (at - timedelta(days=rng.randrange(30))).isoformat(), "valid_to": None,
+                "provenance": provenance, "supersedes": None}
         elif roll < 0.85:
-            events.append(FactCorroborated.model_construct(
-                tenant=TENANT, recorded_at=at, event_id=None, fact_id=rng.choice(current), provenance=provenance,
-                previous_confidence=0.8, confidence=0.96, reason=None))
+            yield FactCorroborated.stored_topic(), {
+                **base, "recorded_at": stamp, "fact_id": rng.choice(current), "provenance": provenance,
+                "previous_confidence": 0.8, "confidence": 0.96, "reason": None}
         elif roll < 0.95:
             fact_id = current.pop(rng.randrange(len(current)))
-            events.append(FactInvalidated.model_construct(
-                tenant=TENANT, recorded_at=at, event_id=None, fact_id=fact_id, reason="benchmark", valid_to=at,
-                superseded_by=None, provenance=provenance))
+            yield FactInvalidated.stored_topic(), {
+                **base, "recorded_at": stamp, "fact_id": fact_id, "reason": "benchmark", "valid_to": stamp,
+                "superseded_by": None, "provenance": provenance}
         else:
-            events.append(FactsRecalled.model_construct(
-                tenant=TENANT, recorded_at=at, event_id=None, agent=f"thing:e{rng.randrange(10)}",
-                fact_ids=tuple(rng.sample(current, 3)), mode=RecallMode.PUSHED, perspective_id=None))
-    return events
+            yield FactsRecalled.stored_topic(), {
+                **base, "recorded_at": stamp, "agent": f"thing:e{rng.randrange(10)}",
+                "fact_ids": rng.sample(current, 3), "mode": RecallMode.PUSHED.value, "perspective_id": None}
 
 
 def build_log(home: Path, n: int) -> EventsourcingLog:
     log = EventsourcingLog(Settings(home=home, event_store="sqlite").event_store_env())
-    events = _events(n)
-    for start in range(0, len(events), 5000):
-        log.recorder.insert_events([log.mapper.to_stored(TENANT, i + 1, e)
-                                    for i, e in enumerate(events[start:start + 5000], start=start)])
+    batch: list[StoredEvent] = []
+    for version, (topic, payload) in enumerate(_payloads(n), start=1):
+        batch.append(StoredEvent(originator_id=stream_id(TENANT), originator_version=version, topic=topic,
+                                 state=json.dumps(payload).encode()))
+        if len(batch) == 5000:
+            log.recorder.insert_events(batch)
+            batch = []
+    if batch:
+        log.recorder.insert_events(batch)
     return log
 
 
