@@ -95,6 +95,13 @@ class ActivationParameters(BaseModel):
     """At most this many markers in all, before the token budget cuts further. Our choice, to bound the walk's
     output; the budget is the real limit."""
 
+    cut_off: bool = True
+    """Stop the walk at nodes whose facts could not rise above tau even with the agent's freshest possible base
+    level (spread < exp(tau - S - B_max)): what lies beyond them would be forgotten. Each path through such a
+    node is below tau on its own; only a fact that several of them reach together could have summed above it,
+    and the forgotten count leaves out what lies beyond. Our choice (speed: a few hundred facts ranked instead of
+    tens of thousands). Off: every fact within the depth is ranked (exhaustive)."""
+
     minimum_spread: float = Field(default=0.0, ge=0)
     """An absolute floor under the walk's own cut-off. The walk already stops at nodes whose facts could not
     rise above tau even with the agent's freshest possible base level: spread < exp(tau - S - B_max). Our choice

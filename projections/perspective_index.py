@@ -728,6 +728,8 @@ class PerspectiveIndex:
                 most = int(np.unique(uses[0], return_counts=True)[1].max())
             self._most_uses[agent] = most
         best_base = math.log(fresh * (1 + most))
+        if not p.cut_off:
+            return p.minimum_spread
         return max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base))
 
     def base_levels(self, agent: int, facts: np.ndarray, now: float, p: ActivationParameters) -> np.ndarray:
