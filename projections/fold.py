@@ -228,8 +228,10 @@ class BatchFold:
         self._entities.create((d["tenant"], d["ref"]), row, pos, now)
 
     def _entity_updated(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
-        self._entities.change((d["tenant"], d["ref"]), pos, now, {
-            _ENTITY["label"]: d["label"], _ENTITY["aliases"]: list(d["aliases"]), _ENTITY["hub"]: d["hub"]})
+        updates = {_ENTITY["label"]: d["label"], _ENTITY["aliases"]: list(d["aliases"]), _ENTITY["hub"]: d["hub"]}
+        if d.get("needs_review") is not None:  # None: unchanged (older events carry no such field)
+            updates[_ENTITY["needs_review"]] = d["needs_review"]
+        self._entities.change((d["tenant"], d["ref"]), pos, now, updates)
 
     def _entities_merged(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         self._entities.change((d["tenant"], d["merged_ref"]), pos, now, {_ENTITY["merged_into"]: d["into_ref"]})
