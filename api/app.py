@@ -64,6 +64,16 @@ def _kafka(noumena: Noumena) -> Any:
     return follower
 
 
+class _Measured:
+    """Request metrics around the whole app (see api/metrics.py)."""
+
+    def __init__(self, app: Any, metrics: RequestMetrics) -> None:
+        self._app = metrics.asgi(app)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._app(scope, receive, send)
+
+
 def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: bool = True,
                perspective_engine: PerspectiveEngine | None = None) -> FastAPI:
     """The API over one Noumena. The projector runs in this process (it owns the DuckDB file).
@@ -84,7 +94,7 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
     app = FastAPI(title="noumena", version="1.0.0", description=DESCRIPTION, lifespan=lifespan,
                   openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
     app.state.metrics = RequestMetrics()
-    app.middleware("http")(app.state.metrics.middleware)
+    app.add_middleware(_Measured, metrics=app.state.metrics)
     install_problem_handlers(app)
 
     @app.exception_handler(ValidationError)

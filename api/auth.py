@@ -19,7 +19,7 @@ bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer nk_...
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def get_memory(request: Request) -> MemoryApplication:
+async def get_memory(request: Request) -> MemoryApplication:
     memory: MemoryApplication = request.app.state.memory
     return memory
 
@@ -32,8 +32,8 @@ def _unauthorized(detail: str) -> ApiProblem:
                       headers={"WWW-Authenticate": "Bearer"})
 
 
-def current_tenant(memory: MemoryDep, credentials: Credentials) -> str:
-    """The tenant of the presented API key."""
+async def current_tenant(memory: MemoryDep, credentials: Credentials) -> str:
+    """The tenant of the presented API key (async: a dict lookup and a file stat, no thread hop needed)."""
     if credentials is None:
         raise _unauthorized("send an API key: Authorization: Bearer nk_...")
     tenant = memory.keys.tenant_for(credentials.credentials)
@@ -42,7 +42,7 @@ def current_tenant(memory: MemoryDep, credentials: Credentials) -> str:
     return tenant
 
 
-def require_admin(memory: MemoryDep, credentials: Credentials) -> None:
+async def require_admin(memory: MemoryDep, credentials: Credentials) -> None:
     """Only the admin key passes."""
     if credentials is None:
         raise _unauthorized("send the admin key: Authorization: Bearer <NOUMENA_ADMIN_KEY>")

@@ -5,10 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -30,16 +28,34 @@ class RequestMetrics:
             counts[-1] += 1
             self.sums[route] += seconds
 
-    async def middleware(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", None)
-        if route is None:
-            route = "unmatched"
-        elif request.url.path.startswith("/v1/") and not route.startswith("/v1"):
-            route = "/v1" + route  # routers nest: a route knows only its path inside /v1
-        self.observe(request.method, route, response.status_code, time.perf_counter() - started)
-        return response
+    def asgi(self, app: ASGIApp) -> ASGIApp:
+        """Pure ASGI middleware (no request/response objects): it costs microseconds on the hot path."""
+
+        async def measured(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            started = time.perf_counter()
+            status = 500
+
+            async def sending(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            try:
+                await app(scope, receive, sending)
+            finally:
+                route = getattr(scope.get("route"), "path", None)
+                path = scope.get("path", "")
+                if route is None:
+                    route = "unmatched"
+                elif path.startswith("/v1/") and not route.startswith("/v1"):
+                    route = "/v1" + route  # routers nest: a route knows only its path inside /v1
+                self.observe(scope["method"], route, status, time.perf_counter() - started)
+
+        return measured
 
     def render(self) -> str:
         lines = ["# HELP noumena_http_requests_total HTTP requests by method, route template and status.",

@@ -1,0 +1,229 @@
+"""Benchmark: a perspective over HTTP under concurrent load, against the same call in process, in one run.
+
+1. A server process (`bench_api.py --serve`) builds the generated organization of tests/benchmarks/
+   bench_perspective.py (NOUMENA_BENCH_ENTITIES, default 100000; NOUMENA_BENCH_FACTS, default 1000000) into the
+   perspective index, and serves `create_app` with uvicorn on a free port: the real routes, auth, problems and
+   metrics middleware. The index is built from frames rather than by ingesting a million events, so this engine
+   records no recall and keeps no evidence (`record=False`) in both measurements: the numbers are the serving
+   path, not the event-log append a served perspective also makes (bench_event_log.py measures that).
+2. Baseline: in that process, before it serves, `MemoryApplication.perspective` (what the route calls) for the
+   same viewpoints, one after another: p50/p95.
+3. Load: a second process (`bench_api.py --load`) sends GET /v1/perspectives at a constant arrival rate
+   (NOUMENA_BENCH_API_RATE, default 200 requests/s, open loop, for NOUMENA_BENCH_API_SECONDS, default 20 s,
+   over NOUMENA_BENCH_API_CONNECTIONS keep-alive connections), cycling through the viewpoints. Latency counts
+   from each request's scheduled time, so a stall is not hidden by requests that were never sent
+   (coordinated omission). Goal: p95 <= 20 ms at 200 requests/s.
+4. When `wrk` is installed: its closed-loop saturation throughput on one viewpoint, for information.
+
+Printed: both distributions and the ratio HTTP p95 / in-process p95.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+RATE = float(os.environ.get("NOUMENA_BENCH_API_RATE", "200"))
+SECONDS = float(os.environ.get("NOUMENA_BENCH_API_SECONDS", "20"))
+CONNECTIONS = int(os.environ.get("NOUMENA_BENCH_API_CONNECTIONS", "32"))
+VIEWPOINTS = int(os.environ.get("NOUMENA_BENCH_API_VIEWPOINTS", "300"))
+TENANT = "bench"
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def query(view: dict[str, Any]) -> str:
+    params: list[tuple[str, str]] = [("agent", view["agent"])]
+    if view["serving"]:
+        params.append(("serving", view["serving"]))
+    params += [("focus", ref) for ref in view["focus"]]
+    return "/v1/perspectives?" + urlencode(params)
+
+
+# ---------------------------------------------------------------------------------------------- the server
+
+
+def serve(port: int, home: Path) -> None:
+    """Build the organization, measure in process, then serve until terminated."""
+    import uvicorn
+    from bench_perspective import NOW, generate, viewpoints
+
+    from api.app import create_app
+    from api.application import MemoryApplication
+    from api.perspective_engine import EnginePerspectives
+    from infra.api_keys import ApiKeyStore
+    from infra.bootstrap import bootstrap
+    from infra.settings import Settings
+    from projections.perspective_load import from_frames
+    from projections.perspectives import Perspectives
+
+    started = time.perf_counter()
+    entities, facts, uses, persons, agents, things, sessions = generate()
+    index = from_frames(TENANT, entities, facts, sessions, None, uses)
+    built = time.perf_counter() - started
+    settings = Settings(home=home, event_store="sqlite", admin_key="bench-admin-key-0123456789", kafka_bootstrap="",
+                        environment="production")
+    noumena = bootstrap(settings)
+    clock = lambda: datetime.fromtimestamp(NOW, UTC)  # noqa: E731  (the organization's "now")
+    perspectives = Perspectives(noumena.log, noumena.service, home, clock)
+    perspectives.start_from({TENANT: index}, 0)
+    engine = EnginePerspectives(perspectives, record=False)
+    key = ApiKeyStore(settings.api_keys_path()).create(TENANT, "bench").key
+
+    views = [{"agent": v.agent, "serving": v.serving, "focus": list(v.focus)}
+             for v in viewpoints(persons, agents, things, VIEWPOINTS)]
+    memory = MemoryApplication(noumena, engine)
+    for view in views[:30]:  # warm up
+        memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
+    in_process = []
+    for view in views:
+        t0 = time.perf_counter()
+        memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
+        in_process.append((time.perf_counter() - t0) * 1000)
+    (home / "setup.json").write_text(json.dumps({
+        "key": key, "views": views, "in_process_ms": in_process, "build_seconds": built,
+        "facts": index.fact_count, "entities": len(index.refs)}))
+    app = create_app(noumena, start_projector=False, start_kafka=False, perspective_engine=engine)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# ---------------------------------------------------------------------------------------------- the load
+
+
+async def _load(url: str, key: str, paths: list[str], rate: float, seconds: float) -> dict[str, Any]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, limits=limits,
+                                 timeout=30) as client:
+        for path in paths[:20]:  # open the connections
+            await client.get(path)
+        latencies: list[float] = []
+        statuses: dict[int, int] = {}
+        total = int(rate * seconds)
+        start = time.perf_counter() + 0.1
+        issued = iter(range(total))
+
+        async def worker() -> None:
+            # A fixed pool of senders, each taking the next scheduled slot: when all are busy, requests queue,
+            # and their latency still counts from the scheduled time (open loop, no coordinated omission).
+            for k in issued:
+                scheduled = start + k / rate
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                response = await client.get(paths[k % len(paths)])
+                latencies.append((time.perf_counter() - scheduled) * 1000)
+                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+
+        await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+        elapsed = time.perf_counter() - start
+    return {"latencies_ms": latencies, "statuses": statuses, "achieved_rate": total / elapsed}
+
+
+def load(url: str, setup: Path, out: Path) -> None:
+    data = json.loads(setup.read_text())
+    result = asyncio.run(_load(url, data["key"], [query(v) for v in data["views"]], RATE, SECONDS))
+    out.write_text(json.dumps(result))
+
+
+def wrk(url: str, key: str, paths: list[str], home: Path) -> str | None:
+    """wrk's closed-loop throughput over the same viewpoints (a Lua script rotates the paths)."""
+    if shutil.which("wrk") is None:
+        return None
+    script = home / "rotate.lua"
+    quoted = ",".join('"' + p.replace('"', '\\"') + '"' for p in paths)
+    script.write_text(f"local paths = {{{quoted}}}\nlocal k = 0\n"
+                      f'wrk.headers["Authorization"] = "Bearer {key}"\n'
+                      "request = function()\n  k = k % #paths + 1\n  return wrk.format(nil, paths[k])\nend\n")
+    done = subprocess.run(["wrk", "-t1", "-c8", "-d8s", "--latency", "-s", str(script), url], capture_output=True,
+                          text=True, timeout=60)
+    lines = [line.strip() for line in done.stdout.splitlines()
+             if line.strip().startswith(("50%", "90%", "99%", "Requests/sec"))]
+    return "; ".join(" ".join(line.split()) for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------- the run
+
+
+def main() -> None:
+    import httpx
+
+    from tests.api_support import free_port
+
+    entities = os.environ.get("NOUMENA_BENCH_ENTITIES", "100000")
+    facts = os.environ.get("NOUMENA_BENCH_FACTS", "1000000")
+    print(f"API benchmark: {entities} entities, {facts} facts; load {RATE:g} req/s for {SECONDS:g} s from a"
+          f" second process over {CONNECTIONS} connections")
+    home = Path(tempfile.mkdtemp(prefix="noumena-bench-api-"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOUMENA_") or k.startswith("NOUMENA_BENCH")}
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(home)], env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 900
+        while True:
+            if server.poll() is not None:
+                raise SystemExit(f"the server exited with {server.returncode}")
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the server did not start")
+            time.sleep(0.5)
+        setup = json.loads((home / "setup.json").read_text())
+        print(f"  organization: {setup['entities']} entities, {setup['facts']} facts; index built in"
+              f" {setup['build_seconds']:.1f} s")
+        out = home / "load.json"
+        subprocess.run([sys.executable, __file__, "--load", url, str(home / "setup.json"), str(out)], env=env,
+                       check=True)
+        result = json.loads(out.read_text())
+        http_ms, local_ms = result["latencies_ms"], setup["in_process_ms"]
+        print(f"  in process (MemoryApplication.perspective): p50 {pct(local_ms, 50):6.2f} ms"
+              f"   p95 {pct(local_ms, 95):6.2f} ms   mean {statistics.fmean(local_ms):.2f} ms"
+              f"   ({len(local_ms)} calls, one at a time: at most {1000 / statistics.fmean(local_ms):.0f}/s"
+              " on one core)")
+        print(f"  HTTP under load:                            p50 {pct(http_ms, 50):6.2f} ms"
+              f"   p95 {pct(http_ms, 95):6.2f} ms   p99 {pct(http_ms, 99):6.2f} ms   max {max(http_ms):.1f} ms")
+        print(f"  achieved {result['achieved_rate']:.0f} req/s; statuses {result['statuses']};"
+              f" mean {statistics.fmean(http_ms):.2f} ms")
+        print(f"  ratio HTTP p95 / in-process p95: {pct(http_ms, 95) / pct(local_ms, 95):.2f}x;"
+              f" HTTP overhead at p50: {pct(http_ms, 50) - pct(local_ms, 50):.2f} ms")
+        goal = pct(http_ms, 95) <= 20 and result["achieved_rate"] >= 0.95 * RATE
+        print(f"  goal p95 <= 20 ms at {RATE:g} req/s: {'met' if goal else 'NOT met'}")
+        saturation = wrk(url, setup["key"], [query(v) for v in setup["views"]], home)
+        if saturation:
+            print(f"  wrk (closed loop, 8 connections, the same viewpoints): {saturation}")
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]), Path(sys.argv[3]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--load":
+        load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
+    else:
+        main()
