@@ -10,10 +10,11 @@ Semantics (the README documents them with examples; tests hold them equal to a r
   are from every current answer. `recorded_at` NULL means "now" (the latest belief).
 - `entity_neighbours_as_of(ref, recorded_at)`: every fact current at `recorded_at` with `ref` at either end,
   the entity at the other end with its label as it was then, and the direction.
-- `activation_as_of(agent, at, decay := 0.5)`: ACT-R base level per fact for one agent,
-  B = ln sum_j (t - t_j)^(-decay), t and t_j in seconds, over the fact's assertion (the first use, for every
-  agent) and this agent's recalls recorded at or before `at`; a lag under one second counts as one second.
-  Only facts of tenants where `agent` was registered at `at`.
+- `activation_as_of(agent, at, decay := 0.5, time_unit := 1, minimum_age := 1)`: ACT-R base level per fact
+  for one agent, B = ln sum_j (max(t - t_j, minimum_age) / time_unit)^(-decay), t and t_j in seconds, over the
+  fact's assertion (the first use, for every agent) and this agent's recalls recorded at or before `at`.
+  Only facts of tenants where `agent` was registered at `at`. `time_unit := 604800, minimum_age := 3600` gives
+  the perspective's B (domain/activation.py measures ages in weeks, at least an hour).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ LEFT JOIN entity_versions AS n
 """
 
 ACTIVATION_AS_OF = f"""
-CREATE OR REPLACE MACRO activation_as_of(agent, "at", decay := 0.5) AS TABLE
+CREATE OR REPLACE MACRO activation_as_of(agent, "at", decay := 0.5, time_unit := 1.0,
+                                          minimum_age := {MIN_LAG_SECONDS}) AS TABLE
 WITH tenants_of_agent AS (
   SELECT DISTINCT a.tenant FROM entity_versions AS a
   WHERE a.ref = agent AND a.recorded_from <= CAST("at" AS TIMESTAMPTZ)
@@ -71,8 +73,8 @@ uses AS (
 ),
 scores AS (
   SELECT s.tenant, s.fact_id, count(*) AS uses, max(s.used_at) AS last_used_at,
-         ln(sum(pow(greatest(epoch(CAST("at" AS TIMESTAMPTZ)) - epoch(s.used_at), {MIN_LAG_SECONDS}),
-                    -CAST(decay AS DOUBLE)))) AS activation
+         ln(sum(pow(greatest(epoch(CAST("at" AS TIMESTAMPTZ)) - epoch(s.used_at), CAST(minimum_age AS DOUBLE))
+                    / CAST(time_unit AS DOUBLE), -CAST(decay AS DOUBLE)))) AS activation
   FROM uses AS s GROUP BY s.tenant, s.fact_id
 )
 SELECT sc.tenant, agent AS agent, sc.fact_id, v.subject, v.relation, v.object, v.status, sc.uses,

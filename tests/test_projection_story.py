@@ -84,6 +84,22 @@ def test_activation_counts_the_assertion_for_everyone_and_recalls_only_for_the_a
     assert before_recall[0][0] == 1
 
 
+def test_activation_with_the_perspectives_units_equals_the_domain_base_level(story) -> None:
+    from domain.activation import ActivationParameters, base_level
+
+    app, _clock, home = story
+    fact = next(f for f in app.service.ontology(TENANT).facts.values() if f.relation == "quote_for")
+    at = datetime(2026, 9, 20, tzinfo=UTC)
+    parameters = ActivationParameters()
+    with _live(app, home) as projector:
+        rows = projector.con.execute(
+            "SELECT activation FROM activation_as_of(?, ?, time_unit := ?, minimum_age := ?) WHERE fact_id = ?",
+            ["agent:sales", at, parameters.time_unit_seconds, parameters.minimum_age_seconds, fact.fact_id],
+        ).fetchall()
+    expected = base_level(parameters, at.timestamp(), [fact.asserted_at.timestamp()])
+    assert rows[0][0] == pytest.approx(expected)
+
+
 def test_the_workers_view_says_which_worker_holds_which_task_about_what(story) -> None:
     app, _clock, home = story
     with _live(app, home) as projector:
