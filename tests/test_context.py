@@ -399,3 +399,25 @@ def test_the_mcp_tool_gives_the_block_for_a_main_session(story: Story) -> None:
 
     text = str(result)
     assert "ctx-" in text and "Li prefers monthly settlement" in text and WORKER_MESSAGE not in text
+
+
+def test_the_cli_prints_the_block_and_explain_reproduces_it(story: Story, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from api.cli import app as cli
+
+    monkeypatch.setenv("NOUMENA_HOME", str(story.app.settings.home))
+    monkeypatch.setenv("NOUMENA_EVENT_STORE", "sqlite")
+    monkeypatch.setenv("NOUMENA_TENANT", TENANT)
+
+    served = CliRunner().invoke(cli, ["context", WANG_MAIN, "--message", ASK, "--json"])
+    assert served.exit_code == 0, served.output
+    body = json.loads(served.stdout)
+    assert body["blocks"][0]["role"] == "constraints" and body["tokens"] <= body["budget_tokens"]
+    explained = CliRunner().invoke(cli, ["explain", body["context_id"], "--reproduce"])
+    assert explained.exit_code == 0, explained.output
+    assert "identical block" in explained.stdout and "person:li (message)" in explained.stdout
+    too_small = CliRunner().invoke(cli, ["context", WANG_MAIN, "--budget", "50"])
+    assert too_small.exit_code != 0 and isinstance(too_small.exception, ContextBudgetExceeded)
