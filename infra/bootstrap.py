@@ -44,7 +44,11 @@ class Noumena:
         if self.log.keys is None:
             raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
                                "forgotten for real", field="subject")
-        return forget(self.service, self.log.keys, tenant, subject)
+        report = forget(self.service, self.log.keys, tenant, subject)
+        from projections.perspectives import erase_evidence
+
+        erase_evidence(self.settings.home, tenant)  # perspective evidence files are copies outside the log
+        return report
 
     def purge_projections(self) -> int | None:
         """Rebuild projections, snapshot and exports without forgotten content (see projections/purge.py)."""

@@ -100,13 +100,16 @@ class Perspectives:
             return self._catch_up()
 
     def _catch_up(self) -> int:
+        forgotten: set[str] = set()
         while True:
             batch = self._log.read_raw(self._position, READ_BATCH)
             if not batch:
-                return self._position
+                break
             for position, topic, state in batch:
                 record = decode(position, topic, state)
                 tenant = record.data.get("tenant")
+                if record.topic == "subject.forgotten" and tenant is not None:
+                    forgotten.add(tenant)
                 if tenant is not None:
                     index = self._indexes.get(tenant)
                     if index is None:
@@ -114,6 +117,11 @@ class Perspectives:
                     if position > index.position:
                         index.apply(position, record.topic, record.data)
                 self._position = position
+        for tenant in forgotten:
+            # the index holds labels and reasons read before the forget: fold the tenant again from the log,
+            # which now reads `[forgotten]` for that content
+            self._indexes[tenant] = fold(tenant, self._records(self._position))
+        return self._position
 
     def _records(self, until_position: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         records: list[tuple[int, str, dict[str, Any]]] = []
@@ -330,3 +338,40 @@ def perspective_json(perspective: Perspective) -> dict[str, Any]:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2)
+
+
+FORGOTTEN_TEXT = "[forgotten]"
+
+
+def erase_evidence(home: Path, tenant: str) -> int:
+    """After a forget in `tenant`: blank the content (labels, reasons, provenance, the context) of every
+    evidence file of that tenant, keeping its structure (refs, fact ids, tiers, activations, parameters).
+
+    Evidence files are copies outside the log, so crypto-shredding cannot reach them; which of them hold the
+    forgotten content (a memory's label is owned by every person a fact links it to) is not cheap to decide, so
+    all of the tenant's evidence is redacted. Returns how many files were rewritten."""
+    directory = Path(home) / "perspectives"
+    if not directory.exists():
+        return 0
+    rewritten = 0
+    for path in sorted(directory.glob("*.json")):
+        try:
+            served = Perspective.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        if served.tenant != tenant:
+            continue
+        for item in served.items:
+            item.subject_label = item.object_label = item.about_label = FORGOTTEN_TEXT
+            item.reason = FORGOTTEN_TEXT if item.reason else None
+            item.provenance = FORGOTTEN_TEXT if item.provenance else ""
+        for group in served.count_groups:
+            group.label = FORGOTTEN_TEXT
+        for line in served.lines:
+            line.text = FORGOTTEN_TEXT
+        served.context = FORGOTTEN_TEXT
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(served.model_dump_json(indent=1), encoding="utf-8")
+        os.replace(temporary, path)
+        rewritten += 1
+    return rewritten

@@ -155,3 +155,28 @@ def folded_parameters():  # type: ignore[no-untyped-def]
     from domain.activation import DEFAULT_PARAMETERS
 
     return DEFAULT_PARAMETERS
+
+
+def test_forgetting_a_person_erases_their_content_from_the_index_and_the_evidence(tmp_path):
+    from infra.bootstrap import bootstrap
+    from infra.settings import Settings
+
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(minutes=1))
+    app = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite"), clock=clock)
+    try:
+        run = app.service.execute
+        run(CreateTenant(tenant=T))
+        run(RegisterEntity(tenant=T, ref="agent:a", label="agent A"))
+        run(RegisterEntity(tenant=T, ref="person:zhao", label="Zhao MARKER-NAME"))
+        run(AssertFact(tenant=T, subject="agent:a", relation="serves", object="person:zhao", reason="MARKER-WHY"))
+        perspectives = Perspectives(app.log, app.service, tmp_path / "home", clock)
+        served = perspectives.perspective_for(T, "agent:a")
+        assert "MARKER-NAME" in served.context
+        app.forget(T, "person:zhao")
+        evidence = list((tmp_path / "home" / "perspectives").glob("*.json"))
+        assert evidence and not any(b"MARKER" in path.read_bytes() for path in evidence)
+        assert perspectives.explain(served.perspective_id).items[0].fact_id == served.items[0].fact_id
+        again = perspectives.perspective_for(T, "agent:a", record=False)
+        assert "MARKER" not in again.context and again.items[0].fact_id == served.items[0].fact_id
+    finally:
+        app.close()
