@@ -275,3 +275,16 @@ def test_an_index_walk_tolerates_unknown_focus_and_reports_it():
     index = org.index()
     walked = index.walk(Viewpoint("agent:a", focus=("thing:nope",)), P, org.now.timestamp())
     assert walked.unknown_refs == ["thing:nope"] and len(walked.facts) == 0
+
+
+def test_the_viewers_scope_codes_are_the_visibility_rule():
+    org = _random_org(11, facts=300)
+    org.session("s2", "person:0", None)
+    org.fact("person:0", "rel", "thing:1", scope="session:s2")
+    index = org.index()
+    for agent in ("person:0", "person:3"):
+        for serving in (None, "person:1", "person:2"):
+            a = index.entity_ids[agent]
+            s = index.entity_ids[serving] if serving else -1
+            rule = set(np.nonzero(index.visible_scopes(a, s))[0].tolist())
+            assert rule == {0} | set(index.visible_codes(a, s).tolist())
