@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import tempfile
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from domain.ontology import Ontology
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
 from projections.believed import believed_at
@@ -39,7 +41,31 @@ def _moments(times: list[datetime], rng: random.Random, n: int) -> list[datetime
     return rng.sample(candidates, min(n, len(candidates)))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _entities_sql(con: duckdb.DuckDBPyConnection, moment: datetime) -> dict:
+    rows = con.execute("SELECT tenant, ref, label, aliases, hub, needs_review, merged_into FROM entity_versions"
+                       " WHERE recorded_from <= $1 AND (recorded_to IS NULL OR $1 < recorded_to)", [moment]).fetchall()
+    return {(r[0], r[1]): tuple(r) for r in rows}
+
+
+def _entities_log(states: Iterable[Ontology]) -> dict:
+    return {(s.tenant, ref): (s.tenant, ref, e.label, list(e.aliases), e.hub, e.needs_review, e.merged_into)
+            for s in states for ref, e in s.entities.items()}
+
+
+def _sessions_sql(con: duckdb.DuckDBPyConnection) -> dict:
+    rows = con.execute("SELECT tenant, session_id, agent, kind, serving, parent_session_id, task, about, status,"
+                       " last_summary, ended, messages, workers, compactions FROM sessions").fetchall()
+    return {(r[0], r[1]): tuple(r) for r in rows}
+
+
+def _sessions_log(states: Iterable[Ontology]) -> dict:
+    return {(s.tenant, sid): (s.tenant, sid, x.agent, x.kind.value, x.serving, x.parent_session_id, x.task,
+                              list(x.about), x.status.value if x.status else None, x.last_summary, x.ended,
+                              len(x.message_ids), list(x.workers), x.compactions)
+            for s in states for sid, x in s.sessions.items()}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), commands=st.integers(1, 70), batch_size=st.integers(1, 9))
 def test_facts_as_of_equals_a_replay_to_t_and_the_log_fold(seed: int, commands: int, batch_size: int) -> None:
     rng = random.Random(seed)
@@ -76,5 +102,12 @@ def test_facts_as_of_equals_a_replay_to_t_and_the_log_fold(seed: int, commands: 
                                                   [moment, valid_at]) == expected
                     finally:
                         at_t.close()
+                    assert _entities_sql(live.con, moment) == _entities_log(folded.values())
+                final = {t: believed_at(t, events) for t in TENANTS}
+                assert _sessions_sql(live.con) == _sessions_log(final.values())
+                assert sorted(live.con.execute("SELECT tenant, agent, fact_id, used_at FROM fact_uses").fetchall()) \
+                    == sorted((s.tenant, agent, fact_id, at) for s in final.values()
+                              for fact_id, by_agent in s.recall_uses.items()
+                              for agent, times in by_agent.items() for at in times)
         finally:
             app.close()
