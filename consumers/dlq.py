@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.dead_letters import DeadLetterSink, StoredDeadLetter, from_record, latest_per_input
-from consumers.ingest import Ingestor
 from consumers.kafka_batch import BatchProcessor, Incoming
 from consumers.kafka_config import connection_options, dlq_producer_options
 from domain.commands import Command
@@ -95,7 +94,8 @@ def replay(noumena: Noumena, on_stored: Callable[[Command], None] | None = None,
     batch_size = batch_size or settings.kafka_batch_size
     pending = [v.letter for v in dead_letters(noumena)]
     sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
-    processor = BatchProcessor(Ingestor(noumena.service, on_stored=on_stored), sink, noumena.log.tracked_position)
+    processor = BatchProcessor(noumena.service, sink, tracked_position=noumena.log.tracked_position,
+                               on_stored=on_stored)
     report = ReplayReport()
     by_partition: dict[int, list[StoredDeadLetter]] = defaultdict(list)
     for stored in pending:

@@ -2,10 +2,12 @@
 
 The order of effects is what makes a crash harmless at every point:
 
-1. Try the whole batch as one atomic write, with the tracking position (`Ingestor.ingest(all_or_nothing=True)`).
+1. Decode every input (`parse_envelope`, `to_command`: the Ingestor's steps); what cannot be decoded is
+   dead-lettered (step 2) before anything is written.
+2. Try the whole batch as one atomic write with the tracking position (`execute_batch(all_or_nothing=True)`).
    If nothing is rejected, events and position are committed together: done.
-2. Otherwise nothing was written. The rejected inputs (bad bytes, schema, unknown tenant/session, any rule)
-   are produced to the dead-letter topic and *flushed*; then step 1 runs again without them.
+3. Otherwise nothing was written. The rejected inputs (unknown tenant/session/entity, any rule) are produced
+   to the dead-letter topic and *flushed*; then step 2 runs again without them.
 
 A crash before the write leaves no position stored, so the batch is read again and each rejected input is
 dead-lettered again with the same source coordinates (duplicates the DLQ readers fold away); a crash after it
@@ -20,9 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.dead_letters import DeadLetter, DeadLetterSink, SourceCoordinates
-from consumers.ingest import Ingestor
-from domain.errors import InfrastructureError
+from consumers.ingest import ENVELOPE_FIELDS
+from consumers.wire import parse_envelope, to_command
+from domain.commands import Command
+from domain.errors import DomainError, InfrastructureError
 from domain.ports import TrackingPosition
+from domain.service import OntologyService
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +75,20 @@ def is_transient(error: BaseException) -> bool:
 
 
 class BatchProcessor:
-    def __init__(self, ingestor: Ingestor, sink: DeadLetterSink,
-                 tracked_position: Callable[[str], int | None] | None = None) -> None:
-        self._ingestor = ingestor
+    def __init__(
+        self,
+        service: OntologyService,
+        sink: DeadLetterSink,
+        *,
+        tracked_position: Callable[[str], int | None] | None = None,
+        on_stored: Callable[[Command], None] | None = None,
+    ) -> None:
+        self._service = service
         self._sink = sink
         self._tracked_position = tracked_position
         """The log's stored position for a tracking name: a redelivery is skipped before dead-lettering."""
+        self._on_stored = on_stored
+        """Called for each stored command after the write (the consolidation hook); must not block."""
 
     def process(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:
         """Store `items` and the position `tracking` atomically; dead-letter (flushed first) what is rejected.
@@ -96,28 +109,38 @@ class BatchProcessor:
         stored = self._tracked_position(tracking.name) if self._tracked_position else None
         if stored is not None and stored >= tracking.position:
             return BatchReport(consumed=len(items), already_tracked=True)
-        dead: set[int] = set()
+        # Decoded once; only the rules run again when a rejection makes the batch be tried without it.
+        commands: dict[int, Command] = {}
         unsent: list[DeadLetter] = []
+        for index, item in enumerate(items):
+            try:
+                commands[index] = to_command(parse_envelope(item.value))  # type: ignore[arg-type]
+            except (DomainError, ValueError) as error:
+                unsent.append(dead_letter(item, str(error), getattr(error, "field", None)))
         for _round in range(len(items) + 2):
             self._sink.send_all(unsent)
             report.dead_lettered.extend(unsent)
             unsent = []
-            live = [i for i in range(len(items)) if i not in dead]
-            result = self._ingestor.ingest([items[i].value for i in live],  # type: ignore[misc]
-                                           all_or_nothing=True, tracking=tracking)
+            live = list(commands)
+            result = self._service.execute_batch([commands[i] for i in live], all_or_nothing=True,
+                                                 tracking=tracking)
             if result.already_tracked:
                 return BatchReport(consumed=len(items), already_tracked=True, dead_lettered=report.dead_lettered)
-            if not result.rejected:
-                report.accepted = result.accepted
-                report.stored_events = result.stored_events
-                report.repeats = result.duplicates
+            rejected = [(i, o.error) for i, o in zip(live, result.outcomes, strict=True) if o.error is not None]
+            if not rejected:
+                report.accepted = len(live)
+                report.stored_events = sum(len(o.events) for o in result.outcomes)
+                report.repeats = sum(1 for o in result.outcomes if not o.events)
                 report.positions = result.positions
+                if self._on_stored is not None:
+                    for outcome in result.outcomes:
+                        self._on_stored(outcome.command)
                 return report
-            for rejected in result.rejected:
-                index = live[rejected.index]
-                dead.add(index)
-                unsent.append(dead_letter(items[index], rejected.reason, rejected.field))
-        raise RuntimeError(f"batch ending at {tracking} did not settle")  # each round removes ≥ 1 input
+            for index, error in rejected:
+                del commands[index]
+                path = _field_path(error)
+                unsent.append(dead_letter(items[index], f"{path}: {error}" if path else str(error), path))
+        raise RuntimeError(f"batch ending at {tracking} did not settle")  # each round removes >= 1 input
 
     def _one_by_one(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:
         total = BatchReport(consumed=len(items))
@@ -144,3 +167,10 @@ class BatchProcessor:
 def dead_letter(item: Incoming, reason: str, field_name: str | None) -> DeadLetter:
     return DeadLetter(source=item.source, value=item.value, reason=reason, field=field_name, key=item.key,
                       source_timestamp_ms=item.timestamp_ms, attempt=item.attempt, original_headers=item.headers)
+
+
+def _field_path(error: DomainError) -> str | None:
+    """A rule's field (`session_id`) as a path in the envelope (`payload.session_id`)."""
+    if error.field is None or error.field.split(".")[0].split("[")[0] in ENVELOPE_FIELDS:
+        return error.field
+    return f"payload.{error.field}"

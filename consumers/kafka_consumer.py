@@ -17,7 +17,6 @@ from typing import Any
 
 from consumers.compaction_hook import CompactionSignal
 from consumers.dead_letters import DeadLetterSink
-from consumers.ingest import Ingestor
 from consumers.kafka_batch import BatchProcessor, Incoming, is_transient
 from consumers.kafka_config import connection_options, dlq_producer_options, tracking_name
 from consumers.metrics import KafkaMetrics
@@ -52,6 +51,7 @@ class SessionEventConsumer:
         from kafka.errors import KafkaError
 
         settings = noumena.settings
+        _warn_without_fast_crc()
         self.topic = settings.kafka_topic
         self.batch_size = settings.kafka_batch_size
         self.poll_timeout_ms = settings.kafka_poll_timeout_ms
@@ -59,8 +59,8 @@ class SessionEventConsumer:
         self._noumena = noumena
         self._signal = CompactionSignal() if on_stored is None else None
         self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
-        self._processor = BatchProcessor(Ingestor(noumena.service, on_stored=on_stored or self._signal), self._sink,
-                                         noumena.log.tracked_position)
+        self._processor = BatchProcessor(noumena.service, self._sink, tracked_position=noumena.log.tracked_position,
+                                         on_stored=on_stored or self._signal)
         self._stored: dict[Any, int | None] = {}
         self._lock = threading.Lock()
         options = connection_options(settings) | {
@@ -239,3 +239,12 @@ class SessionEventConsumer:
 def _log_commit_failure(offsets: Any, response: Any) -> None:
     if isinstance(response, Exception):
         log.debug("offset commit for dashboards failed: %r", response)
+
+
+def _warn_without_fast_crc() -> None:
+    """kafka-python checks every fetched batch's CRC-32C; in pure Python that costs more than storing it."""
+    from kafka.record import util
+
+    if getattr(util, "crc32c_c", None) is None:
+        log.warning("the `crc32c` package is not installed: fetches run several times slower "
+                    "(pip install crc32c)")

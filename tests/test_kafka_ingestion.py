@@ -165,7 +165,7 @@ def test_a_redelivered_batch_is_a_no_op_and_dead_letters_nothing(kafka_settings,
     noumena = noumena_for(kafka_settings)
     create_tenants(noumena, ["acme"])
     sink = DeadLetterSink.connect(dlq_producer_options(kafka_settings), kafka_settings.kafka_dlq_topic)
-    processor = BatchProcessor(Ingestor(noumena.service), sink, noumena.log.tracked_position)
+    processor = BatchProcessor(noumena.service, sink, tracked_position=noumena.log.tracked_position)
     good = json.dumps({"event_id": "e1", "tenant": "acme", "type": "entity.registered",
                        "payload": {"ref": "person:li", "label": "Li"}}).encode()
     items = [Incoming(v, SourceCoordinates("t", 0, i), position=i) for i, v in enumerate([good, b"junk"])]

@@ -1,0 +1,250 @@
+"""Benchmark: Kafka ingestion end to end, against the raw kafka-python consume rate, in one run, one topic.
+
+For batch sizes 1, 100 and 1000 (records per poll and per write), on one pre-filled topic:
+  - Kafka -> log: `noumena consume` (a separate process, as deployed) drains the topic into a fresh SQLite log;
+  - Kafka -> log -> DuckDB: the same, with the projector (projections/) following the log in this process;
+    the rate counts until the last event is visible in DuckDB;
+  - live visibility: a producer sends at a fixed rate while both run; per message, the time from send to the
+    projector's commit that makes it visible (p50/p95), the goal being p95 <= 1 s.
+The baseline is kafka-python's raw consume rate of the same topic (no decoding, no storing), max_poll_records
+1000. Goals (issue 5): >= 10k events/s into SQLite and >= 0.5 of the raw rate.
+
+Sizes: NOUMENA_BENCH_KAFKA_MESSAGES (20000), NOUMENA_BENCH_KAFKA_BATCHES ("1,100,1000"),
+NOUMENA_BENCH_KAFKA_MAX_SECONDS per drain (20), NOUMENA_BENCH_KAFKA_RATE msg/s (2000) and
+NOUMENA_BENCH_KAFKA_LIVE_SECONDS (6) for the live phase. Needs the broker (`infra/kafka.sh start`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from infra.bootstrap import Noumena, bootstrap  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+from projections.projector import Projector  # noqa: E402
+from tests.kafka_support import (  # noqa: E402
+    create_tenants,
+    create_topic,
+    end_offsets,
+    kafka_bootstrap,
+    produce,
+    spawn_consumer,
+    stored_positions,
+    story,
+    unique_topic,
+)
+
+MESSAGES = int(os.environ.get("NOUMENA_BENCH_KAFKA_MESSAGES", "20000"))
+BATCHES = [int(b) for b in os.environ.get("NOUMENA_BENCH_KAFKA_BATCHES", "1,100,1000").split(",")]
+MAX_SECONDS = float(os.environ.get("NOUMENA_BENCH_KAFKA_MAX_SECONDS", "20"))
+RATE = int(os.environ.get("NOUMENA_BENCH_KAFKA_RATE", "2000"))
+LIVE_SECONDS = float(os.environ.get("NOUMENA_BENCH_KAFKA_LIVE_SECONDS", "6"))
+PARTITIONS = 2
+
+
+def raw_consume_rate(bootstrap_servers: str, topic: str) -> float:
+    """kafka-python alone: poll every record of the topic, touch its value, nothing else."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False,
+                             max_poll_records=1000, max_partition_fetch_bytes=8 * 1024 * 1024)
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    total = sum(end_offsets(bootstrap_servers, topic).values())
+    seen = 0
+    started = None
+    while seen < total:
+        for records in consumer.poll(timeout_ms=1000).values():
+            started = started or time.perf_counter()
+            seen += len(records)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    consumer.close()
+    return seen / elapsed
+
+
+def settings_for(home: Path, bootstrap_servers: str, topic: str, batch: int, name: str) -> Settings:
+    return Settings(home=home, event_store="sqlite", kafka_bootstrap=bootstrap_servers, kafka_topic=topic,
+                    kafka_dlq_topic=f"{topic}.dlq", kafka_group=f"{topic}.{name}", kafka_batch_size=batch,
+                    kafka_poll_timeout_ms=100)
+
+
+def stored(app: Noumena, topic: str, ends: dict[int, int]) -> int:
+    return sum((-1 if p is None else p) + 1 for p in stored_positions(app, topic, ends).values())
+
+
+def drain(bootstrap_servers: str, topic: str, tenants: list[str], batch: int, project: bool, work: Path
+          ) -> tuple[float, float | None, int]:
+    """(Kafka->log events/s, Kafka->log->DuckDB events/s or None, messages counted). Rates are counted from
+    the first stored batch, so process start-up and the group join are left out."""
+    home = work / f"drain-{batch}-{'duckdb' if project else 'log'}"
+    settings = settings_for(home, bootstrap_servers, topic, batch, home.name)
+    app = bootstrap(settings)
+    create_tenants(app, tenants)
+    projector = Projector(app.log, home / "projections.duckdb") if project else None
+    if projector is not None:
+        projector.catch_up()
+    ends = end_offsets(bootstrap_servers, topic)
+    total = sum(ends.values())
+    child = spawn_consumer(settings, home / "consumer.log")
+    first = None
+    consumer_done = visible_done = None
+    deadline = None
+    try:
+        while True:
+            now = time.perf_counter()
+            count = stored(app, topic, ends)
+            if first is None and count > 0:
+                first, first_count = now, count
+                deadline = now + MAX_SECONDS
+            if consumer_done is None and (count >= total or (deadline and now > deadline)):
+                consumer_done, done_count, done_position = now, count, app.log.max_position()
+            if projector is not None and first is not None:
+                projector.run_once()
+                if consumer_done is not None and projector.position >= done_position:
+                    visible_done = time.perf_counter()
+            if consumer_done is not None and (projector is None or visible_done is not None):
+                break
+            if projector is None or first is None:
+                time.sleep(0.01)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=60)
+        if projector is not None:
+            projector.close()
+        app.close()
+    assert first is not None and consumer_done is not None
+    counted = done_count - first_count
+    # messages/s into the log; the DuckDB rate counts the same messages until their events are visible
+    to_log = counted / (consumer_done - first)
+    to_duckdb = counted / (visible_done - first) if visible_done else None
+    return to_log, to_duckdb, counted
+
+
+def live_visibility(bootstrap_servers: str, batch: int, work: Path) -> tuple[float, float, float]:
+    """(p50 s, p95 s, achieved msg/s): send at RATE for LIVE_SECONDS while consumer and projector follow."""
+    topic = create_topic(bootstrap_servers, unique_topic("bench-live"), partitions=PARTITIONS)
+    create_topic(bootstrap_servers, f"{topic}.dlq")
+    s = story(tenants=PARTITIONS, per_tenant=int(RATE * LIVE_SECONDS / PARTITIONS) + 1, partitions=PARTITIONS,
+              seed=11)
+    home = work / f"live-{batch}"
+    settings = settings_for(home, bootstrap_servers, topic, batch, "live")
+    app = bootstrap(settings)
+    create_tenants(app, s.tenants)
+    projector = Projector(app.log, home / "projections.duckdb")
+    projector.catch_up()
+    start_position = app.log.max_position()
+    child = spawn_consumer(settings, home / "consumer.log")
+    # warm up: the consumer joins the group before the clock starts
+    produce(bootstrap_servers, topic, s.messages[:PARTITIONS])
+    ends = end_offsets(bootstrap_servers, topic)
+    while stored(app, topic, ends) < PARTITIONS:
+        time.sleep(0.05)
+    sent: dict[str, float] = {}
+    messages = [m for m in s.messages[PARTITIONS:] if m.event_id][: int(RATE * LIVE_SECONDS)]
+
+    def send() -> None:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=1)
+        started = time.perf_counter()
+        for i, message in enumerate(messages):
+            pause = started + i / RATE - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            sent[message.event_id or ""] = time.time()
+            producer.send(topic, key=message.key, value=message.value, partition=message.partition)
+        producer.flush()
+        producer.close()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    commits: list[tuple[int, float]] = []
+    poll = Settings().projection_poll_interval
+
+    def step() -> None:
+        if projector.run_once():
+            commits.append((projector.position, time.time()))
+        else:
+            time.sleep(poll)
+
+    while sender.is_alive():
+        step()
+    ends = end_offsets(bootstrap_servers, topic)
+    while stored(app, topic, ends) < sum(ends.values()):
+        step()
+    final = app.log.max_position()
+    while projector.position < final:
+        step()
+    sender.join()
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=60)
+    positions = _positions_by_event_id(app, start_position)
+    projector.close()
+    app.close()
+    latencies = []
+    j = 0
+    for event_id, at in sorted(sent.items(), key=lambda kv: positions.get(kv[0], 0)):
+        position = positions.get(event_id)
+        if position is None:
+            continue
+        while commits[j][0] < position:
+            j += 1
+        latencies.append(max(0.0, commits[j][1] - at))
+    latencies.sort()
+    achieved = len(sent) / (max(sent.values()) - min(sent.values()))
+    return statistics.median(latencies), latencies[int(0.95 * (len(latencies) - 1))], achieved
+
+
+def _positions_by_event_id(app: Noumena, after: int) -> dict[str, int]:
+    positions: dict[str, int] = {}
+    while batch := app.log.recorder.select_notifications(start=after, limit=5000, inclusive_of_start=False):
+        for n in batch:
+            event_id = json.loads(n.state).get("event_id")
+            if event_id:
+                positions[event_id] = n.id
+        after = batch[-1].id
+    return positions
+
+
+def main() -> None:
+    bootstrap_servers = kafka_bootstrap()
+    topic = create_topic(bootstrap_servers, unique_topic("bench"), partitions=PARTITIONS)
+    create_topic(bootstrap_servers, f"{topic}.dlq")
+    s = story(tenants=4, per_tenant=MESSAGES // 4, bad_every=200, partitions=PARTITIONS)
+    produced = produce(bootstrap_servers, topic, s.messages)
+    print(f"topic {topic}: {produced:,} messages ({sum(not m.good for m in s.messages)} bad), {PARTITIONS} "
+          f"partitions; consumer = `noumena consume` process, SQLite log, content sealed: "
+          f"{Settings().encrypt_content}")
+    raw = raw_consume_rate(bootstrap_servers, topic)
+    print(f"  baseline: raw kafka-python consume {raw:,.0f} msg/s (max_poll_records 1000, no decoding)")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="noumena-bench-kafka-") as tmp:
+        work = Path(tmp)
+        for batch in BATCHES:
+            to_log, _, counted = drain(bootstrap_servers, topic, s.tenants, batch, project=False, work=work)
+            _, to_duckdb, _ = drain(bootstrap_servers, topic, s.tenants, batch, project=True, work=work)
+            p50, p95, achieved = live_visibility(bootstrap_servers, batch, work)
+            results.append((batch, to_log, to_duckdb, p50, p95, achieved, counted))
+            print(f"  batch {batch:>5}: Kafka->log {to_log:>8,.0f} msg/s ({to_log / raw:.2f} of raw; "
+                  f"{counted:,} msgs)   Kafka->log->DuckDB {to_duckdb or 0:>8,.0f} msg/s "
+                  f"({(to_duckdb or 0) / raw:.2f} of raw)   live at {achieved:,.0f} msg/s: visible "
+                  f"p50 {p50 * 1000:,.0f} ms, p95 {p95 * 1000:,.0f} ms")
+    best = max(results, key=lambda r: r[1])
+    print(f"  goals: >= 10,000 msg/s into SQLite: {'met' if best[1] >= 10_000 else 'NOT met'} "
+          f"({best[1]:,.0f} at batch {best[0]}); >= 0.5 of raw: {'met' if best[1] / raw >= 0.5 else 'NOT met'} "
+          f"({best[1] / raw:.2f}); p95 visible <= 1 s: "
+          f"{'met' if min(r[4] for r in results if r[0] == best[0]) <= 1.0 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
