@@ -113,6 +113,8 @@ class Projector:
         self.reached_until = False
         self.last_topics: set[str] = set()
         """The topics of the last batch applied."""
+        self.forgotten_pending = False
+        """A `subject.forgotten` was applied since the file was last rebuilt: its content must be purged."""
 
     # ------------------------------------------------------------------ following the log
 
@@ -143,6 +145,8 @@ class Projector:
             raise
         self.reached_until = changes.reached_until
         self.last_topics = changes.topics
+        if FORGOTTEN_TOPIC in changes.topics:
+            self.forgotten_pending = True
         if changes.events:
             self.position, self.clock = changes.last_position, changes.clock
         return changes.events
@@ -180,21 +184,21 @@ class Projector:
             published = self.publish(snapshot)
         while not stop.is_set():
             applied = self.run_once()
-            if FORGOTTEN_TOPIC in self.last_topics:
+            requested = snapshot_request is not None and snapshot_request.exists()
+            if requested:
+                self.catch_up()
+            if self.forgotten_pending:
                 self.rebuild_in_place()
                 if snapshot is not None:
                     published, last_publish = self.publish(snapshot), time.monotonic()
                 if on_rebuilt is not None:
                     on_rebuilt()
             if snapshot is not None:
-                requested = snapshot_request is not None and snapshot_request.exists()
                 due = snapshot_interval > 0 and time.monotonic() - last_publish >= snapshot_interval
                 if requested or (due and published != self.position):
-                    if requested:
-                        self.catch_up()
                     published, last_publish = self.publish(snapshot), time.monotonic()
-                    if requested and snapshot_request is not None:
-                        snapshot_request.unlink(missing_ok=True)
+            if requested and snapshot_request is not None:
+                snapshot_request.unlink(missing_ok=True)
             if applied == 0:
                 stop.wait(poll_interval)
         if snapshot is not None and published != self.position:
@@ -214,6 +218,7 @@ class Projector:
         self.con = connect(self.path)
         self.con.execute("SET TimeZone = 'UTC'")
         self.position, self.clock = built.position, built.clock
+        self.forgotten_pending = False
 
     def publish(self, snapshot: Path) -> int:
         """Publish the views as they are now to `snapshot` (atomically replaced). Returns the position."""
