@@ -34,6 +34,7 @@ test: install services
 	$(BIN)/pytest -p no:cacheprovider
 
 bench: install services
+	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 || echo "(no wrk: bench_api.py uses its Python load only)"
 	@set -e; for script in tests/benchmarks/bench_*.py; do \
 	  echo "== $$script"; $(BIN)/python $$script; done
 
