@@ -305,3 +305,48 @@ def test_the_schema_command_documents_the_envelope_for_other_languages():
     printed = subprocess.run([sys.executable, "-m", "api", "schema"], capture_output=True, text=True, check=True)
     schema = json.loads(printed.stdout)
     assert schema["$schema"].endswith("2020-12/schema") and "session.compacted" in printed.stdout
+
+
+def test_a_crash_after_dead_lettering_and_before_the_write_repeats_dead_letters_that_fold_away(
+        kafka_settings, noumena_for):
+    from consumers.dead_letters import DeadLetter, DeadLetterSink, latest_per_input
+    from consumers.kafka_config import dlq_producer_options
+    from domain.errors import InfrastructureError
+
+    class SinkThatCrashesAfterTheLastFlush(DeadLetterSink):
+        """The real sink; after the batch's second flush (undecodable inputs first, then those the rules
+        reject) the 'process' dies just before the write that would store the batch and its position."""
+
+        flushes = 0
+
+        def send_all(self, letters: list[DeadLetter]) -> None:  # type: ignore[override]
+            super().send_all(letters)
+            self.flushes += bool(letters)
+            if letters and self.flushes == 2:
+                raise InfrastructureError("simulated crash between the DLQ flush and the write")
+
+    noumena = noumena_for(kafka_settings)
+    create_tenants(noumena, ["acme"])
+    s = story(tenants=1, per_tenant=60, bad_every=10, duplicate_every=7, partitions=1)
+    s.messages = [Message(m.value.replace(b'"t00', b'"acme').replace(b"t00-", b"acme-"), m.key, m.good,
+                          m.event_id and m.event_id.replace("t00", "acme"), 0) for m in s.messages]
+    producer = DeadLetterSink.connect(dlq_producer_options(kafka_settings), kafka_settings.kafka_dlq_topic)
+    sink = SinkThatCrashesAfterTheLastFlush(producer._producer, kafka_settings.kafka_dlq_topic)
+    processor = BatchProcessor(noumena.service, sink, tracked_position=noumena.log.tracked_position)
+    items = [Incoming(m.value, SourceCoordinates(kafka_settings.kafka_topic, 0, i), position=i)
+             for i, m in enumerate(s.messages)]
+    tracking = TrackingPosition(tracking_name(kafka_settings.kafka_topic, 0), len(items) - 1)
+
+    with pytest.raises(InfrastructureError, match="simulated crash"):
+        processor.process(tracking, items)
+    assert noumena.log.tracked_position(tracking.name) is None and stored_event_ids(noumena) == []
+    report = processor.process(tracking, items)  # the restarted consumer reads the same batch again
+    sink.close()
+
+    bad = {i for i, m in enumerate(s.messages) if not m.good}
+    letters = read_dead_letters(connection_options(kafka_settings), kafka_settings.kafka_dlq_topic)
+    assert len(letters) == 2 * len(bad)  # every dead letter written twice ...
+    assert {d.letter.source.offset for d in latest_per_input(letters)} == bad  # ... folds to one per input
+    assert len(report.dead_lettered) == len(bad)
+    assert set(stored_event_ids(noumena)) == {m.event_id for m in s.messages if m.good}
+    assert report.accepted + len(bad) == len(items)
