@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonDict
 
 from api.schemas.common import WritePublic
 
-ENVELOPE_EXAMPLE = {
+ENVELOPE_EXAMPLE: JsonDict = {
     "event_id": "evt-0042", "tenant": "acme", "type": "fact.asserted", "occurred_at": "2026-09-06T10:00:00+08:00",
     "payload": {"subject": "person:li", "relation": "prefers", "object": "memory:li-monthly-settlement",
                 "reason": "Li said so on the third call", "confidence": 0.9, "scope": "org",
