@@ -99,7 +99,7 @@ class BatchProcessor:
         try:
             return self._process(tracking, items)
         except Exception as error:
-            if is_transient(error) or len(items) == 1:
+            if is_transient(error):
                 raise
             log.exception("unexpected error in a batch ending at %s; storing it one input at a time", tracking)
             return self._one_by_one(tracking, items)

@@ -191,14 +191,19 @@ class SessionEventConsumer:
             log.debug("offset commit skipped: %r", error)
 
     def _update_lag(self) -> None:
-        for tp in self._consumer.assignment():
-            highwater = self._consumer.highwater(tp)
-            if highwater is None:
-                continue
-            stored = self._stored.get(tp)
-            position = self._consumer.position(tp, timeout_ms=0) if stored is None else stored + 1
-            if position is not None:
-                self.metrics.set_lag((tp.topic, tp.partition), highwater - position)
+        from kafka.errors import KafkaError
+
+        try:
+            for tp in self._consumer.assignment():
+                highwater = self._consumer.highwater(tp)
+                if highwater is None:
+                    continue
+                stored = self._stored.get(tp)
+                position = self._consumer.position(tp, timeout_ms=0) if stored is None else stored + 1
+                if position is not None:
+                    self.metrics.set_lag((tp.topic, tp.partition), highwater - position)
+        except KafkaError as error:
+            log.debug("lag not updated: %r", error)  # only a gauge; the next poll tries again
 
     def _caught_up(self) -> bool:
         """Every assigned partition has been read and stored up to its current end."""

@@ -350,3 +350,36 @@ def test_a_crash_after_dead_lettering_and_before_the_write_repeats_dead_letters_
     assert len(report.dead_lettered) == len(bad)
     assert set(stored_event_ids(noumena)) == {m.event_id for m in s.messages if m.good}
     assert report.accepted + len(bad) == len(items)
+
+
+def test_an_input_that_makes_noumena_itself_fail_is_dead_lettered_alone(kafka_settings, noumena_for):
+    from consumers.dead_letters import DeadLetterSink
+    from consumers.kafka_config import dlq_producer_options
+    from domain.service import OntologyService
+
+    class ServiceWithABugForEventIdPoison(OntologyService):
+        """The real service, plus a bug: any batch holding the event id `poison` raises a non-domain error."""
+
+        def execute_batch(self, commands, **kwargs):  # type: ignore[no-untyped-def]
+            if any(command.event_id == "poison" for command in commands):
+                raise RuntimeError("a bug in noumena")
+            return super().execute_batch(commands, **kwargs)
+
+    noumena = noumena_for(kafka_settings)
+    create_tenants(noumena, ["acme"])
+    service = ServiceWithABugForEventIdPoison(noumena.log, TickingClock())
+    sink = DeadLetterSink.connect(dlq_producer_options(kafka_settings), kafka_settings.kafka_dlq_topic)
+    processor = BatchProcessor(service, sink, tracked_position=noumena.log.tracked_position)
+    values = [json.dumps({"event_id": event_id, "tenant": "acme", "type": "entity.registered",
+                          "payload": {"ref": f"person:{event_id}", "label": event_id}}).encode()
+              for event_id in ("a", "b", "poison", "c")]
+    items = [Incoming(v, SourceCoordinates("t", 0, i), position=i) for i, v in enumerate(values)]
+    tracking = TrackingPosition(tracking_name("t", 0), 3)
+
+    report = processor.process(tracking, items)
+    sink.close()
+
+    assert [(d.source.offset, d.reason) for d in report.dead_lettered] == [
+        (2, "internal error: RuntimeError('a bug in noumena')")]
+    assert (report.accepted, noumena.log.tracked_position(tracking.name)) == (3, 3)
+    assert stored_event_ids(noumena) == ["a", "b", "c"]
