@@ -48,6 +48,9 @@ class Noumena:
         from projections.perspectives import erase_evidence
 
         erase_evidence(self.settings.home, tenant)  # perspective evidence files are copies outside the log
+        from projections.contexts import erase_context_evidence
+
+        erase_context_evidence(self.settings.home, tenant)  # so are context evidence files
         return report
 
     def purge_projections(self) -> int | None:

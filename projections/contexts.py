@@ -50,7 +50,7 @@ from domain.sessions import SessionKind, SessionState
 from domain.summaries import Folder, SummaryTree, TrimmingFolder
 from domain.workflows import workers_for
 from projections.perspective_index import Viewpoint
-from projections.perspectives import Perspectives, build_perspective
+from projections.perspectives import FORGOTTEN_TEXT, Perspectives, build_perspective
 
 CONTEXT_PREFIX = "ctx-"
 
@@ -203,22 +203,6 @@ class Contexts:
             raise UnknownContext(context_id)
         return Context.model_validate_json(path.read_text(encoding="utf-8"))
 
-    def purge(self, tenant: str, subject: str) -> int:
-        """Delete the evidence of every context of `tenant` that names `subject` (a ref, `session:<id>` or a fact
-        id) anywhere: evidence holds content in the clear, so forgetting a subject must take it too. Returns how
-        many files were deleted."""
-        if not self.evidence_dir.exists():
-            return 0
-        needles = {subject, subject.removeprefix("session:"), subject.removeprefix("fact:")}
-        deleted = 0
-        for path in self.evidence_dir.glob(f"{CONTEXT_PREFIX}*.json"):
-            text = path.read_text(encoding="utf-8")
-            if f'"tenant":"{tenant}"' not in text.replace(" ", "") or not any(n and n in text for n in needles):
-                continue
-            path.unlink(missing_ok=True)
-            deleted += 1
-        return deleted
-
     def reproduce(self, context_id: str) -> Context:
         """Assemble the context again from the log as it stood when it was served (the session state at its stream
         version, the perspective at its log position), with the same parameters and moment; nothing recorded."""
@@ -352,3 +336,50 @@ def context_json(context: Context) -> dict[str, Any]:
         "text": context.text,
     }
 
+
+def erase_context_evidence(home: Path, tenant: str) -> int:
+    """After a forget in `tenant`: blank the content of every context evidence file of that tenant (the block,
+    its lines, the message, labels, summaries, turns, the embedded perspective's texts), keeping the structure
+    (ids, roles, tiers, parameters, positions). Like the perspective evidence (projections/perspectives.py
+    `erase_evidence`): the files are copies outside the log, and which of them hold the forgotten content is not
+    cheap to decide, so all of the tenant's are redacted. Returns how many files were rewritten."""
+    directory = Path(home) / "contexts"
+    if not directory.exists():
+        return 0
+    rewritten = 0
+    for path in sorted(directory.glob(f"{CONTEXT_PREFIX}*.json")):
+        try:
+            served = Context.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        if served.tenant != tenant:
+            continue
+        served.text = FORGOTTEN_TEXT
+        served.message = FORGOTTEN_TEXT if served.message else None
+        served.ambiguous = [FORGOTTEN_TEXT for _ in served.ambiguous]
+        for focus in served.focus:
+            focus.label = FORGOTTEN_TEXT
+        for block in served.blocks:
+            for line in block.lines:
+                line.text = FORGOTTEN_TEXT
+        for omission in served.omitted:
+            omission.text = FORGOTTEN_TEXT
+        if served.perspective is not None:
+            _redact_perspective(served.perspective)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(served.model_dump_json(indent=1), encoding="utf-8")
+        os.replace(temporary, path)
+        rewritten += 1
+    return rewritten
+
+
+def _redact_perspective(perspective: Perspective) -> None:
+    for item in perspective.items:
+        item.subject_label = item.object_label = item.about_label = FORGOTTEN_TEXT
+        item.reason = FORGOTTEN_TEXT if item.reason else None
+        item.provenance = FORGOTTEN_TEXT if item.provenance else ""
+    for group in perspective.count_groups:
+        group.label = FORGOTTEN_TEXT
+    for line in perspective.lines:
+        line.text = FORGOTTEN_TEXT
+    perspective.context = FORGOTTEN_TEXT

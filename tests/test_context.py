@@ -30,7 +30,7 @@ from domain.facts import FactState, FactStatus
 from domain.mentions import MentionIndex
 from domain.summaries import FAN_IN, SummaryTree
 from infra.bootstrap import Noumena
-from projections.contexts import Contexts, UnknownContext, is_context_id
+from projections.contexts import Contexts, erase_context_evidence, is_context_id
 from projections.perspectives import Perspectives
 
 WANG_MAIN, WORKER = "wang-main", "w-quote-li"
@@ -343,14 +343,30 @@ def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(stor
 
 
 
-def test_forgetting_a_subject_can_take_the_context_evidence_that_names_it(story: Story) -> None:
+def test_forgetting_in_a_tenant_redacts_its_context_evidence_and_keeps_the_structure(story: Story) -> None:
     served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
 
-    assert story.contexts.purge(TENANT, "person:jia") == 0
-    assert story.contexts.purge("another-tenant", "person:li") == 0
-    assert story.contexts.purge(TENANT, "person:li") == 1
-    with pytest.raises(UnknownContext):
-        story.contexts.explain(served.context_id)
+    assert erase_context_evidence(story.app.settings.home, "another-tenant") == 0
+    assert erase_context_evidence(story.app.settings.home, TENANT) == 1
+    redacted = story.contexts.explain(served.context_id)
+
+    dumped = redacted.model_dump_json()
+    for content in ("Li prefers monthly settlement", "李总", "USD moved", "给李总再出一版报价", "freight"):
+        assert content not in dumped
+    assert redacted.constraint_fact_ids == served.constraint_fact_ids
+    assert [b.fact_ids for b in redacted.blocks] == [b.fact_ids for b in served.blocks]
+
+
+def test_forget_me_reaches_the_context_evidence_and_the_next_context(story: Story) -> None:
+    served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+    assert "李总 (Li)" in served.text
+
+    story.app.forget(TENANT, "person:li")
+    again = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+
+    assert "李总 (Li)" not in story.contexts.explain(served.context_id).model_dump_json()
+    assert "李总 (Li)" not in again.text
+    assert "person:li" not in {f.ref for f in again.focus if f.found_in == "message"}
 
 
 # ---------------------------------------------------------------------------------------------- entry points
