@@ -18,6 +18,7 @@ following the log).
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -125,20 +126,32 @@ def _epoch(column: str) -> str:
     return f"epoch_us({column}) / 1e6"
 
 
-def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str) -> PerspectiveIndex:
-    """Build a tenant's index from the projections' DuckDB tables (see the module docstring)."""
+def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | None = None) -> PerspectiveIndex:
+    """Build a tenant's index from the projections' DuckDB tables (see the module docstring).
+
+    With `as_of`: what was believed at that transaction time, through the read model's point-in-time tables
+    (`facts_as_of`, `entity_versions`, uses and provenance recorded by then) instead of folding the log.
+    Relation weights and sessions are taken as they are now (both are rarely redefined)."""
+    at = as_of.astimezone(UTC) if as_of is not None else None
 
     def frame(sql: str) -> pl.DataFrame:
-        return pl.from_arrow(con.sql(sql, params=[tenant]).to_arrow_table())  # type: ignore[return-value]
+        params: list[object] = [tenant] if at is None else [tenant, at]
+        return pl.from_arrow(con.sql(sql, params=params).to_arrow_table())  # type: ignore[return-value]
 
-    entities = frame("SELECT ref, label, hub FROM entities WHERE tenant = ? ORDER BY ref")
+    if at is None:
+        entities = frame("SELECT ref, label, hub FROM entities WHERE tenant = $1 ORDER BY ref")
+        source, changes, used = "facts", "TRUE", "TRUE"
+    else:
+        entities = frame("SELECT ref, label, hub FROM entity_versions WHERE tenant = $1 AND recorded_from <= $2"
+                         " AND (recorded_to IS NULL OR $2 < recorded_to) ORDER BY ref")
+        source, changes, used = "facts_as_of($2)", "recorded_at <= $2", "used_at <= $2"
     facts = frame(f"""
         SELECT f.fact_id, f.subject, f.relation, f.object, f.scope, f.reason, f.confidence, f.status,
                {_epoch('f.asserted_at')} AS asserted_at, c.session_id, c.message_ids, c.actor
-        FROM facts AS f
+        FROM {source} AS f
         LEFT JOIN (SELECT fact_id, any_value(session_id) AS session_id, any_value(message_ids) AS message_ids,
                           any_value(actor) AS actor
-                   FROM fact_changes WHERE tenant = $1 AND change = 'asserted' GROUP BY fact_id) AS c
+                   FROM fact_changes WHERE tenant = $1 AND change = 'asserted' AND {changes} GROUP BY fact_id) AS c
           ON c.fact_id = f.fact_id
         WHERE f.tenant = $1 ORDER BY f.asserted_at, f.fact_id""")
     provenance = [provenance_text({"session_id": s, "message_ids": m or [], "actor": a})
@@ -146,13 +159,19 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str) -> PerspectiveIndex
                                      facts["actor"].to_list(), strict=True)]
     facts = facts.drop("session_id", "message_ids", "actor").with_columns(
         pl.Series("provenance", provenance, dtype=pl.String))
-    sessions = frame("SELECT session_id, agent, serving FROM sessions WHERE tenant = ?")
-    relations = frame("SELECT name, weight FROM relation_types WHERE tenant = ?")
-    uses = frame(f"SELECT agent, fact_id, {_epoch('used_at')} AS used_at FROM fact_uses WHERE tenant = ?"
-                 " ORDER BY position")
-    row = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position WHERE projection = ?",
-                      [PROJECTION_NAME]).fetchone()
-    position, clock = (int(row[0]), row[1]) if row else (0, None)
+    sessions = frame("SELECT session_id, agent, serving FROM sessions WHERE tenant = $1"
+                     + ("" if at is None else " AND $2 IS NOT NULL"))
+    relations = frame("SELECT name, weight FROM relation_types WHERE tenant = $1"
+                      + ("" if at is None else " AND $2 IS NOT NULL"))
+    uses = frame(f"SELECT agent, fact_id, {_epoch('used_at')} AS used_at FROM fact_uses WHERE tenant = $1"
+                 f" AND {used} ORDER BY position")
+    if at is None:
+        row = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position WHERE projection = ?",
+                          [PROJECTION_NAME]).fetchone()
+        position, clock = (int(row[0]), row[1]) if row else (0, None)
+    else:
+        row = con.execute("SELECT coalesce(max(position), 0) FROM clock WHERE recorded_at <= ?", [at]).fetchone()
+        position, clock = int(row[0]) if row else 0, at.timestamp()
     return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock)
 
 

@@ -67,6 +67,7 @@ class Perspectives:
         self._indexes: dict[str, PerspectiveIndex] = {}
         self._position = 0
         self._lock = threading.RLock()
+        self._read_model: Path | None = None
         """Following the log and walking an index never overlap (the arrays grow while records are applied)."""
 
     # ------------------------------------------------------------------------------------------ indexes
@@ -84,6 +85,7 @@ class Perspectives:
         from projections.perspective_load import load_all
 
         self.start_from(*load_all(path))
+        self._read_model = path
         return True
 
     def index(self, tenant: str) -> PerspectiveIndex:
@@ -138,7 +140,20 @@ class Perspectives:
                 position = pos
 
     def as_of_index(self, tenant: str, as_of: datetime, until_position: int | None = None) -> PerspectiveIndex:
-        """What was believed at `as_of`: the log folded up to that transaction time."""
+        """What was believed at `as_of`: from the read model's point-in-time tables when the service started
+        from one that had reached `as_of`, else the log folded up to that transaction time."""
+        if self._read_model is not None and until_position is None and self._read_model.exists():
+            import duckdb
+
+            from projections.perspective_load import from_duckdb
+
+            con = duckdb.connect(str(self._read_model), read_only=True)
+            try:
+                row = con.execute("SELECT max(recorded_at) FROM clock").fetchone()
+                if row and row[0] is not None and row[0] >= as_of:
+                    return from_duckdb(con, tenant, as_of=as_of)
+            finally:
+                con.close()
         return fold(tenant, self._records(until_position), until=as_of.timestamp())
 
     # ------------------------------------------------------------------------------------------ serving

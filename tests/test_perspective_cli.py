@@ -94,5 +94,10 @@ def test_the_service_starts_from_the_published_snapshot_and_follows_the_log_afte
         b = folded.perspective_for(TENANT, "agent:sales", record=False)
         assert [(i.fact_id, i.tier) for i in a.items] == [(i.fact_id, i.tier) for i in b.items]
         assert any(i.relation == "watches" for i in a.items)
+        moment = clock.now - timedelta(days=3)  # before the snapshot's clock: read from the snapshot
+        past_a = started.perspective_for(TENANT, "agent:sales", as_of=moment, record=False)
+        past_b = folded.perspective_for(TENANT, "agent:sales", as_of=moment, record=False)
+        assert [(i.fact_id, i.tier, i.activation) for i in past_a.items] == [
+            (i.fact_id, i.tier, i.activation) for i in past_b.items]
     finally:
         app.close()

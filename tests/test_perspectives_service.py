@@ -180,3 +180,29 @@ def test_forgetting_a_person_erases_their_content_from_the_index_and_the_evidenc
         assert "MARKER" not in again.context and again.items[0].fact_id == served.items[0].fact_id
     finally:
         app.close()
+
+
+def test_an_as_of_index_from_the_read_model_equals_the_log_fold(tmp_path):
+    from api.perspective_story import MOMENT_1, VIEWS, serve_story
+    from api.story import TENANT
+    from domain.activation import DEFAULT_PARAMETERS
+    from projections.perspective_index import Viewpoint
+    from projections.perspective_load import from_duckdb
+    from projections.projector import Projector
+
+    story = serve_story(tmp_path / "story")
+    try:
+        with Projector(story.app.log, tmp_path / "read.duckdb") as projector:
+            projector.catch_up()
+            at = MOMENT_1[1] + timedelta(hours=1)
+            loaded = from_duckdb(projector.con, TENANT, as_of=at)
+        folded = story.perspectives.as_of_index(TENANT, at)
+        for view in VIEWS.values():
+            viewpoint = Viewpoint(view["agent"], view.get("serving"), tuple(view.get("focus", [])))
+            a = folded.walk(viewpoint, DEFAULT_PARAMETERS, at.timestamp())
+            b = loaded.walk(viewpoint, DEFAULT_PARAMETERS, at.timestamp())
+            assert [folded.fact_id(int(f)) for f in a.facts] == [loaded.fact_id(int(f)) for f in b.facts]
+            assert a.activation == pytest.approx(b.activation, abs=1e-6)
+            assert len(a.facts) > 0
+    finally:
+        story.close()
