@@ -166,12 +166,12 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | N
     uses = frame(f"SELECT agent, fact_id, {_epoch('used_at')} AS used_at FROM fact_uses WHERE tenant = $1"
                  f" AND {used} ORDER BY position")
     if at is None:
-        row = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position WHERE projection = ?",
-                          [PROJECTION_NAME]).fetchone()
-        position, clock = (int(row[0]), row[1]) if row else (0, None)
+        rows = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position WHERE projection = ?",
+                           [PROJECTION_NAME]).fetchall()
+        position, clock = (int(rows[0][0]), rows[0][1]) if rows else (0, None)
     else:
-        row = con.execute("SELECT coalesce(max(position), 0) FROM clock WHERE recorded_at <= ?", [at]).fetchone()
-        position, clock = int(row[0]) if row else 0, at.timestamp()
+        rows = con.execute("SELECT coalesce(max(position), 0) FROM clock WHERE recorded_at <= ?", [at]).fetchall()
+        position, clock = int(rows[0][0]) if rows else 0, at.timestamp()
     return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock)
 
 
@@ -182,8 +182,8 @@ def load_all(path: Path) -> tuple[dict[str, PerspectiveIndex], int]:
     try:
         tenants = [row[0] for row in con.execute("SELECT DISTINCT tenant FROM entities ORDER BY 1").fetchall()]
         indexes = {tenant: from_duckdb(con, tenant) for tenant in tenants}
-        row = con.execute("SELECT position FROM projection_position WHERE projection = ?",
-                          [PROJECTION_NAME]).fetchone()
-        return indexes, int(row[0]) if row else 0
+        rows = con.execute("SELECT position FROM projection_position WHERE projection = ?",
+                           [PROJECTION_NAME]).fetchall()
+        return indexes, int(rows[0][0]) if rows else 0
     finally:
         con.close()

@@ -149,8 +149,8 @@ class Perspectives:
 
             con = duckdb.connect(str(self._read_model), read_only=True)
             try:
-                row = con.execute("SELECT max(recorded_at) FROM clock").fetchone()
-                if row and row[0] is not None and row[0] >= as_of:
+                rows = con.execute("SELECT max(recorded_at) FROM clock").fetchall()
+                if rows and rows[0][0] is not None and rows[0][0] >= as_of:
                     return from_duckdb(con, tenant, as_of=as_of)
             finally:
                 con.close()

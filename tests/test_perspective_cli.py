@@ -73,13 +73,15 @@ def test_a_tenant_is_required_and_used_records_a_recall(home: Path):
 def test_the_service_starts_from_the_published_snapshot_and_follows_the_log_after_it(tmp_path: Path):
     from datetime import timedelta
 
-    from domain.commands import AssertFact
+    from domain.commands import AssertFact, CreateTenant, RegisterEntity
     from projections.files import ProjectionFiles
     from projections.perspectives import Perspectives
     from projections.projector import Projector
 
     app, clock = build_story(tmp_path / "home")
     try:
+        app.service.execute(CreateTenant(tenant="other"))  # two tenants in one read model
+        app.service.execute(RegisterEntity(tenant="other", ref="agent:x", label="x"))
         files = ProjectionFiles(tmp_path / "home")
         with Projector(app.log, files.live) as projector:
             projector.catch_up()
@@ -89,6 +91,7 @@ def test_the_service_starts_from_the_published_snapshot_and_follows_the_log_afte
                                        object="ticket:legal/118", reason="after the snapshot"))
         started = Perspectives(app.log, app.service, tmp_path / "home", clock)
         assert started.start_from_read_model(files.snapshot)
+        assert set(started._indexes) == {TENANT, "other"}
         folded = Perspectives(app.log, app.service, tmp_path / "home", clock)
         a = started.perspective_for(TENANT, "agent:sales", record=False)
         b = folded.perspective_for(TENANT, "agent:sales", record=False)
