@@ -165,19 +165,26 @@ class BatchFold:
         self.clock = clock
         """Transaction time so far: the running maximum of the stamps along the log."""
 
-    def fold(self, records: Sequence[Record], until: datetime | None = None) -> BatchChanges:
+    def fold(self, records: Sequence[Record], until: datetime | None = None,
+             clocks: Sequence[datetime] | None = None) -> BatchChanges:
+        """Apply `records` in order. Transaction time is the running maximum of their stamps, or `clocks` when
+        the caller computed it over a log these records are only part of (projections.bulk)."""
         stamped: list[datetime] = []
-        clocks: list[datetime] = []
-        clock = self.clock
         reached_until = False
-        for r in records:
-            at = datetime.fromisoformat(r.data["recorded_at"])
-            clock = at if clock is None or at > clock else clock
-            if until is not None and clock > until:
-                reached_until = True
-                break
-            stamped.append(at)
-            clocks.append(clock)
+        if clocks is not None:
+            stamped = [datetime.fromisoformat(r.data["recorded_at"]) for r in records]
+            clocks = list(clocks)
+        else:
+            clocks = []
+            clock = self.clock
+            for r in records:
+                at = datetime.fromisoformat(r.data["recorded_at"])
+                clock = at if clock is None or at > clock else clock
+                if until is not None and clock > until:
+                    reached_until = True
+                    break
+                stamped.append(at)
+                clocks.append(clock)
         records = records[: len(clocks)]
         facts, entities, sessions, relations = keys_touched(records)
         self._facts = _Versions(FACT_VERSIONS, self._loader.open_versions(FACT_VERSIONS, facts) if facts else {})

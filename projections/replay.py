@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from projections.bulk import bulk_load
 from projections.projector import Progress, Projector
 from projections.source import RawLog
 
@@ -37,7 +38,9 @@ def replay(log: RawLog, out: Path, as_of: datetime | None = None, *, progress: P
     _remove(tmp)
     try:
         with Projector(log, tmp, batch_size=batch_size) as projector:
-            events = projector.catch_up(until=as_of, progress=progress)
+            # the bulk path (stage the log, derive in SQL); then whatever was appended meanwhile, incrementally
+            projector.position, projector.clock, events = bulk_load(projector.con, log, as_of, progress)
+            events += projector.catch_up(until=as_of, progress=progress)
             projector.con.execute("CHECKPOINT")
             position, clock = projector.position, projector.clock
     except BaseException:
