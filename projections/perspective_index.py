@@ -149,24 +149,37 @@ class Walked:
     sources: list[int]
     unknown_refs: list[str]
     node_layers: list[np.ndarray]
-    """every node reached and expanded, per hop, with its parent (for paths; see `parents`)."""
-    parent_layers: list[np.ndarray]
-    parent_fact_layers: list[np.ndarray]
+    """the nodes expanded, per hop (layer 0: the sources)."""
     now: float
     parameters: ActivationParameters
     _parents: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def parents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(nodes sorted, their parent node, the fact crossed from it): -1 for the sources."""
+    def parents(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(expanded nodes sorted, their parent node, the fact crossed from it; -1 for the sources): for each
+        node at layer h, the strongest fact of hop h that reached it. Computed once, only when paths are asked."""
         if self._parents is None:
             if not self.node_layers:
                 empty = np.zeros(0, dtype=np.int64)
                 self._parents = (empty, empty, empty)
-            else:
-                nodes = np.concatenate(self.node_layers)
-                order = np.argsort(nodes, kind="stable")
-                self._parents = (nodes[order], np.concatenate(self.parent_layers)[order],
-                                 np.concatenate(self.parent_fact_layers)[order])
+                return self._parents
+            nodes = np.concatenate(self.node_layers)
+            layer = np.repeat(np.arange(len(self.node_layers)), [len(a) for a in self.node_layers])
+            order = np.argsort(nodes, kind="stable")
+            nodes, layer = nodes[order], layer[order]
+            f, via = self.facts, self.via
+            other = np.where(src[f] == via, dst[f], src[f]).astype(np.int64)
+            at = np.searchsorted(nodes, other)
+            at[at >= len(nodes)] = 0
+            reaches = (nodes[at] == other) & (layer[at] == self.hops) & (self.hops > 0)
+            c_at, c_via, c_fact, c_spread = at[reaches], via[reaches], f[reaches], self.spread[reaches]
+            best = np.lexsort((-c_spread, c_at))
+            first = np.ones(len(best), dtype=bool)
+            first[1:] = c_at[best][1:] != c_at[best][:-1]
+            parent = np.full(len(nodes), -1, dtype=np.int64)
+            parent_fact = np.full(len(nodes), -1, dtype=np.int64)
+            parent[c_at[best][first]] = c_via[best][first]
+            parent_fact[c_at[best][first]] = c_fact[best][first]
+            self._parents = (nodes, parent, parent_fact)
         return self._parents
 
     def count(self, tier: Tier) -> int:
@@ -238,6 +251,7 @@ class PerspectiveIndex:
         self._touched_nodes: list[np.ndarray] = []
         self._touched_facts: list[np.ndarray] = []
         self._hubs: np.ndarray | None = None
+        self._share_cache: tuple[float, np.ndarray] | None = None
         self._scope("org")
         for relation in BUILTIN_RELATIONS.values():
             self._relation(relation.name, relation.weight)
@@ -381,6 +395,12 @@ class PerspectiveIndex:
         self.fan.data[subject] += delta
         if obj != subject:
             self.fan.data[obj] += delta
+        cached = self._share_cache
+        if cached is not None:
+            exp_s, shares = cached
+            for node in (subject, obj):
+                if node < len(shares):
+                    shares[node] = min(1.0, exp_s / max(int(self.fan.data[node]), 1))
 
     def _set_status(self, fact_id: str, status: int) -> None:
         index = self.fact_index(fact_id)
@@ -488,8 +508,8 @@ class PerspectiveIndex:
     def _visible(self, codes: np.ndarray, extra: np.ndarray) -> np.ndarray:
         """Visibility of the gathered facts' scope codes: org (code 0) or one of the viewer's `extra` codes."""
         visible = codes == 0
-        if len(extra):
-            visible |= np.isin(codes, extra)
+        for code in extra.tolist():  # one or a few codes: comparisons beat np.isin's setup
+            visible |= codes == code
         return visible
 
     def _edges(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -552,7 +572,7 @@ class PerspectiveIndex:
         empty = np.zeros(0, dtype=np.int64)
         if not source_ids:
             return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, [], unknown,
-                          [], [], [], now, p)
+                          [], now, p)
         hub, kind = self.hub.view, self.kind.view
         party_codes = [self.kind_codes[k] for k in p.party_kinds if k in self.kind_codes]
         # A hub viewer: the other parties it serves are neither reached from it nor traversed.
@@ -597,7 +617,6 @@ class PerspectiveIndex:
                 serving: int, hub_sources: np.ndarray, blocked_nodes: np.ndarray, any_blocked: bool,
                 visited: np.ndarray, seen: np.ndarray) -> Walked:
         empty = np.zeros(0, dtype=np.int64)
-        fan = self.fan.view
         status, scope, rel = self.status.view, self.scope.view, self.rel.view
         src_all, dst_all = self.src.view, self.dst.view
         weights = self.rel_weight.view.astype(np.float64)
@@ -620,11 +639,10 @@ class PerspectiveIndex:
         rec_hop: list[int] = []
         rec_via: list[np.ndarray] = []
         node_ids = [frontier]
-        node_parent = [np.full(len(frontier), -1, dtype=np.int64)]
-        node_parent_fact = [np.full(len(frontier), -1, dtype=np.int64)]
         first_hop = True
+        shares = self._shares(exp_s)
         for hop in range(1, p.depth + 1):
-            node_share = np.minimum(1.0, exp_s / np.maximum(fan[frontier], 1).astype(np.float64))
+            node_share = shares[frontier]
             out = frontier_act * node_share * p.hop_factor
             # sources always pass (their own facts are the viewpoint); others only when it can still matter
             strong = out * max_weight >= floor
@@ -659,25 +677,23 @@ class PerspectiveIndex:
             onward = ~stop_nodes[nbr]
             if not onward.any():
                 break
-            on_nbr, on_x, on_owner, on_fact = nbr[onward], x[onward], owner[onward], fact[onward]
-            order = np.lexsort((-on_x, on_nbr))
-            on_nbr, on_x, on_owner, on_fact = on_nbr[order], on_x[order], on_owner[order], on_fact[order]
+            on_nbr, on_x = nbr[onward], x[onward]
+            order = np.argsort(on_nbr, kind="stable")
+            on_nbr, on_x = on_nbr[order], on_x[order]
             starts = np.ones(len(on_nbr), dtype=bool)
             starts[1:] = on_nbr[1:] != on_nbr[:-1]
-            start_at = np.nonzero(starts)[0]
-            next_nodes = on_nbr[start_at]
+            start_at = np.flatnonzero(starts)
+            next_nodes = on_nbr[start_at].astype(np.int64)
             next_act = np.add.reduceat(on_x, start_at)
             node_ids.append(next_nodes)
-            node_parent.append(frontier[on_owner[start_at]])
-            node_parent_fact.append(on_fact[start_at].astype(np.int64))
             visited[next_nodes] = True
             self._touched_nodes.append(next_nodes)
             frontier, frontier_act = next_nodes, next_act
 
-        nodes, parents, parent_facts = node_ids, node_parent, node_parent_fact  # sorted lazily, for paths only
+        nodes = node_ids  # the parents are found lazily, for paths only (`Walked.parents`)
         if not rec_fact:
             return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, source_ids, unknown,
-                          nodes, parents, parent_facts, now, p)
+                          nodes, now, p)
 
         all_fact = np.concatenate(rec_fact)
         all_x = np.concatenate(rec_x)
@@ -712,8 +728,18 @@ class PerspectiveIndex:
             base = np.concatenate([base, np.full(n_weak, np.nan)])
             hops, via = np.concatenate([hops, weak_hops]), np.concatenate([via, weak_via])
             tiers = np.concatenate([tiers, np.full(n_weak, TIER_CODES[Tier.FORGOTTEN], dtype=np.int8)])
-        return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, parents, parent_facts,
-                      now, p)
+        return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
+
+    def _shares(self, exp_s: float) -> np.ndarray:
+        """min(1, e^S / fan) per entity, cached for one S and kept current by `_fan`."""
+        cached = self._share_cache
+        n = len(self.refs)
+        if cached is None or cached[0] != exp_s:
+            cached = self._share_cache = (exp_s, np.minimum(1.0, exp_s / np.maximum(self.fan.view, 1)))
+        elif len(cached[1]) < n:
+            tail = np.minimum(1.0, exp_s / np.maximum(self.fan.view[len(cached[1]):], 1))
+            cached = self._share_cache = (exp_s, np.concatenate([cached[1], tail]))
+        return cached[1]
 
     def spread_floor(self, agent: int, p: ActivationParameters) -> float:
         """The least spread a fact needs to have any chance of A > tau for this agent: exp(tau - S - B_max), where
@@ -773,7 +799,7 @@ class PerspectiveIndex:
         node = via
         for _ in range(16):
             refs.append(node)
-            nodes, parents, parent_facts = walked.parents()
+            nodes, parents, parent_facts = walked.parents(self.src.view, self.dst.view)
             k = int(np.searchsorted(nodes, node))
             if k >= len(nodes) or nodes[k] != node or parents[k] < 0:
                 break
@@ -790,25 +816,24 @@ def tier_codes(p: ActivationParameters, activation: np.ndarray, via: np.ndarray)
     """Vectorized `domain.activation.assign_tiers` over facts already ranked (highest first)."""
     n = len(activation)
     tiers = np.full(n, TIER_CODES[Tier.FORGOTTEN], dtype=np.int8)
-    above = activation > p.threshold
-    ranks = np.arange(n)
-    tiers[above & (ranks < p.full_capacity)] = TIER_CODES[Tier.FULL]
-    gist_end = p.full_capacity + p.gist_capacity
-    tiers[above & (ranks >= p.full_capacity) & (ranks < gist_end)] = TIER_CODES[Tier.GIST]
-    rest = np.nonzero(above & (ranks >= gist_end))[0]
-    if len(rest):
-        groups = via[rest]
-        order = np.lexsort((rest, groups))
+    # ranked highest first, so the facts above tau are a prefix
+    above = int(np.count_nonzero(activation > p.threshold))
+    full_end = min(p.full_capacity, above)
+    gist_end = min(p.full_capacity + p.gist_capacity, above)
+    tiers[:full_end] = TIER_CODES[Tier.FULL]
+    tiers[full_end:gist_end] = TIER_CODES[Tier.GIST]
+    if above > gist_end:
+        groups = via[gist_end:above]
+        order = np.argsort(groups, kind="stable")
         grouped = groups[order]
         starts = np.ones(len(order), dtype=bool)
         starts[1:] = grouped[1:] != grouped[:-1]
-        group_start = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+        positions = np.arange(len(order))
         within = np.empty(len(order), dtype=np.int64)
-        within[order] = np.arange(len(order)) - group_start
+        within[order] = positions - np.maximum.accumulate(np.where(starts, positions, 0))
         marker = within < p.markers_per_neighbour
         marker &= np.cumsum(marker) <= p.marker_capacity
-        tiers[rest[marker]] = TIER_CODES[Tier.MARKER]
-        tiers[rest[~marker]] = TIER_CODES[Tier.COUNT]
+        tiers[gist_end:above] = np.where(marker, TIER_CODES[Tier.MARKER], TIER_CODES[Tier.COUNT])
     return tiers
 
 

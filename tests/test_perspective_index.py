@@ -49,6 +49,9 @@ def test_a_chain_spreads_one_half_then_one_quarter_as_computed_by_hand():
     assert seen[far][:2] == (pytest.approx(1.5 + math.log(0.25)), 2)  # 0.113706
     assert seen[farther][:2] == (pytest.approx(1.5 + math.log(0.125)), 3)  # -0.579442
     assert too_far not in seen  # depth 3
+    k = [index.fact_id(int(f)) for f in walked.facts].index(farther)
+    path, crossed = index.path(walked, int(walked.facts[k]), int(walked.via[k]))
+    assert path == ["agent:a", "thing:x", "thing:y", "thing:z"] and crossed == [near, far, farther]
     deeper = index.walk(Viewpoint("agent:a"), P.deeper(), org.now.timestamp())
     assert _facts(deeper, index)[too_far][1] == 4
 
