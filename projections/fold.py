@@ -137,7 +137,8 @@ _SESSION_TOPICS = ("session.started", "message.appended", "worker.dispatched", "
 
 
 _KEY_FIELDS: dict[str, tuple[int, str]] = {
-    **{topic: (0, "fact_id") for topic in _FACT_TOPICS + ("fact.asserted",)},
+    # not fact.asserted: its fact id is new by construction (rules.fact_id_for numbers each new assertion)
+    **{topic: (0, "fact_id") for topic in _FACT_TOPICS},
     **{topic: (2, "session_id") for topic in _SESSION_TOPICS},
     "entity.registered": (1, "ref"), "entity.updated": (1, "ref"), "entity.merged": (1, "merged_ref"),
     "relation.defined": (3, "name"),
