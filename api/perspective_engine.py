@@ -71,8 +71,29 @@ class EnginePerspectives:
                 "outputs": outputs}
 
 
+class _FollowedPerspectives(Perspectives):
+    """Perspectives that read the log only when this process's projector has seen it move: a perspective then
+    costs no log query at all (about a sixth of its time). Reads stay read-your-writes through `min_position`,
+    which waits for the projector before the engine is asked."""
+
+    follower: ProjectionFollower | None = None
+    _followed_to = -1
+
+    def catch_up(self) -> int:
+        follower = self.follower
+        if follower is not None:
+            position = follower.position
+            if position == self._followed_to:
+                return position
+            reached = super().catch_up()
+            self._followed_to = position
+            return reached
+        return super().catch_up()
+
+
 def _load(noumena: Noumena, follower: ProjectionFollower | None) -> Perspectives:
-    perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
+    perspectives = _FollowedPerspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
+    perspectives.follower = follower
     if follower is not None:
         with follower.reader() as con:
             position = clock_position(con)
