@@ -708,26 +708,12 @@ class PerspectiveIndex:
         spread = np.add.reduceat(all_x, start_at)
         hops, via = all_hop[start_at], all_via[start_at]
 
-        # facts whose spread cannot lift them over tau are forgotten without computing their base level
-        ranked = spread >= floor
-        n_weak = int(len(facts) - np.count_nonzero(ranked))
-        weak_facts, weak_spread, weak_hops, weak_via = facts[~ranked], spread[~ranked], hops[~ranked], via[~ranked]
-        facts, spread, hops, via = facts[ranked], spread[ranked], hops[ranked], via[ranked]
         base = self.base_levels(agent, facts, now, p)
-        conf = self.conf.view[facts].astype(np.float64)
         with np.errstate(divide="ignore"):
-            act = base + np.log(conf) + p.associative_strength + np.log(spread)
+            act = base + np.log(self.conf.view[facts]) + p.associative_strength + np.log(spread)
         order = np.lexsort((self.hashes.view[facts], -act))
         facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
         tiers = tier_codes(p, act, via)
-        if n_weak:
-            facts = np.concatenate([facts, weak_facts])
-            with np.errstate(divide="ignore"):
-                act = np.concatenate([act, np.full(n_weak, -np.inf)])
-            spread = np.concatenate([spread, weak_spread])
-            base = np.concatenate([base, np.full(n_weak, np.nan)])
-            hops, via = np.concatenate([hops, weak_hops]), np.concatenate([via, weak_via])
-            tiers = np.concatenate([tiers, np.full(n_weak, TIER_CODES[Tier.FORGOTTEN], dtype=np.int8)])
         return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
 
     def _shares(self, exp_s: float) -> np.ndarray:
