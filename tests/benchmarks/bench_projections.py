@@ -226,7 +226,8 @@ def main() -> None:
         decode = decode_only(log)
         rebuild = rebuild_rate(log, home / "rebuilt.duckdb")
         print(f"  baseline: decode-only (log.read -> pydantic events): {decode:,.0f} events/s")
-        print(f"  rebuild (stage the log in DuckDB, derive the tables in SQL): {rebuild:,.0f} events/s (target >= 100k/s)")
+        print(f"  rebuild (stage the log in DuckDB, derive the tables in SQL): {rebuild:,.0f} events/s"
+              " (target >= 100k/s)")
         print(f"  ratio rebuild / decode-only: {rebuild / decode:.2f} (goal >= 0.5)")
 
         print("2. facts_as_of versus replay to T")
