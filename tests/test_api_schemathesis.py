@@ -18,13 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.api_support import ADMIN_KEY, Server, register_story, start_server, stop_server
 
 EXAMPLES = 35
 MINIMUM_CASES = 1000
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance]
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
 @pytest.fixture(scope="module")
