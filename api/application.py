@@ -13,17 +13,16 @@ from typing import Any, Protocol
 
 import duckdb
 
-from consumers.ingest import Ingestor
 from domain import commands as c
 from domain.errors import (
     DomainError,
     InfrastructureError,
     InvalidInput,
     UnknownEntity,
-    UnknownSession,
 )
-from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactStatus
+from domain.facts import FactAsserted, FactCorroborated, FactInvalidated
 from domain.recalls import RecallMode
+from domain.workflows import recall as recall_by_tier
 from infra.api_keys import ApiKeyStore
 from infra.bootstrap import Noumena
 from infra.serving import ProjectionFollower
@@ -98,6 +97,7 @@ class RecallResult:
     tiers_checked: list[str]
     hits: list[RecallHit] = field(default_factory=list)
     position: int | None = None
+    restored: list[str] = field(default_factory=list)
 
 
 def _fact_dict(fact: Any) -> dict[str, Any]:
@@ -117,7 +117,7 @@ class MemoryApplication:
         self.perspectives = perspectives
         self.follower = follower
         self.keys = keys or ApiKeyStore(noumena.settings.api_keys_path())
-        self._ingestor = Ingestor(noumena.service)
+        self._ingestor = noumena.ingestor()  # stored compactions start consolidation, as from Kafka
 
     # ------------------------------------------------------------------ writes
 
@@ -202,52 +202,28 @@ class MemoryApplication:
 
     # ------------------------------------------------------------------ recall by tier
 
-    def recall(self, tenant: str, agent: str, *, about: Sequence[str] = (), text: str | None = None,
-               serving: str | None = None, session_id: str | None = None, limit: int = 20,
-               record: bool = True) -> RecallResult:
-        """Look facts up nearest tier first: the session, then the person served (episodic), then the org
-        (semantic). Says which tier answered, and records the hits as looked up by `agent`."""
+    def recall(self, tenant: str, agent: str, subject: str, *, relation: str | None = None,
+               serving: str | None = None, session_id: str | None = None, deeper: bool = False) -> RecallResult:
+        """Tier-aware recall (domain/workflows.py): facts about `subject` from the nearest tier that has any —
+        the session, then the person served (episodic), then the org (semantic) — saying which tier answered.
+        The facts found are recorded as recalled by `agent`; a deeper recall also brings back facts archived
+        for disuse."""
         state = self.service.ontology(tenant)
         state.require_entity(agent, "agent")
-        for index, ref in enumerate(about):
-            state.require_entity(ref, f"about[{index}]")
+        state.require_entity(subject, "subject")
         if serving is not None:
             state.require_entity(serving, "serving")
-        tiers: list[tuple[str, str]] = []
         if session_id is not None:
-            session = state.sessions.get(session_id)
-            if session is None or session.agent != agent:
-                raise UnknownSession(session_id)
-            tiers.append(("session", f"session:{session_id}"))
-        if serving is not None and serving.startswith("person:"):
-            tiers.append(("episodic", serving))
-        tiers.append(("semantic", "org"))
-        wanted, needle = set(about), (text or "").lower()
-
-        def matches(fact: Any) -> bool:
-            if wanted and fact.subject not in wanted and fact.object not in wanted:
-                return False
-            if needle:
-                labels = [fact.subject, fact.object, fact.relation, fact.reason or ""]
-                for ref in (fact.subject, fact.object):
-                    entity = state.entities.get(ref)
-                    if entity is not None:
-                        labels += [entity.label, *entity.aliases]
-                return any(needle in part.lower() for part in labels)
-            return True
-
-        result = RecallResult(answered_by=None, tiers_checked=[name for name, _ in tiers])
-        for name, scope in tiers:
-            for fact_id in sorted(state.facts_by_scope.get(scope, ())):
-                fact = state.facts[fact_id]
-                if fact.status is FactStatus.CURRENT and matches(fact) and len(result.hits) < limit:
-                    result.hits.append(RecallHit(name, _fact_dict(fact)))
-            if result.hits and result.answered_by is None:
-                result.answered_by = name
-        if record and result.hits:
-            written = self._run(c.RecordRecall(tenant=tenant, agent=agent, mode=RecallMode.LOOKED_UP,
-                                               fact_ids=tuple(h.fact["fact_id"] for h in result.hits)))
-            result.position = written.position
+            state.require_session(session_id)
+        answer = recall_by_tier(self.service, tenant, agent, serving, subject, relation, session_id, deeper)
+        tiers = ["session"] + (["episodic"] if serving is not None else []) + ["semantic"]
+        result = RecallResult(answered_by=answer.tier.value if answer.tier else None, tiers_checked=tiers,
+                              hits=[RecallHit(answer.tier.value, _fact_dict(f)) for f in answer.facts]
+                              if answer.tier else [], restored=list(answer.restored))
+        if answer.facts:
+            result.position = self.service.last_position
+            if self.follower is not None:
+                self.follower.nudge()
         return result
 
     # ------------------------------------------------------------------ reads from the projection

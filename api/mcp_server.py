@@ -117,12 +117,13 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
 
     @server.tool()
     def recall(
-        agent: str, about: list[str] | None = None, text: str | None = None, serving: str | None = None,
-        session_id: str | None = None, limit: Annotated[int, Field(ge=1, le=200)] = 20,
+        agent: str, subject: Annotated[str, Field(description="Facts about this entity")],
+        relation: str | None = None, serving: str | None = None, session_id: str | None = None,
+        deeper: bool = False,
     ) -> dict[str, Any]:
         """Look facts up nearest tier first (session, then the person served, then the org); says which answered."""
-        result = _call(lambda: memory.recall(tenant, agent, about=about or [], text=text, serving=serving,
-                                             session_id=session_id, limit=limit))
+        result = _call(lambda: memory.recall(tenant, agent, subject, relation=relation, serving=serving,
+                                             session_id=session_id, deeper=deeper))
         return {"answered_by": result.answered_by, "tiers_checked": result.tiers_checked,
                 "facts": [{"tier": h.tier, **{k: v for k, v in h.fact.items() if k in (
                     "fact_id", "subject", "relation", "object", "scope", "reason", "confidence")}}

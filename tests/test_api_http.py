@@ -115,12 +115,16 @@ def test_marking_facts_used_and_recalling_by_tier(acme: Tenant, story: dict) -> 
     assert_problem(acme.client.post("/v1/memory/used", json={"agent": "agent:assistant", "fact_ids": ["nope"]}),
                    422, "fact_ids[0]")
     episodic = acme.client.post("/v1/memory/recall", json={"agent": "agent:assistant", "serving": "person:boss",
-                                                           "about": ["person:customer"]}).json()
-    assert episodic["answered_by"] == "episodic" and episodic["tiers_checked"] == ["episodic", "semantic"]
-    assert episodic["data"][0]["fact_id"] == contract
+                                                           "subject": "person:customer"}).json()
+    assert episodic["answered_by"] == "episodic"
+    assert episodic["tiers_checked"] == ["session", "episodic", "semantic"]
+    assert [f["fact_id"] for f in episodic["data"]] == [contract] and episodic["position"] > used.json()["position"]
     semantic = acme.client.post("/v1/memory/recall", json={"agent": "agent:assistant",
-                                                           "about": ["person:customer"]}).json()
+                                                           "subject": "person:customer"}).json()
+    assert semantic["answered_by"] in ("semantic", None)
     assert contract not in {f["fact_id"] for f in semantic["data"]}  # episodic facts need the person served
+    assert_problem(acme.client.post("/v1/memory/recall", json={"agent": "agent:assistant", "subject": "person:nope"}),
+                   422, "subject")
 
 
 def test_the_workers_of_a_main_session(acme: Tenant, story: dict) -> None:
@@ -149,7 +153,7 @@ def test_forgetting_a_person_erases_their_content_from_every_read(acme: Tenant) 
     for response in (c.get("/v1/entities", params={"q": "unique-name"}), c.get("/v1/graph", params={"limit": 1000}),
                      c.get("/v1/perspectives", params={"agent": "agent:forgetful", "serving": "person:zhao"}),
                      c.post("/v1/memory/recall", json={"agent": "agent:forgetful", "serving": "person:zhao",
-                                                       "about": ["person:zhao"]})):
+                                                       "subject": "person:zhao"})):
         assert response.status_code == 200, response.text
         assert "Unique-Name" not in response.text and "private reason" not in response.text
     assert_problem(c.post("/v1/forget", json={"subject": "person:never-was"}), 422)

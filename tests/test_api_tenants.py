@@ -76,9 +76,9 @@ def test_no_route_shows_one_tenant_anything_of_another(api_server: Server, tenan
     call("post", "/v1/memory/used", {422}, lambda: c.post("/v1/memory/used", json={
         "agent": "agent:assistant", "fact_ids": [their_fact]}))
     call("post", "/v1/memory/recall", {200}, lambda: c.post("/v1/memory/recall", json={
-        "agent": "agent:assistant", "serving": "person:boss", "text": secret}))
+        "agent": "agent:assistant", "serving": "person:boss", "subject": "person:boss"}))
     call("post", "/v1/memory/recall", {200}, lambda: c.post("/v1/memory/recall", json={
-        "agent": "agent:assistant", "serving": "person:boss", "about": ["person:customer"]}))
+        "agent": "agent:assistant", "serving": "person:boss", "subject": "person:customer", "deeper": True}))
     call("get", "/v1/sessions/{session_id}/workers", {200},
          lambda: c.get(f"/v1/sessions/{their_story['session']}/workers", params=wait))
     call("post", "/v1/sessions/{session_id}/context", {200},

@@ -69,7 +69,7 @@ async def _conversation(home: Path, key: str) -> dict[str, Any]:
                                                       "reason": "moved to another firm"}))
         seen["bad"] = await call("remember", {"subject": "person:li", "relation": "knows", "object": "person:ghost"})
         seen["recall"] = _data(await call("recall", {"agent": "agent:wang-assistant", "serving": "person:wang",
-                                                     "about": ["person:li"]}))
+                                                     "subject": "person:li"}))
         seen["perspective"] = _data(await call("perspective", {"agent": "agent:wang-assistant",
                                                                "serving": "person:wang", "format": "json"}))
         seen["deeper"] = _data(await call("deepen", {"perspective_id": seen["perspective"]["perspective_id"]}))

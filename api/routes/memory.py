@@ -19,11 +19,11 @@ def mark_used(used: UsedCreate, tenant: TenantDep, memory: MemoryDep) -> UsedWri
 
 @router.post("/recall", response_model=RecallPublic)
 def recall(request: RecallCreate, tenant: TenantDep, memory: MemoryDep) -> RecallPublic:
-    """Look facts up nearest tier first (session, then episodic, then semantic) and say which tier answered.
-    The hits are recorded as looked up by the agent."""
-    result = memory.recall(tenant, request.agent, about=request.about, text=request.text, serving=request.serving,
-                           session_id=request.session_id, limit=request.limit)
+    """Facts about a subject from the nearest tier that has any (session, then episodic, then semantic), saying
+    which tier answered; recorded as recalled by the agent (`looked_up`, or `deepened` with `deeper`)."""
+    result = memory.recall(tenant, request.agent, request.subject, relation=request.relation,
+                           serving=request.serving, session_id=request.session_id, deeper=request.deeper)
     data = [RecalledFact(tier=hit.tier, **{k: v for k, v in hit.fact.items() if k != "status"})
             for hit in result.hits]
     return RecallPublic(answered_by=result.answered_by, tiers_checked=result.tiers_checked, data=data,
-                        count=len(data), position=result.position)
+                        count=len(data), restored=result.restored, position=result.position)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import WritePublic
-from domain.values import Identifier, Ref
+from domain.values import Identifier, Ref, RelationName
 
 
 class UsedCreate(BaseModel):
@@ -21,18 +20,19 @@ class UsedCreate(BaseModel):
 
 
 class RecallCreate(BaseModel):
-    """Look facts up nearest tier first: session, then the person served (episodic), then the org (semantic)."""
+    """Look facts about a subject up nearest tier first: the session, then the person served (episodic), then
+    the org (semantic)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"agent": "agent:wang-assistant", "serving": "person:wang", "about": ["person:li"], "text": "settlement"}]})
+        {"agent": "agent:wang-assistant", "subject": "person:li", "serving": "person:wang"}]})
 
     agent: Ref
-    about: list[Ref] = Field(default_factory=list, max_length=50, description="Facts touching any of these.")
-    text: Annotated[str, Field(min_length=1, max_length=500)] | None = Field(
-        default=None, description="Facts whose refs, labels, aliases, relation or reason contain this.")
+    subject: Ref = Field(description="Facts with this entity at either end.")
+    relation: RelationName | None = Field(default=None, description="Only this relation.")
     serving: Ref | None = Field(default=None, description="The person served: their episodic tier is searched.")
-    session_id: Identifier | None = Field(default=None, description="The agent's session: its tier comes first.")
-    limit: int = Field(default=20, ge=1, le=200)
+    session_id: Identifier | None = Field(default=None, description="The session tier (default: the agent's live"
+                                          " main sessions serving that person).")
+    deeper: bool = Field(default=False, description="Also facts archived for disuse (they come back).")
 
 
 class RecalledFact(BaseModel):
@@ -54,7 +54,8 @@ class RecallPublic(BaseModel):
     tiers_checked: list[str]
     data: list[RecalledFact]
     count: int
-    position: int | None = Field(description="Log position of the recall recorded (mode looked_up).")
+    restored: list[str] = Field(default_factory=list, description="Facts a deeper recall brought back.")
+    position: int | None = Field(description="Log position of the recall recorded (looked_up or deepened).")
 
 
 class UsedWritten(WritePublic):
