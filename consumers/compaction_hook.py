@@ -58,7 +58,12 @@ class CompactionSignal:
     def drain(self, timeout: float = 10.0) -> None:
         """Wait until every queued signal was handled (for tests and orderly shutdown)."""
         done = threading.Event()
-        threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True).start()
+
+        def join() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=join, daemon=True).start()
         done.wait(timeout)
 
     def close(self) -> None:

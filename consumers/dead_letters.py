@@ -15,9 +15,10 @@ lose one: readers de-duplicate by source coordinates, the latest record winning.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +51,7 @@ class DeadLetter:
     key: bytes | None = None
     source_timestamp_ms: int | None = None
     attempt: int = 1
-    dead_lettered_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    dead_lettered_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
     original_headers: tuple[tuple[str, bytes], ...] = ()
 
     def record_key(self) -> bytes:

@@ -136,10 +136,10 @@ class BatchProcessor:
                     for outcome in result.outcomes:
                         self._on_stored(outcome.command)
                 return report
-            for index, error in rejected:
+            for index, rejection in rejected:
                 del commands[index]
-                path = _field_path(error)
-                unsent.append(dead_letter(items[index], f"{path}: {error}" if path else str(error), path))
+                path = _field_path(rejection)
+                unsent.append(dead_letter(items[index], f"{path}: {rejection}" if path else str(rejection), path))
         raise RuntimeError(f"batch ending at {tracking} did not settle")  # each round removes >= 1 input
 
     def _one_by_one(self, tracking: TrackingPosition, items: Sequence[Incoming]) -> BatchReport:

@@ -171,7 +171,7 @@ def create_tenants(noumena: Noumena, tenants: Iterable[str]) -> None:
 
 def log_rows(noumena: Noumena) -> list[tuple[str, int, str, dict[str, Any]]]:
     """(stream, stream version, topic, state without transaction time) for every event in the log."""
-    rows = []
+    rows: list[tuple[str, int, str, dict[str, Any]]] = []
     after = 0
     recorder = noumena.log.recorder
     # Content fields may be sealed with random nonces: compare what they say, not their ciphertext.
@@ -182,7 +182,7 @@ def log_rows(noumena: Noumena) -> list[tuple[str, int, str, dict[str, Any]]]:
             recorded_at = state.pop("recorded_at", None)
             if recorded_at is not None:
                 state = {k: v for k, v in state.items() if v != recorded_at}
-            rows.append((n.originator_id, n.originator_version, n.topic, state))
+            rows.append((str(n.originator_id), n.originator_version, n.topic, state))
         after = batch[-1].id
     return rows
 
