@@ -228,6 +228,10 @@ class MemoryApplication:
 
     # ------------------------------------------------------------------ reads from the projection
 
+    def must_wait(self, min_position: int | None) -> bool:
+        """Whether a read naming `min_position` would have to wait for the projector."""
+        return bool(min_position) and (self.follower is None or self.follower.position < (min_position or 0))
+
     def wait_for(self, min_position: int | None) -> None:
         """Read-your-writes: wait (bounded) until the read model has applied `min_position`."""
         if min_position is None or min_position <= 0:
