@@ -192,8 +192,9 @@ class MemoryApplication:
         report = self.noumena.forget(tenant, subject)
         if self.follower is not None:
             if report.position is not None:
-                self.follower.nudge()
-                self.wait_for(report.position)
+                # The keys are gone already; give the purge (a rebuild of the read model) longer than a read
+                # waits, and answer even if it is still running: the forget itself has happened.
+                self.follower.wait_for(report.position, max(60.0, self.settings.api_read_wait_seconds))
         else:
             self.noumena.purge_projections()  # None when a server's projector holds the file: it purges itself
             self.perspectives.forgotten()
