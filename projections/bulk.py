@@ -87,8 +87,11 @@ class _EmptyLoader:
         return {}
 
 
-def _stage(con: duckdb.DuckDBPyConnection, log: RawLog, progress: Callable[[int, int], None] | None) -> int:
-    """Copy the stored events into `_staged` (position, topic, payload); returns how many."""
+def _stage(con: duckdb.DuckDBPyConnection, log: RawLog, until: datetime | None,
+           progress: Callable[[int, int], None] | None) -> int:
+    """Copy the stored events into `_staged` (position, topic, payload); returns how many. With `until`, stop
+    after a chunk whose last event was stamped after it: transaction time (the running maximum) is past `until`
+    from there on, so nothing later can be believed at `until`."""
     con.execute("CREATE OR REPLACE TEMP TABLE _staged (position BIGINT, topic VARCHAR, payload VARCHAR)")
     topics: dict[str, tuple[str, bool]] = {}
     last, after, count = log.max_position(), 0, 0
@@ -118,6 +121,8 @@ def _stage(con: duckdb.DuckDBPyConnection, log: RawLog, progress: Callable[[int,
         after, count = raw[-1][0], count + len(raw)
         if progress is not None:
             progress(after, max(last, after))
+        if until is not None and datetime.fromisoformat(from_json(raw[-1][2])["recorded_at"]) > until:
+            break
     return count
 
 
@@ -127,7 +132,7 @@ def bulk_load(con: duckdb.DuckDBPyConnection, log: RawLog, until: datetime | Non
     `until`, in one transaction. Returns (position, clock, events applied)."""
     con.begin()
     try:
-        _stage(con, log, progress)
+        _stage(con, log, until, progress)
         con.execute("""
             CREATE OR REPLACE TEMP TABLE _events AS
             SELECT position, max(stamped_at) OVER (ORDER BY position ROWS UNBOUNDED PRECEDING) AS recorded_at,

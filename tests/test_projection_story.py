@@ -183,3 +183,18 @@ def test_the_projection_agrees_with_the_log_on_every_event_store(backend_name: s
             expected = {k: v for t in ("t1", "t2")
                         for k, v in fact_rows_from_log(believed_at(t, events, moment)).items()}
             assert fact_rows_from_sql(projector.con, "SELECT * FROM facts_as_of(?)", [moment]) == expected
+
+
+def test_a_replay_staged_in_small_chunks_equals_one_staged_at_once(story, tmp_path, monkeypatch) -> None:
+    import projections.bulk
+
+    app, _clock, _home = story
+    for _title, moment in MOMENTS[:3]:
+        whole = replay(app.log, tmp_path / "whole.duckdb", moment)
+        monkeypatch.setattr(projections.bulk, "STAGE_CHUNK", 4)
+        chunked = replay(app.log, tmp_path / "chunked.duckdb", moment)
+        monkeypatch.setattr(projections.bulk, "STAGE_CHUNK", 100_000)
+        assert (whole.position, whole.events) == (chunked.position, chunked.events)
+        with duckdb.connect(str(whole.path), read_only=True) as a, duckdb.connect(str(chunked.path),
+                                                                                  read_only=True) as b:
+            assert content_hashes(a) == content_hashes(b)
