@@ -22,6 +22,7 @@ from projections.source import Record
 Key = tuple[str, str]
 Row = list[Any]
 
+
 def ts(value: str | None) -> datetime | None:
     """An ISO 8601 string from a payload as an aware datetime (None stays None)."""
     if value is None:
