@@ -128,31 +128,55 @@ def _line(item: PerspectiveItem, tier: Tier) -> list[str]:
 SECTIONS = {Tier.FULL: "## Clear", Tier.GIST: "## In brief", Tier.MARKER: "## Also", Tier.COUNT: "## More"}
 
 
-def _compose(header: list[str], items: list[PerspectiveItem], groups: dict[str, CountGroup], forgotten: int,
-             collapse_counts: bool) -> list[ContextLine]:
-    lines = [ContextLine(text=h) for h in header]
-    for tier in (Tier.FULL, Tier.GIST, Tier.MARKER):
-        shown = [i for i in items if i.tier is tier]
-        if shown:
-            lines.append(ContextLine(text=SECTIONS[tier]))
-            for item in shown:
-                lines.extend(ContextLine(text=t, fact_ids=[item.fact_id]) for t in _line(item, tier))
-    counted = [g for g in groups.values() if g.count]
-    if counted or forgotten:
-        lines.append(ContextLine(text=SECTIONS[Tier.COUNT]))
-    if collapse_counts and counted:
-        ids = [fact_id for g in counted for fact_id in g.fact_ids]
-        lines.append(ContextLine(text=f"- {len(ids)} more about {len(counted)} things", fact_ids=ids))
-    else:
-        for group in sorted(counted, key=lambda g: (-g.count, g.about)):
-            lines.append(ContextLine(text=f"- {group.count} more about {group.label}", fact_ids=group.fact_ids))
-    if forgotten:
-        lines.append(ContextLine(text=f"- {forgotten} more below the threshold (not recalled now)"))
-    return lines
+Line = tuple[str, list[str]]
+"""A line of the context block and the fact ids it stands for."""
 
 
-def _tokens(lines: list[ContextLine]) -> int:
-    return estimate_tokens("\n".join(line.text for line in lines))
+class _Layout:
+    """Lays out lines; each fact's lines at each tier are rendered and counted once (the budget loop asks often)."""
+
+    def __init__(self) -> None:
+        self._rendered: dict[tuple[str, Tier], list[tuple[str, int]]] = {}
+
+    def item_lines(self, item: PerspectiveItem) -> list[tuple[str, int]]:
+        key = (item.fact_id, item.tier)
+        lines = self._rendered.get(key)
+        if lines is None:
+            lines = self._rendered[key] = [(text, _cost(text)) for text in _line(item, item.tier)]
+        return lines
+
+    def compose(self, header: list[str], items: list[PerspectiveItem], groups: dict[str, CountGroup],
+                forgotten: int, collapse_counts: bool) -> tuple[list[Line], int]:
+        lines: list[Line] = [(h, []) for h in header]
+        cost = sum(_cost(h) for h in header)
+        for tier in (Tier.FULL, Tier.GIST, Tier.MARKER):
+            shown = [i for i in items if i.tier is tier]
+            if shown:
+                lines.append((SECTIONS[tier], []))
+                cost += _cost(SECTIONS[tier])
+                for item in shown:
+                    for text, tokens in self.item_lines(item):
+                        lines.append((text, [item.fact_id]))
+                        cost += tokens
+        tail: list[Line] = []
+        counted = [g for g in groups.values() if g.count]
+        if counted or forgotten:
+            tail.append((SECTIONS[Tier.COUNT], []))
+        if collapse_counts and counted:
+            ids = [fact_id for g in counted for fact_id in g.fact_ids]
+            tail.append((f"- {len(ids)} more about {len(counted)} things", ids))
+        else:
+            for group in sorted(counted, key=lambda g: (-g.count, g.about)):
+                tail.append((f"- {group.count} more about {group.label}", list(group.fact_ids)))
+        if forgotten:
+            tail.append((f"- {forgotten} more below the threshold (not recalled now)", []))
+        cost += sum(_cost(text) for text, _ids in tail)
+        return lines + tail, cost
+
+
+def _cost(text: str) -> int:
+    """Tokens of one line with its newline: summed over lines, never less than the estimate of the whole."""
+    return estimate_tokens(text + "\n")
 
 
 def fit_to_budget(header: list[str], items: list[PerspectiveItem], groups: dict[str, CountGroup], forgotten: int,
@@ -165,11 +189,12 @@ def fit_to_budget(header: list[str], items: list[PerspectiveItem], groups: dict[
     budget = max(budget_tokens, MINIMUM_BUDGET_TOKENS)
     items = [i.model_copy() for i in items]
     groups = {k: g.model_copy(deep=True) for k, g in groups.items()}
+    layout = _Layout()
     collapse = False
     while True:
-        lines = _compose(header, items, groups, forgotten, collapse)
-        if _tokens(lines) <= budget:
-            return items, groups, lines
+        lines, cost = layout.compose(header, items, groups, forgotten, collapse)
+        if cost <= budget:
+            break
         if items:
             weakest = items[-1]
             lowered = demote(weakest.tier)
@@ -180,8 +205,7 @@ def fit_to_budget(header: list[str], items: list[PerspectiveItem], groups: dict[
                 group.count += 1
                 group.fact_ids.insert(0, weakest.fact_id)
             else:
-                weakest.tier = lowered
-                # keep rank order within tiers: a demoted item stays the last of its new tier
+                weakest.tier = lowered  # it stays the last of its new tier: rank order holds within tiers
             continue
         if not collapse:
             collapse = True
@@ -189,4 +213,6 @@ def fit_to_budget(header: list[str], items: list[PerspectiveItem], groups: dict[
         if len(header) > 1:
             header = header[:1]
             continue
-        return items, groups, lines[: max(1, len(lines) - 1)]
+        lines = lines[: max(1, len(lines) - 1)]
+        break
+    return items, groups, [ContextLine.model_construct(text=text, fact_ids=ids) for text, ids in lines]
