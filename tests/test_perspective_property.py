@@ -108,7 +108,7 @@ def reachable(world: World, view: Viewpoint, depth: int) -> set[str]:
     return reached
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), data=st.data())
 def test_no_perspective_holds_an_excluded_a_stale_or_a_hub_hidden_fact(world: World, data: st.DataObject):
     agent = data.draw(st.sampled_from([f"agent:{k}" for k in range(AGENTS)]))
