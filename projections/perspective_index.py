@@ -49,7 +49,8 @@ CURRENT, INVALIDATED, ARCHIVED = 0, 1, 2
 STATUS_CODES = {"current": CURRENT, "invalidated": INVALIDATED, "archived": ARCHIVED}
 SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION = 0, 1, 2
 COMPACT_AT = 4_096
-"""Delta facts beyond this many (and beyond 2% of all facts) trigger a CSR rebuild before the next query."""
+"""Delta facts beyond this many (and beyond 2% of all facts) trigger a CSR rebuild before the next query; while
+records are applied, beyond this many and a quarter of all facts."""
 
 
 def timestamp(value: Any) -> float:
@@ -332,8 +333,8 @@ class PerspectiveIndex:
         self.provenance.append(provenance_text(d.get("provenance") or {}))
         self._recent_ids[d["fact_id"]] = index
         self._fan(index, +1)
-        if len(self._recent_ids) > COMPACT_AT and len(self._recent_ids) > self.fact_count // 50:
-            self.compact()
+        if len(self._recent_ids) > COMPACT_AT and len(self._recent_ids) > self.fact_count // 4:
+            self.compact()  # while folding, rebuild rarely (a quarter more facts); a query compacts sooner
 
     def _fan(self, index: int, delta: int) -> None:
         subject, obj = int(self.src.data[index]), int(self.dst.data[index])
