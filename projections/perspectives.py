@@ -39,6 +39,7 @@ from domain.recalls import RecallMode
 from domain.service import OntologyService
 from projections.perspective_index import (
     TIER_CODES,
+    TIERS_BY_CODE,
     PerspectiveIndex,
     Viewpoint,
     Walked,
@@ -276,7 +277,7 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
         path, path_facts = index.path(walked, fact, via)
         reason = index.reasons.get(fact)
         items.append(PerspectiveItem(
-            tier=[t for t, c in TIER_CODES.items() if c == walked.tiers[k]][0],
+            tier=TIERS_BY_CODE[int(walked.tiers[k])],
             fact_id=index.fact_id(fact), subject=index.refs[subject], relation=index.rel_names[index.rel.data[fact]],
             object=index.refs[obj], subject_label=index.labels[subject], object_label=index.labels[obj],
             scope=index.scope_names[index.scope.data[fact]], reason=reason or None,
