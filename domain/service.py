@@ -85,12 +85,15 @@ class OntologyService:
         *,
         all_or_nothing: bool = False,
         tracking: TrackingPosition | None = None,
+        then: Callable[[list[Outcome]], Command] | None = None,
     ) -> BatchResult:
         """Decide every command in order and append all resulting events in one atomic write.
 
         With `all_or_nothing`, one rejected command rejects the batch and nothing is written; otherwise rejected
         commands are reported in their outcomes and the rest are written. `tracking` is stored in the same
-        transaction; a position already stored makes the whole batch a no-op (`already_tracked`).
+        transaction; a position already stored makes the whole batch a no-op (`already_tracked`). `then`, given
+        the outcomes, makes one last command that is decided after them and written in the same transaction
+        (e.g. a record of what the batch did); its outcome comes last.
         """
         with self._lock:
             for _attempt in range(MAX_RETRIES):
@@ -102,6 +105,13 @@ class OntologyService:
                 for state in states.values():
                     state.begin()
                 outcomes, pending = self._decide_all(commands, states)
+                if then is not None:
+                    final = then(outcomes)
+                    if final.tenant not in states:
+                        states[final.tenant] = self._caught_up(final.tenant)
+                        states[final.tenant].begin()
+                    more, more_pending = self._decide_all([final], states)
+                    outcomes, pending = outcomes + more, pending + more_pending
                 if all_or_nothing and any(not o.ok for o in outcomes):
                     self._rollback(states)
                     return BatchResult(outcomes, [])

@@ -32,7 +32,7 @@ from domain.ports import KeyStore
 from domain.recalls import RecallMode
 from domain.resolution import NameIndex, Resolution, ResolvedBy, resolve
 from domain.rules import decide
-from domain.service import OntologyService
+from domain.service import BatchResult, OntologyService, Outcome
 from domain.sessions import LIVE_WORKER_STATUSES, SessionKind, SessionState
 
 # ------------------------------------------------------------------------------------------ consolidation
@@ -122,30 +122,47 @@ def compaction_input(state: Ontology, compaction: CompactionState) -> Compaction
 
 def consolidate(service: OntologyService, tenant: str, compaction_id: str, extractor: Extractor
                 ) -> ConsolidationReport:
-    """Run one consolidation, recorded as started, then completed (with counts) or failed (with the reason).
+    """Run one consolidation and record it atomically: `consolidation.started`, the facts, and
+    `consolidation.completed` (with counts) in one write — or `started` and `failed` (with the reason).
 
     Facts are written only from a valid extraction; an extractor failure stores no facts and never raw chat.
-    Retrying is safe: each planned command carries an event id derived from the compaction, so what a dead
-    attempt already stored is a no-op the second time.
+    A crash before the write leaves the compaction pending, to be run again: nothing half-done is ever seen.
     """
     state = service.ontology(tenant)
     compaction = state.compactions.get(compaction_id)
     if compaction is None:
         raise InvalidInput(f"no compaction {compaction_id!r} in tenant {tenant!r}", field="compaction_id")
-    service.execute(StartConsolidation(tenant=tenant, compaction_id=compaction_id, extractor=extractor.name))
+    if compaction.status is ConsolidationStatus.COMPLETED:
+        raise InvalidInput(f"compaction {compaction_id} is already consolidated", field="compaction_id")
+    start = StartConsolidation(tenant=tenant, compaction_id=compaction_id, extractor=extractor.name)
     try:
         extraction = extractor.extract(compaction_input(state, compaction))
     except (ExtractionFailed, ValidationError, ValueError) as error:
         reason = f"{extractor.name} extractor failed: {error}"
-        service.execute(FailConsolidation(tenant=tenant, compaction_id=compaction_id, reason=reason[:5000]))
+        _raise_first(service.execute_batch(
+            [start, FailConsolidation(tenant=tenant, compaction_id=compaction_id, reason=reason[:5000])],
+            all_or_nothing=True))
         return ConsolidationReport(compaction_id, ConsolidationStatus.FAILED, reason=reason)
     state = service.ontology(tenant)
     commands, resolutions = plan_consolidation(state, state.compactions[compaction_id], extraction, extractor.name)
-    batch = service.execute_batch(commands)
+    counts: dict[str, int] = {}
+    rejections: list[str] = []
+
+    def complete(outcomes: list[Outcome]) -> c.Command:
+        rejections.clear()  # (called again if a concurrent writer forces a retry)
+        counts.update(_count(outcomes[1:], rejections))
+        return CompleteConsolidation(tenant=tenant, compaction_id=compaction_id, counts=counts,
+                                     rejections=tuple(r[:1000] for r in rejections[:100]))
+
+    batch = service.execute_batch([start, *commands], then=complete)
+    _raise_first(BatchResult([batch.outcomes[0], batch.outcomes[-1]], batch.positions))
+    return ConsolidationReport(compaction_id, ConsolidationStatus.COMPLETED, counts, rejections, resolutions)
+
+
+def _count(outcomes: list[Outcome], rejections: list[str]) -> dict[str, int]:
     counts = {"entities_created": 0, "needs_review": 0, "asserted": 0, "corroborated": 0, "invalidated": 0,
               "repeats": 0, "rejected": 0}
-    rejections: list[str] = []
-    for outcome in batch.outcomes:
+    for outcome in outcomes:
         if outcome.error is not None:
             counts["rejected"] += 1
             rejections.append(f"{type(outcome.command).__name__}: {outcome.error}")
@@ -162,9 +179,13 @@ def consolidate(service: OntologyService, tenant: str, compaction_id: str, extra
         if isinstance(outcome.command, c.RegisterEntity) and outcome.events:
             counts["entities_created"] += 1
             counts["needs_review"] += int(outcome.command.needs_review)
-    service.execute(CompleteConsolidation(tenant=tenant, compaction_id=compaction_id, counts=counts,
-                                          rejections=tuple(r[:1000] for r in rejections[:100])))
-    return ConsolidationReport(compaction_id, ConsolidationStatus.COMPLETED, counts, rejections, resolutions)
+    return counts
+
+
+def _raise_first(result: BatchResult) -> None:
+    for outcome in result.outcomes:
+        if outcome.error is not None:
+            raise outcome.error
 
 
 # ------------------------------------------------------------------------------------------ entities

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,7 +39,19 @@ class Noumena:
         on a background thread (started on first use), so ingestion never waits for it."""
         if self._signal is None:
             self._signal = CompactionSignal(self.consolidation.handle)
+            threading.Thread(target=self.resume_consolidation, name="noumena-consolidation-resume",
+                             daemon=True).start()
         return self._signal
+
+    def resume_consolidation(self) -> int:
+        """Consolidate what a previous process left pending (the log is the source of truth). Returns how many."""
+        done = 0
+        for tenant in self.log.tenants():
+            try:
+                done += len(self.consolidation.run_pending(tenant))
+            except Exception:  # a bad tenant must not stop the others; it stays pending, visible in `list`
+                logging.getLogger(__name__).exception("resuming consolidation for %s failed", tenant)
+        return done
 
     def forget(self, tenant: str, subject: str) -> ForgetReport:
         """Forget a subject for real (crypto-shredding); see domain/forgetting.py."""

@@ -62,6 +62,20 @@ class EventsourcingLog:
         )
         return [(n.id, n.topic, self.mapper.unsealed_state(n.topic, n.state)) for n in notifications]
 
+    def tenants(self) -> list[str]:
+        """Every tenant ever created, in order of creation."""
+        from domain.tenants import TenantCreated
+
+        found: list[str] = []
+        position = 0
+        while True:
+            page = self.recorder.select_notifications(start=position, limit=1000, inclusive_of_start=False,
+                                                      topics=[TenantCreated.stored_topic()])
+            if not page:
+                return found
+            found += [self.mapper.to_event(n.topic, n.state).tenant for n in page]
+            position = page[-1].id
+
     def max_position(self) -> int:
         return self.recorder.max_notification_id() or 0
 

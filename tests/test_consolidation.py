@@ -215,3 +215,20 @@ def test_eval_a_question_answered_three_turns_ago_comes_from_the_session_tier(ma
     other_agent = recall(n.service, T, "agent:wang-assistant", "person:li", "person:li", "currency")
     assert other_agent.tier is MemoryTier.SEMANTIC  # serving someone else: that session is not theirs
     assert datetime.now(UTC)  # keeps the import honest for readers copying the pattern
+
+
+def test_a_compaction_left_pending_by_a_dead_process_is_consolidated_by_the_next(make_noumena, tmp_path):
+    from consumers.ingest import Ingestor
+
+    first = make_noumena("sqlite", home=tmp_path / "shared")
+    _org(first)
+    Ingestor(first.service).ingest([_compacted("k1", [{"subject": "person:li", "relation": "prefers",
+                                                       "object": "memory:monthly"}])])  # stored, never consolidated
+    assert first.service.ontology(T).compactions["wang-main#1"].status is ConsolidationStatus.PENDING
+    second = make_noumena("sqlite", home=tmp_path / "shared")
+    assert second.resume_consolidation() == 1
+    state = second.service.ontology(T)
+    assert state.compactions["wang-main#1"].status is ConsolidationStatus.COMPLETED
+    kinds = [type(x.event).__name__ for x in second.log.read(0, 1000)]
+    started = kinds.index("ConsolidationStarted")
+    assert kinds[started:] == ["ConsolidationStarted", "FactAsserted", "ConsolidationCompleted"]  # one write
