@@ -18,6 +18,7 @@ from pathlib import Path
 from domain.forgetting import ContentKey
 
 KEY_BYTES = 32  # AES-256
+_NONE: frozenset[str] = frozenset()
 
 
 class _Cached:
@@ -30,7 +31,7 @@ class _Cached:
         self.generation = 0
 
     def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
-        return [k for k in wanted if k.key_id not in self.keys or not k.owners <= self.owners[k.key_id]]
+        return [k for k in wanted if k.key_id not in self.keys or not k.owners <= self.owners.get(k.key_id, _NONE)]
 
     def clear(self) -> None:
         self.keys.clear()
