@@ -130,9 +130,11 @@ def as_of_versus_replay(log: EventsourcingLog, live: Path, home: Path) -> None:
                          ).fetchall()[0][0]
     valid_at = moment - timedelta(days=10)
     timings = {}
-    for name, sql, params in (("facts_as_of(T)", "SELECT * FROM facts_as_of(?)", [moment]),
-                              ("facts_as_of(T, valid_at)", "SELECT * FROM facts_as_of(?, valid_at := ?)",
-                               [moment, valid_at])):
+    for name, sql, params in (("facts_as_of(T), every row to Arrow", "SELECT * FROM facts_as_of(?)", [moment]),
+                              ("facts_as_of(T, valid_at), every row to Arrow",
+                               "SELECT * FROM facts_as_of(?, valid_at := ?)", [moment, valid_at]),
+                              ("facts_as_of(T) counted by relation",
+                               "SELECT relation, count(*) FROM facts_as_of(?) GROUP BY relation", [moment])):
         runs = []
         for _ in range(5):
             started = time.perf_counter()
@@ -146,7 +148,7 @@ def as_of_versus_replay(log: EventsourcingLog, live: Path, home: Path) -> None:
     print(f"  {versions:,} fact versions; T = {moment.isoformat()} (log position {replayed.position:,})")
     print(f"  baseline: replay to T ({replayed.events:,} events into a fresh file): {replay_seconds:.2f} s")
     for name, (seconds, rows) in timings.items():
-        print(f"  {name}: {seconds * 1000:.1f} ms for {rows:,} rows -> {replay_seconds / seconds:,.0f}x faster"
+        print(f"  {name}: {seconds * 1000:.1f} ms, {rows:,} rows -> {replay_seconds / seconds:,.0f}x faster"
               f" than the baseline (goal >= 100x)")
 
 
