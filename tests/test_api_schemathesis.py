@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.api_support import ADMIN_KEY, Server, register_story, start_server, stop_server
 
-EXAMPLES = 35
+EXAMPLES = 30
 MINIMUM_CASES = 1000
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
