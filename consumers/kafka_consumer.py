@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from consumers.compaction_hook import CompactionSignal
 from consumers.dead_letters import DeadLetterSink
 from consumers.kafka_batch import BatchProcessor, Incoming, is_transient
 from consumers.kafka_config import connection_options, dlq_producer_options, tracking_name
@@ -57,7 +56,8 @@ class SessionEventConsumer:
         self.poll_timeout_ms = settings.kafka_poll_timeout_ms
         self.metrics = metrics or KafkaMetrics()
         self._noumena = noumena
-        self._signal = CompactionSignal() if on_stored is None else None
+        # Stored compactions start consolidation on the Noumena's background worker (it owns and closes it).
+        self._signal = noumena.on_stored if on_stored is None else None
         self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
         self._processor = BatchProcessor(noumena.service, self._sink, tracked_position=noumena.log.tracked_position,
                                          on_stored=on_stored or self._signal)
@@ -237,8 +237,6 @@ class SessionEventConsumer:
             self._consumer.close(autocommit=False, timeout_ms=5_000)
         finally:
             self._sink.close()
-            if self._signal is not None:
-                self._signal.close()
 
 
 def _log_commit_failure(offsets: Any, response: Any) -> None:
