@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import signal
@@ -42,6 +43,7 @@ def consume(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings(kafka_topic=topic, kafka_group=group, kafka_batch_size=batch_size)
     stop = threading.Event()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, stderr
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     noumena = bootstrap(settings)

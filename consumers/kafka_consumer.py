@@ -80,10 +80,12 @@ class SessionEventConsumer:
         except KafkaError as error:
             self._sink.close()
             raise InfrastructureError(f"cannot connect to Kafka at {settings.kafka_bootstrap}: {error}") from error
-        # Knowing the topic's partitions before joining avoids a first, empty assignment and a second rebalance.
+        self._consumer.subscribe([self.topic], listener=self._rebalance_listener())
+        # Fetching the topic's metadata after subscribing and before the first join makes the group's first
+        # assignment final: otherwise kafka-python 3 sees the metadata "change" right after joining and
+        # rebalances again at once, and that second, immediate rebalance can stall its join (seen with 3.0.12).
         if not self._consumer.partitions_for_topic(self.topic):
             log.warning("topic %s has no partitions yet (missing, or being created)", self.topic)
-        self._consumer.subscribe([self.topic], listener=self._rebalance_listener())
 
     # ------------------------------------------------------------------ assignment
 
