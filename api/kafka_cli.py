@@ -54,7 +54,10 @@ def consume(
                      f" from {settings.kafka_bootstrap}; dead letters to {settings.kafka_dlq_topic}"
                      + (f"; metrics on :{metrics_port}/metrics" if metrics_port else ""))
         try:
-            consumer.run(stop, until_idle=until_idle)
+            # A poll that hangs this long (a client bug, never seen after the fix in SessionEventConsumer's
+            # constructor) ends the process for its supervisor to restart: always safe, the log has the position.
+            stall = max(120.0, 3 * settings.kafka_session_timeout_ms / 1000)
+            consumer.run(stop, until_idle=until_idle, exit_if_poll_stalls_s=stall)
         finally:
             consumer.close()
             if server is not None:

@@ -9,6 +9,7 @@ producers key by session: see consumers/kafka_producer.py).
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import threading
 import time
@@ -116,18 +117,28 @@ class SessionEventConsumer:
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, stop: threading.Event | None = None, until_idle: bool = False) -> None:
-        """Consume until `stop` is set (or, with until_idle, until every assigned partition is stored)."""
+    def run(self, stop: threading.Event | None = None, until_idle: bool = False,
+            exit_if_poll_stalls_s: float | None = None) -> None:
+        """Consume until `stop` is set (or, with until_idle, until every assigned partition is stored).
+
+        `exit_if_poll_stalls_s` (for a process of its own, such as `noumena consume`): if one poll has not
+        returned after that long, print every thread's stack and exit the process with status 1, so that
+        its supervisor restarts it; restarting is always safe, the log holds the position."""
         from kafka.errors import KafkaError
 
         stop = stop or threading.Event()
         backoff = 0.0
         while not stop.is_set():
+            if exit_if_poll_stalls_s:
+                faulthandler.dump_traceback_later(exit_if_poll_stalls_s, exit=True)
             try:
                 polled = self._consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.batch_size)
             except KafkaError as error:
                 backoff = self._back_off(backoff, stop, f"poll failed: {error!r}")
                 continue
+            finally:
+                if exit_if_poll_stalls_s:
+                    faulthandler.cancel_dump_traceback_later()
             if not polled:
                 self._update_lag()
                 if until_idle and self._caught_up():
