@@ -132,7 +132,10 @@ class SessionEventConsumer:
             if exit_if_poll_stalls_s:
                 faulthandler.dump_traceback_later(exit_if_poll_stalls_s, exit=True)
             try:
-                polled = self._consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.batch_size)
+                # Up to a full batch per assigned partition: a poll's records are spread over partitions,
+                # and each partition's share is written in chunks of at most batch_size.
+                polled = self._consumer.poll(timeout_ms=self.poll_timeout_ms,
+                                             max_records=self.batch_size * max(1, len(self._stored)))
             except KafkaError as error:
                 backoff = self._back_off(backoff, stop, f"poll failed: {error!r}")
                 continue
@@ -147,20 +150,22 @@ class SessionEventConsumer:
             failed = False
             commits: dict[Any, Any] = {}
             for tp, records in polled.items():
-                try:
-                    last = self._handle(tp, records)
-                except Exception as error:
-                    if not is_transient(error):
-                        raise
-                    # Nothing of this batch was stored: read it again after a pause.
-                    self.metrics.add("retries", (tp.topic, tp.partition))
-                    self._consumer.seek(tp, records[0].offset)
-                    log.warning("batch %s/%s@%s failed, will retry: %r", tp.topic, tp.partition,
-                                records[0].offset, error)
-                    failed = True
-                    continue
-                if last is not None:
-                    commits[tp] = last
+                for start in range(0, len(records), self.batch_size):
+                    chunk = records[start:start + self.batch_size]
+                    try:
+                        last = self._handle(tp, chunk)
+                    except Exception as error:
+                        if not is_transient(error):
+                            raise
+                        # Nothing of this batch was stored: read it again after a pause.
+                        self.metrics.add("retries", (tp.topic, tp.partition))
+                        self._consumer.seek(tp, chunk[0].offset)
+                        log.warning("batch %s/%s@%s failed, will retry: %r", tp.topic, tp.partition,
+                                    chunk[0].offset, error)
+                        failed = True
+                        break
+                    if last is not None:
+                        commits[tp] = last
             self._update_lag()
             self._commit_for_dashboards(commits)
             backoff = self._back_off(backoff, stop, "retrying failed batches") if failed else 0.0
