@@ -188,18 +188,30 @@ def log_rows(noumena: Noumena) -> list[tuple[str, int, str, dict[str, Any]]]:
 
 
 def log_digest(noumena: Noumena) -> tuple[int, str]:
-    """Count and SHA-256 over (tenant stream, topic, payload without recorded_at), sorted: the same content in
-    a different interleaving compares equal. Consolidation runs in the background, so its events land between
-    ingested ones at moments that differ from run to run; stream versions are therefore left out. The log is
-    compared once consolidation has settled: what this process queued is drained, and what a killed process
-    left pending is consolidated here, as the next noumena process would."""
+    """Count and SHA-256 over the log's content without transaction time, comparable across runs.
+
+    Ingested events (they carry the envelope's event id) count with (tenant stream, place among the stream's
+    ingested events, topic, payload): each tenant's order must be the same as in a clean run. Consolidation
+    runs in the background, so its own events (no event id) land between ingested ones at moments that differ
+    from run to run: they count by content only, sorted. The log is compared once consolidation has settled:
+    what this process queued is drained, and what a killed process left pending is consolidated here, as the
+    next noumena process would."""
     noumena.on_stored.drain(60)
     noumena.resume_consolidation()
-    rows = sorted((r[0], r[2], json.dumps(r[3], sort_keys=True)) for r in log_rows(noumena))
+    ordered: list[tuple[str, int, str, str]] = []
+    unordered: list[tuple[str, str, str]] = []
+    place: dict[str, int] = {}
+    for stream, _version, topic, state in sorted(log_rows(noumena), key=lambda r: (r[0], r[1])):
+        payload = json.dumps(state, sort_keys=True)
+        if state.get("event_id"):
+            place[stream] = place.get(stream, 0) + 1
+            ordered.append((stream, place[stream], topic, payload))
+        else:
+            unordered.append((stream, topic, payload))
     digest = hashlib.sha256()
-    for row in rows:
+    for row in [*ordered, *sorted(unordered)]:
         digest.update(json.dumps(row).encode() + b"\n")
-    return len(rows), digest.hexdigest()
+    return len(ordered) + len(unordered), digest.hexdigest()
 
 
 def stored_event_ids(noumena: Noumena) -> list[str]:
