@@ -90,7 +90,8 @@ def dlq_list(
             print(json.dumps({"source_topic": d.source.topic, "source_partition": d.source.partition,
                               "source_offset": d.source.offset, "reason": d.reason, "field": d.field,
                               "attempt": d.attempt, "dead_lettered_at": d.dead_lettered_at.isoformat(),
-                              "pending": v.pending, "dlq_partition": v.letter.dlq_partition,
+                              "pending": v.pending, "forgotten": v.forgotten,
+                              "dlq_partition": v.letter.dlq_partition,
                               "dlq_offset": v.letter.dlq_offset,
                               "value": None if d.value is None else d.value.decode("utf-8", "replace")},
                              ensure_ascii=False))
@@ -100,7 +101,7 @@ def dlq_list(
         table.add_column(column, overflow="fold")
     for v in views[:limit]:
         d = v.letter.letter
-        preview = "∅" if d.value is None else d.value[:80].decode("utf-8", "replace")
+        preview = "[forgotten]" if v.forgotten else "∅" if d.value is None else d.value[:80].decode("utf-8", "replace")
         table.add_row(str(d.source), d.reason, d.field or "", str(d.attempt),
                       d.dead_lettered_at.strftime("%Y-%m-%d %H:%M:%S"), "pending" if v.pending else "replayed",
                       preview)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +27,7 @@ from domain.errors import InfrastructureError
 log = logging.getLogger(__name__)
 
 PREFIX = "noumena.dlq."
+Sealer = Callable[[bytes | None, str], bytes | None]
 FLUSH_TIMEOUT_S = 60.0
 
 
@@ -127,17 +128,19 @@ def latest_per_input(letters: Iterable[StoredDeadLetter]) -> list[StoredDeadLett
 class DeadLetterSink:
     """Writes dead letters to the DLQ topic; `send_all` returns only once the broker has every one of them."""
 
-    def __init__(self, producer: Any, topic: str) -> None:
+    def __init__(self, producer: Any, topic: str, sealer: Sealer | None = None) -> None:
         self._producer = producer
         self.topic = topic
+        self._sealer = sealer
+        """Seals each value with its subject's key before it leaves (consumers/dlq_sealing.py)."""
 
     @classmethod
-    def connect(cls, options: dict[str, Any], topic: str) -> DeadLetterSink:
+    def connect(cls, options: dict[str, Any], topic: str, sealer: Sealer | None = None) -> DeadLetterSink:
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
         try:
-            return cls(KafkaProducer(**options), topic)
+            return cls(KafkaProducer(**options), topic, sealer)
         except KafkaError as error:
             raise InfrastructureError(f"cannot connect the dead-letter producer: {error}") from error
 
@@ -148,13 +151,16 @@ class DeadLetterSink:
         from kafka.errors import KafkaError
 
         try:
-            futures = [self._producer.send(self.topic, key=letter.record_key(), value=letter.value,
+            futures = [self._producer.send(self.topic, key=letter.record_key(), value=self._value(letter),
                                            headers=letter.headers()) for letter in letters]
             self._producer.flush(timeout=FLUSH_TIMEOUT_S)
             for future in futures:
                 future.get(timeout=0)
         except KafkaError as error:
             raise InfrastructureError(f"dead letters not acknowledged by the broker: {error!r}") from error
+
+    def _value(self, letter: DeadLetter) -> bytes | None:
+        return self._sealer(letter.value, str(letter.source)) if self._sealer is not None else letter.value
 
     def close(self) -> None:
         self._producer.close(timeout=10)

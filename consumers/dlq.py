@@ -9,12 +9,14 @@ the replay position.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.dead_letters import DeadLetterSink, StoredDeadLetter, from_record, latest_per_input
+from consumers.dlq_sealing import is_sealed, seal, unseal
 from consumers.kafka_batch import BatchProcessor, Incoming
 from consumers.kafka_config import connection_options, dlq_producer_options
 from domain.commands import Command
@@ -62,14 +64,34 @@ def read_dead_letters(options: dict[str, Any], dlq_topic: str, timeout_s: float 
 class DeadLetterView:
     letter: StoredDeadLetter
     pending: bool
+    forgotten: bool = False
+    """Its subject was forgotten: the sealed bytes can no longer be read (value is None)."""
+
+
+def sealer_for(noumena: Noumena) -> Callable[[bytes | None, str], bytes | None] | None:
+    """Seal dead letters with the subject's keys when content is encrypted (see consumers/dlq_sealing.py)."""
+    keys = noumena.log.keys
+    if keys is None:
+        return None
+    return lambda value, coordinates: seal(keys, value, coordinates)
+
+
+def _opened(noumena: Noumena, stored: StoredDeadLetter) -> tuple[StoredDeadLetter, bool]:
+    if not is_sealed(stored.letter.value):
+        return stored, False
+    value = unseal(noumena.log.keys, stored.letter.value)
+    return dataclasses.replace(stored, letter=dataclasses.replace(stored.letter, value=value)), value is None
 
 
 def dead_letters(noumena: Noumena, include_replayed: bool = False) -> list[DeadLetterView]:
-    """The dead letters, one per input (source coordinates); only those still pending unless asked."""
+    """The dead letters, one per input (source coordinates), opened; only those still pending unless asked."""
     settings = noumena.settings
     letters = read_dead_letters(connection_options(settings), settings.kafka_dlq_topic)
     replayed = _replayed_positions(noumena, {s.dlq_partition for s in letters})
-    views = [DeadLetterView(s, s.dlq_offset > replayed[s.dlq_partition]) for s in latest_per_input(letters)]
+    views = []
+    for stored in latest_per_input(letters):
+        opened, forgotten = _opened(noumena, stored)
+        views.append(DeadLetterView(opened, stored.dlq_offset > replayed[stored.dlq_partition], forgotten))
     return [v for v in views if include_replayed or v.pending]
 
 
@@ -84,6 +106,7 @@ class ReplayReport:
     replayed: int = 0
     stored: int = 0
     still_failing: int = 0
+    forgotten: int = 0
     reasons: list[str] = field(default_factory=list)
 
 
@@ -92,11 +115,12 @@ def replay(noumena: Noumena, on_stored: Callable[[Command], None] | None = None,
     """Re-submit every pending dead letter through the Ingestor; failures go back to the DLQ, counted."""
     settings = noumena.settings
     batch_size = batch_size or settings.kafka_batch_size
-    pending = [v.letter for v in dead_letters(noumena)]
-    sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
+    views = dead_letters(noumena)
+    report = ReplayReport(forgotten=sum(v.forgotten for v in views))
+    pending = [v.letter for v in views if not v.forgotten]  # a forgotten subject's input is not brought back
+    sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic, sealer_for(noumena))
     processor = BatchProcessor(noumena.service, sink, tracked_position=noumena.log.tracked_position,
                                on_stored=on_stored)
-    report = ReplayReport()
     by_partition: dict[int, list[StoredDeadLetter]] = defaultdict(list)
     for stored in pending:
         by_partition[stored.dlq_partition].append(stored)
