@@ -28,6 +28,7 @@ from infra.bootstrap import Noumena
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 5.0
+COMMIT_INTERVAL_S = 1.0
 
 
 def _listener_base() -> type:
@@ -63,7 +64,8 @@ class SessionEventConsumer:
         self._processor = BatchProcessor(noumena.service, self._sink, tracked_position=noumena.log.tracked_position,
                                          on_stored=on_stored or self._signal)
         self._stored: dict[Any, int | None] = {}
-        self._lock = threading.Lock()
+        self._uncommitted: dict[Any, int] = {}
+        self._committed_at = 0.0
         options = connection_options(settings) | {
             "group_id": settings.kafka_group,
             "group_instance_id": settings.kafka_instance_id or None,
@@ -196,13 +198,21 @@ class SessionEventConsumer:
         return fresh[-1].offset
 
     def _commit_for_dashboards(self, last_offsets: dict[Any, int]) -> None:
-        """Tell Kafka how far we are, for lag tools only: the event log's position is what counts."""
-        if not last_offsets:
+        """Tell Kafka how far we are, at most once a second: for lag tools only, the event log's position is
+        what counts (a round trip per small batch would cost more than the batch)."""
+        self._uncommitted.update(last_offsets)
+        now = time.monotonic()
+        if not self._uncommitted or now - self._committed_at < COMMIT_INTERVAL_S:
             return
         from kafka.errors import KafkaError
         from kafka.structs import OffsetAndMetadata
 
-        offsets = {tp: OffsetAndMetadata(offset + 1, "", -1) for tp, offset in last_offsets.items()}
+        assigned = self._consumer.assignment()
+        offsets = {tp: OffsetAndMetadata(offset + 1, "", -1) for tp, offset in self._uncommitted.items()
+                   if tp in assigned}
+        self._uncommitted, self._committed_at = {}, now
+        if not offsets:
+            return
         try:
             self._consumer.commit_async(offsets, callback=_log_commit_failure)
         except KafkaError as error:
