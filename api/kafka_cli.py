@@ -118,7 +118,7 @@ def dlq_replay() -> None:
 
     noumena = bootstrap(_settings())
     try:
-        report = replay(noumena)
+        report = replay(noumena, on_stored=noumena.on_stored)  # a replayed compaction starts consolidation
     finally:
         noumena.close()
     for reason in report.reasons[:20]:
