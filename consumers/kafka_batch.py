@@ -2,12 +2,12 @@
 
 The order of effects is what makes a crash harmless at every point:
 
-1. Decode every input (`parse_envelope`, `to_command`: the Ingestor's steps); what cannot be decoded is
-   dead-lettered (step 2) before anything is written.
-2. Try the whole batch as one atomic write with the tracking position (`execute_batch(all_or_nothing=True)`).
+1. Decode every input (`parse_envelope`, `to_command`: the Ingestor's steps). What cannot be decoded (bytes,
+   JSON, schema) is produced to the dead-letter topic and *flushed* before anything is written.
+2. Try the rest as one atomic write with the tracking position (`execute_batch(all_or_nothing=True)`).
    If nothing is rejected, events and position are committed together: done.
-3. Otherwise nothing was written. The rejected inputs (unknown tenant/session/entity, any rule) are produced
-   to the dead-letter topic and *flushed*; then step 2 runs again without them.
+3. Otherwise nothing was written. The inputs the rules rejected (unknown tenant/session/entity, any rule) are
+   produced to the dead-letter topic and *flushed*; then step 2 runs again without them.
 
 A crash before the write leaves no position stored, so the batch is read again and each rejected input is
 dead-lettered again with the same source coordinates (duplicates the DLQ readers fold away); a crash after it
