@@ -20,6 +20,7 @@ from consumers.dlq_sealing import is_sealed, seal, unseal
 from consumers.kafka_batch import BatchProcessor, Incoming
 from consumers.kafka_config import connection_options, dlq_producer_options
 from domain.commands import Command
+from domain.errors import InfrastructureError
 from domain.ports import TrackingPosition
 from infra.bootstrap import Noumena
 
@@ -33,8 +34,12 @@ def read_dead_letters(options: dict[str, Any], dlq_topic: str, timeout_s: float 
     import time
 
     from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
 
-    consumer = KafkaConsumer(**options, enable_auto_commit=False, group_id=None, client_id="noumena-dlq-reader")
+    try:
+        consumer = KafkaConsumer(**options, enable_auto_commit=False, group_id=None, client_id="noumena-dlq-reader")
+    except KafkaError as error:
+        raise InfrastructureError(f"cannot read the dead-letter topic {dlq_topic}: {error}") from error
     try:
         partitions = consumer.partitions_for_topic(dlq_topic) or set()
         tps = [TopicPartition(dlq_topic, p) for p in sorted(partitions)]
@@ -54,7 +59,7 @@ def read_dead_letters(options: dict[str, Any], dlq_topic: str, timeout_s: float 
                 if consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
         if remaining:
-            raise TimeoutError(f"could not read {dlq_topic} to its end within {timeout_s} s")
+            raise InfrastructureError(f"could not read {dlq_topic} to its end within {timeout_s} s")
         return letters
     finally:
         consumer.close(autocommit=False)
