@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from consumers.dead_letters import DeadLetterSink
+from consumers.dlq_sealing import seal
 from consumers.kafka_batch import BatchProcessor, Incoming, is_transient
 from consumers.kafka_config import connection_options, dlq_producer_options, tracking_name
 from consumers.metrics import KafkaMetrics
@@ -60,7 +61,9 @@ class SessionEventConsumer:
         self._noumena = noumena
         # Stored compactions start consolidation on the Noumena's background worker (it owns and closes it).
         self._signal = noumena.on_stored if on_stored is None else None
-        self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic)
+        keys = noumena.log.keys
+        sealer = (lambda value, coordinates: seal(keys, value, coordinates)) if keys is not None else None
+        self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic, sealer)
         self._processor = BatchProcessor(noumena.service, self._sink, tracked_position=noumena.log.tracked_position,
                                          on_stored=on_stored or self._signal)
         self._stored: dict[Any, int | None] = {}

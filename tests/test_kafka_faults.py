@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from consumers.dlq import read_dead_letters
+from consumers.dlq_sealing import unseal
 from consumers.kafka_config import connection_options
 from consumers.kafka_consumer import SessionEventConsumer
 from infra.bootstrap import Noumena
@@ -74,7 +75,13 @@ def settings_for(base: Settings, bootstrap: str, topic: str, name: str, **update
 def dead_letter_inputs(settings: Settings) -> tuple[int, dict[tuple[int, int], tuple[bytes | None, str | None]]]:
     """(records on the DLQ, {source (partition, offset): (value, field)}) - repeats folded by coordinates."""
     letters = read_dead_letters(connection_options(settings), settings.kafka_dlq_topic)
-    folded = {(s.letter.source.partition, s.letter.source.offset): (s.letter.value, s.letter.field) for s in letters}
+    keys = settings.key_store()  # dead letters are sealed with their subject's key: compare what they say
+    try:
+        folded = {(s.letter.source.partition, s.letter.source.offset): (unseal(keys, s.letter.value), s.letter.field)
+                  for s in letters}
+    finally:
+        if keys is not None:
+            keys.close()  # type: ignore[attr-defined]
     return len(letters), folded
 
 

@@ -18,6 +18,7 @@ import pytest
 from consumers.compaction_hook import CompactionSignal
 from consumers.dead_letters import PREFIX, SourceCoordinates
 from consumers.dlq import dead_letters, read_dead_letters
+from consumers.dlq_sealing import unseal
 from consumers.ingest import Ingestor
 from consumers.kafka_batch import BatchProcessor, Incoming
 from consumers.kafka_config import connection_options, tracking_name
@@ -122,7 +123,8 @@ def test_every_input_is_stored_once_or_dead_lettered_with_its_reason(
     assert set(ids) == s.good_event_ids
     assert set(by_source) == {c for _, c in bad}
     assert len(letters) == len(by_source) == len(bad)
-    assert {d.value for d in by_source.values()} == s.bad_values
+    # the original bytes, once opened with the subject's key (dead letters are sealed: consumers/dlq_sealing.py)
+    assert {unseal(noumena.log.keys, d.value) for d in by_source.values()} == s.bad_values
     assert log_digest(noumena) == reference_digest(make_noumena, tmp_path, s)
     m = consumer.metrics
     assert m.total("consumed") == len(s.messages)
@@ -383,3 +385,27 @@ def test_an_input_that_makes_noumena_itself_fail_is_dead_lettered_alone(kafka_se
         (2, "internal error: RuntimeError('a bug in noumena')")]
     assert (report.accepted, noumena.log.tracked_position(tracking.name)) == (3, 3)
     assert stored_event_ids(noumena) == ["a", "b", "c"]
+
+
+def test_a_dead_lettered_copy_is_sealed_with_its_subjects_key_and_forgotten_with_it(kafka_settings, noumena_for):
+    from domain.commands import RegisterEntity
+
+    noumena = noumena_for(kafka_settings)
+    create_tenants(noumena, ["acme"])
+    noumena.service.execute(RegisterEntity(tenant="acme", ref="person:zhao", label="Zhao"))
+    noumena.service.execute(RegisterEntity(tenant="acme", ref="agent:a", label="assistant"))
+    noumena.service.execute(StartSession(tenant="acme", session_id="s1", agent="agent:a", serving="person:zhao"))
+    bad = {"event_id": "b1", "tenant": "acme", "type": "message.appended",  # role fails the schema
+           "payload": {"session_id": "s1", "message_id": "m1", "role": "robot", "content": "MARKER-DLQ-ZHAO"}}
+    produce(kafka_settings.kafka_bootstrap, kafka_settings.kafka_topic,
+            [Message(json.dumps(bad).encode(), b"acme/s1", False, partition=0)])
+    consume_all(noumena)
+
+    (raw,) = read_dead_letters(connection_options(kafka_settings), kafka_settings.kafka_dlq_topic)
+    assert raw.letter.value is not None and b"MARKER-DLQ-ZHAO" not in raw.letter.value  # sealed on the topic
+    (opened,) = dead_letters(noumena)
+    assert opened.letter.letter.value == json.dumps(bad).encode() and not opened.forgotten
+
+    noumena.forget("acme", "person:zhao")
+    (after,) = dead_letters(noumena)
+    assert after.forgotten and after.letter.letter.value is None
