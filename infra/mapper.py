@@ -103,7 +103,9 @@ class EventMapper:
         self._check_generation()
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            cipher = self._ciphers[key_id] = AESGCM(key)
+            cipher = AESGCM(key)
+            if "/fact/" not in key_id:  # a fact's key seals one fact: caching it would only grow memory
+                self._ciphers[key_id] = cipher
         return cipher
 
     @staticmethod
@@ -152,7 +154,9 @@ class EventMapper:
         cipher = self._ciphers.get(key_id)
         if cipher is None and key_id not in self._ciphers:
             key = self.keys.get(key_id) if self.keys is not None else None
-            cipher = self._ciphers[key_id] = AESGCM(key) if key is not None else None
+            cipher = AESGCM(key) if key is not None else None
+            if "/fact/" not in key_id:  # a fact's key opens one fact: caching it would only grow memory
+                self._ciphers[key_id] = cipher
         if cipher is None:
             return [] if name in EMPTY_WHEN_FORGOTTEN else FORGOTTEN
         try:
