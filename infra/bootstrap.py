@@ -32,6 +32,7 @@ class Noumena:
     service: OntologyService
     consolidation: ConsolidationWorker
     _signal: CompactionSignal | None = field(default=None, repr=False)
+    _resuming: threading.Thread | None = field(default=None, repr=False)
 
     @property
     def on_stored(self) -> CompactionSignal:
@@ -39,8 +40,9 @@ class Noumena:
         on a background thread (started on first use), so ingestion never waits for it."""
         if self._signal is None:
             self._signal = CompactionSignal(self.consolidation.handle)
-            threading.Thread(target=self.resume_consolidation, name="noumena-consolidation-resume",
-                             daemon=True).start()
+            self._resuming = threading.Thread(target=self.resume_consolidation, name="noumena-consolidation-resume",
+                                              daemon=True)
+            self._resuming.start()
         return self._signal
 
     def resume_consolidation(self) -> int:
@@ -78,6 +80,9 @@ class Noumena:
 
     def close(self, drain_seconds: float = 30.0) -> None:
         """Finish queued consolidations (bounded), then close the store."""
+        if self._resuming is not None:
+            # it reads the store: let it finish before the connections close under it
+            self._resuming.join(drain_seconds)
         if self._signal is not None:
             self._signal.drain(drain_seconds)
             self._signal.close()
