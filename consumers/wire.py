@@ -10,7 +10,6 @@ kept as data, never used as transaction time. `version` (optional, default 1) is
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -20,7 +19,6 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
-    ValidationInfo,
     field_validator,
 )
 
@@ -28,7 +26,7 @@ from domain import commands as c
 from domain.errors import InvalidInput
 from domain.recalls import RecallMode
 from domain.sessions import SessionKind, WorkerStatus
-from domain.values import Confidence, Identifier, Ref, RelationName, Scope, TenantName
+from domain.values import Confidence, Identifier, Ref, RelationName, Scope, TenantName, valid_to_after_valid_from
 
 WIRE_VERSION = 1
 Text = Annotated[str, Field(min_length=1, max_length=20_000)]
@@ -63,13 +61,7 @@ class FactAssertedV1(Payload):
     scope: Scope = "org"
     source: SourceV1 | None = None
 
-    @field_validator("valid_to")
-    @classmethod
-    def _after_valid_from(cls, valid_to: datetime | None, info: ValidationInfo) -> datetime | None:
-        valid_from = info.data.get("valid_from")
-        if valid_to is not None and valid_from is not None and valid_to <= valid_from:
-            raise ValueError("valid_to must be after valid_from")
-        return valid_to
+    _interval = field_validator("valid_to")(valid_to_after_valid_from)
 
 
 class FactInvalidatedV1(Payload):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from domain.recalls import RecallMode
 from domain.sessions import SessionKind, WorkerStatus
-from domain.values import Confidence, Identifier, Ref, RelationName, Scope, TenantName
+from domain.values import Confidence, Identifier, Ref, RelationName, Scope, TenantName, valid_to_after_valid_from
 
 Text = Annotated[str, Field(min_length=1, max_length=20_000)]
 Label = Annotated[str, Field(min_length=1, max_length=500)]
@@ -54,11 +53,6 @@ class Source(BaseModel):
     actor: Annotated[str, Field(min_length=1, max_length=200)] | None = None
 
 
-def _check_valid_interval(valid_from: datetime | None, valid_to: datetime | None) -> None:
-    if valid_from is not None and valid_to is not None and valid_to <= valid_from:
-        raise ValueError("valid_to must be after valid_from")
-
-
 class AssertFact(Command):
     subject: Ref
     relation: RelationName
@@ -70,11 +64,7 @@ class AssertFact(Command):
     scope: Scope = "org"
     source: Source | None = None
 
-    @field_validator("valid_to")
-    @classmethod
-    def _interval(cls, valid_to: datetime | None, info: ValidationInfo) -> datetime | None:
-        _check_valid_interval(info.data.get("valid_from"), valid_to)
-        return valid_to
+    _interval = field_validator("valid_to")(valid_to_after_valid_from)
 
 
 class InvalidateFact(Command):

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationInfo
 
 REF_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:\S(?:.*\S)?$")
 """A ref is `kind:identifier`: a lower-case kind, a colon, and a non-blank identifier."""
@@ -67,6 +67,14 @@ def corroborated_confidence(current: float, incoming: float) -> float:
     It never lowers confidence, never exceeds 1, and a repeat of a weak source raises a strong fact little.
     """
     return round(1.0 - (1.0 - current) * (1.0 - incoming), 6)
+
+
+def valid_to_after_valid_from(valid_to: datetime | None, info: ValidationInfo) -> datetime | None:
+    """A field validator for `valid_to`: the valid interval must move forward (the error names `valid_to`)."""
+    valid_from = info.data.get("valid_from")
+    if valid_to is not None and valid_from is not None and valid_to <= valid_from:
+        raise ValueError("valid_to must be after valid_from")
+    return valid_to
 
 
 def ref_kind(ref: str) -> str:

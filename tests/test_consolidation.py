@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from consumers.llm_extractor import LLMExtractor
 from domain import commands as c
@@ -214,7 +214,6 @@ def test_eval_a_question_answered_three_turns_ago_comes_from_the_session_tier(ma
     assert [f.object for f in answer.facts] == ["memory:cny"]
     other_agent = recall(n.service, T, "agent:wang-assistant", "person:li", "person:li", "currency")
     assert other_agent.tier is MemoryTier.SEMANTIC  # serving someone else: that session is not theirs
-    assert datetime.now(UTC)  # keeps the import honest for readers copying the pattern
 
 
 def test_a_compaction_left_pending_by_a_dead_process_is_consolidated_by_the_next(make_noumena, tmp_path):
