@@ -61,7 +61,10 @@ def _every_file(*roots: Path) -> list[Path]:
 def _scan(files: list[Path], markers: list[str]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in files:
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # a temporary file renamed into place while we scanned: its bytes are
+            continue               # read under the final name on the next scan
         for marker in markers:
             if marker.encode() in data:
                 found.setdefault(marker, []).append(path.name)
