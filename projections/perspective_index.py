@@ -9,7 +9,7 @@ Layout (all columns are numpy arrays indexed by an int id; no Python object per 
   `status` (int8: 0 current, 1 invalidated, 2 archived), `asserted` (float64 epoch seconds), the id as 32
   ASCII bytes, a 64-bit hash of the id kept sorted for lookups, and two UTF-8 text blobs (reason, provenance)
   addressed by int64 offsets.
-- adjacency: CSR over the undirected graph (`indptr`, `adj_nbr`, `adj_fact`), rebuilt in bulk; facts appended
+- adjacency: CSR over the undirected graph (`indptr`, `deg`, `adj_reach`, `adj_fact`), rebuilt in bulk; facts appended
   since the last build are a short "delta" tail scanned with vectorized comparisons until the next compaction.
 - scopes: per scope code its kind (org / person / session), the person it names, the session's agent and the
   person that session serves.
@@ -48,6 +48,9 @@ from projections.perspective_walk import (  # noqa: F401  (re-exported: the inde
 CURRENT, INVALIDATED, ARCHIVED = 0, 1, 2
 STATUS_CODES = {"current": CURRENT, "invalidated": INVALIDATED, "archived": ARCHIVED}
 SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION = 0, 1, 2
+STAMP_STRIDE = 1 << 10
+"""Walk stamps advance by this much: a node's stamp is the walk's plus its hop (< STOP), stop points' plus STOP."""
+STOP = STAMP_STRIDE - 1
 COMPACT_AT = 4_096
 """Delta facts beyond this many (and beyond 2% of all facts) trigger a CSR rebuild before the next query; while
 records are applied, beyond this many and a quarter of all facts."""
@@ -148,6 +151,8 @@ class PerspectiveIndex:
         self.hub = _Column(np.bool_)
         self.kind = _Column(np.int16)
         self.fan = _Column(np.int32)
+        self.fan_org = _Column(np.int32)
+        """Current org-scoped facts per entity: the part of the fan every viewer sees (`visible_fan`)."""
         self.kind_names: list[str] = []
         self.kind_codes: dict[str, int] = {}
         # relations
@@ -172,6 +177,8 @@ class PerspectiveIndex:
         self.scope = _Column(np.int32)
         self.conf = _Column(np.float32)
         self.status = _Column(np.int8)
+        self.live = _Column(np.int32)
+        """scope code + 1 while the fact is current, else 0: one gather answers "current and visible"."""
         self.asserted = _Column(np.float64)
         self.ids = _Column("S32")
         self.hashes = _Column(np.int64)
@@ -183,19 +190,33 @@ class PerspectiveIndex:
         """Fact ids added since the last compaction (the sorted hashes cover the rest)."""
         # adjacency
         self.indptr = np.zeros(1, dtype=np.int64)
-        self.adj_nbr = np.zeros(0, dtype=np.int32)
-        self.adj_fact = np.zeros(0, dtype=np.int32)
+        self.adj_reach = np.zeros(0, dtype=np.int64)
+        """Per CSR entry, two int32 in one int64 (one gather reads both): the neighbour across the fact, and
+        the fact's `live` code (kept current)."""
+        self.adj_fact = np.zeros(0, dtype=np.complex128)
+        """Per CSR entry, four 32-bit values in 16 bytes (a complex128, so that one native gather reads them):
+        the fact, its relation weight (float32), its confidence (float32, kept current), unused."""
+        self.adj_rank = np.zeros(0, dtype=np.complex128)
+        """Per CSR entry, the fact's assertion time (float64) and id hash (int64): what the ranking reads, read
+        with the row instead of from the scattered fact columns."""
+        self.deg = np.zeros(0, dtype=np.int64)
+        """Row lengths of the CSR (`indptr[k + 1] - indptr[k]`)."""
+        self.scope_indptr = np.zeros(1, dtype=np.int64)
+        self.scope_facts = np.zeros(0, dtype=np.int32)
+        """The CSR's facts grouped by scope code (for the viewer's own scopes' share of the fan)."""
         self.csr_facts = 0
+        self._adj_w_stale = False
         # uses
         self.uses: dict[int, tuple[_Column, _Column]] = {}
         self._uses_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._most_uses: dict[int, int] = {}
         # walk scratch (one walk at a time per index: `walk` holds the lock)
         self._lock = threading.Lock()
-        self._visited_scratch: np.ndarray | None = None
-        self._seen_scratch: np.ndarray | None = None
-        self._touched_nodes: list[np.ndarray] = []
-        self._touched_facts: list[np.ndarray] = []
+        self._visited_scratch = np.zeros(0, dtype=np.int32)
+        self._spread_scratch = np.zeros(0, dtype=np.float64)
+        self._extra_scratch = np.zeros(0, dtype=np.int32)
+        self._stamp = 0
+        self._uses_bulk = False
         self._hubs: np.ndarray | None = None
         self._share_cache: tuple[float, np.ndarray] | None = None
         self._scope("org")
@@ -212,6 +233,7 @@ class PerspectiveIndex:
             self.rel_weight.append(1.0 if weight is None else weight)
         elif weight is not None:
             self.rel_weight.data[code] = weight
+            self._adj_w_stale = True
         return code
 
     def _kind(self, ref: str) -> int:
@@ -233,6 +255,7 @@ class PerspectiveIndex:
             self._hubs = None
             self.kind.append(self._kind(ref))
             self.fan.append(0)
+            self.fan_org.append(0)
         else:
             if label is not None:
                 self.labels[eid] = label
@@ -326,6 +349,7 @@ class PerspectiveIndex:
         self.scope.append(self._scope(d["scope"]))
         self.conf.append(float(d["confidence"]))
         self.status.append(CURRENT)
+        self.live.append(int(self.scope.data[index]) + 1)
         self.asserted.append(at)
         self.ids.append(d["fact_id"].encode())
         self.hashes.append(id_hash(d["fact_id"]))
@@ -341,12 +365,17 @@ class PerspectiveIndex:
         self.fan.data[subject] += delta
         if obj != subject:
             self.fan.data[obj] += delta
+        if int(self.scope.data[index]) != 0:
+            return  # only org facts are in every viewer's fan (the rest is added per viewer: `visible_fan`)
+        self.fan_org.data[subject] += delta
+        if obj != subject:
+            self.fan_org.data[obj] += delta
         cached = self._share_cache
         if cached is not None:
             exp_s, shares = cached
             for node in (subject, obj):
                 if node < len(shares):
-                    shares[node] = min(1.0, exp_s / max(int(self.fan.data[node]), 1))
+                    shares[node] = min(1.0, exp_s / max(int(self.fan_org.data[node]), 1))
 
     def _set_status(self, fact_id: str, status: int) -> None:
         index = self.fact_index(fact_id)
@@ -356,6 +385,9 @@ class PerspectiveIndex:
         if was == status:
             return
         self.status.data[index] = status
+        live = int(self.scope.data[index]) + 1 if status == CURRENT else 0
+        self.live.data[index] = live
+        self._adj_set(index, "live", live)
         if was == CURRENT:
             self._fan(index, -1)
         elif status == CURRENT:
@@ -365,6 +397,20 @@ class PerspectiveIndex:
         index = self.fact_index(d["fact_id"])
         if index is not None:
             self.conf.data[index] = float(d["confidence"])
+            self._adj_set(index, "conf", self.conf.data[index])
+
+    def _adj_set(self, index: int, field: str, value: Any) -> None:
+        """Keep a fact's copy in its adjacency records current (both ends' rows, when it is in the CSR)."""
+        if index >= self.csr_facts:
+            return
+        for end in {int(self.src.data[index]), int(self.dst.data[index])}:
+            lo = int(self.indptr[end])
+            row = self.adj_fact[lo:int(self.indptr[end + 1])].view(np.int32)[0::4]
+            positions = lo + np.flatnonzero(row == index)
+            if field == "live":
+                self.adj_reach.view(np.int32)[2 * positions + 1] = value
+            else:
+                self.adj_fact.view(np.float32)[4 * positions + 2] = value
 
     def _facts_recalled(self, d: dict[str, Any], at: float) -> None:
         agent = self.entity(d["agent"])
@@ -394,13 +440,34 @@ class PerspectiveIndex:
         counts = np.bincount(ends, minlength=n_entities)
         self.indptr = np.zeros(n_entities + 1, dtype=np.int64)
         np.cumsum(counts, out=self.indptr[1:])
-        self.adj_nbr = others[order].astype(np.int32)
-        self.adj_fact = facts[order]
+        self.adj_reach, self.adj_fact, self.adj_rank = self._records(others[order], facts[order])
+        self._adj_w_stale = False
+        self.deg = counts.astype(np.int64)
+        scope = self.scope.view
+        self.scope_facts = np.argsort(scope, kind="stable").astype(np.int32)
+        self.scope_indptr = np.zeros(len(self.scope_names) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(scope, minlength=len(self.scope_names)), out=self.scope_indptr[1:])
         self.csr_facts = n_facts
         hashes = self.hashes.view
         sort = np.argsort(hashes, kind="stable").astype(np.int32)
         self._sorted_hashes, self._sorted_order = hashes[sort], sort
         self._recent_ids = {}
+
+    def _records(self, nbr: np.ndarray, facts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The packed adjacency columns for (neighbour, fact) pairs (`adj_reach`, `adj_fact`, `adj_rank`)."""
+        n = len(facts)
+        reach = np.empty((n, 2), dtype=np.int32)
+        reach[:, 0] = nbr
+        reach[:, 1] = self.live.view[facts]
+        fact = np.zeros((n, 4), dtype=np.int32)
+        fact[:, 0] = facts
+        fact[:, 1] = self.rel_weight.view[self.rel.view[facts]].view(np.int32)
+        fact[:, 2] = self.conf.view[facts].view(np.int32)
+        rank = np.empty((n, 2), dtype=np.int64)
+        rank[:, 0] = self.asserted.view[facts].view(np.int64)
+        rank[:, 1] = self.hashes.view[facts]
+        return (reach.view(np.int64).reshape(-1), fact.view(np.complex128).reshape(-1),
+                rank.view(np.complex128).reshape(-1))
 
     def _maybe_compact(self) -> None:
         delta = self.fact_count - self.csr_facts
@@ -409,14 +476,17 @@ class PerspectiveIndex:
 
     def nbytes(self) -> dict[str, int]:
         """Bytes held by the index, by part (capacity of the arrays, plus estimates of the Python lists)."""
-        fact_columns = (self.src, self.dst, self.rel, self.scope, self.conf, self.status, self.asserted, self.ids,
-                        self.hashes)
+        fact_columns = (self.src, self.dst, self.rel, self.scope, self.conf, self.status, self.live, self.asserted,
+                        self.ids, self.hashes)
         entity_lists = sum(len(r) + len(lb) + 120 for r, lb in zip(self.refs, self.labels, strict=True))
         return {
             "facts": sum(c.nbytes for c in fact_columns) + self._sorted_hashes.nbytes + self._sorted_order.nbytes,
             "texts": self.reasons.nbytes + self.provenance.nbytes,
-            "adjacency": self.indptr.nbytes + self.adj_nbr.nbytes + self.adj_fact.nbytes,
-            "entities": self.hub.nbytes + self.kind.nbytes + self.fan.nbytes + entity_lists,
+            "adjacency": self.indptr.nbytes + self.adj_reach.nbytes + self.adj_fact.nbytes + self.adj_rank.nbytes
+            + self.deg.nbytes
+            + self.scope_indptr.nbytes + self.scope_facts.nbytes,
+            "scratch": self._visited_scratch.nbytes + self._spread_scratch.nbytes + self._extra_scratch.nbytes,
+            "entities": self.hub.nbytes + self.kind.nbytes + self.fan.nbytes + self.fan_org.nbytes + entity_lists,
             "uses": sum(a.nbytes + b.nbytes for a, b in self.uses.values()),
         }
 
@@ -451,87 +521,148 @@ class PerspectiveIndex:
                 codes.append(code)
         return np.array(codes, dtype=np.int32)
 
-    def _visible(self, codes: np.ndarray, extra: np.ndarray) -> np.ndarray:
-        """Visibility of the gathered facts' scope codes: org (code 0) or one of the viewer's `extra` codes."""
-        visible = codes == 0
-        for code in extra.tolist():  # one or a few codes: comparisons beat np.isin's setup
-            visible |= codes == code
-        return visible
-
-    def _edges(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All (owner position in `nodes`, neighbour, fact) of the given unique nodes, CSR plus the delta tail."""
-        n_csr = len(self.indptr) - 1
-        if n_csr == len(self.refs):  # every entity has its CSR row (the usual case)
-            positions, in_csr = np.arange(len(nodes)), nodes
-        else:
-            positions = np.nonzero(nodes < n_csr)[0]
-            in_csr = nodes[positions]
-        starts = self.indptr[in_csr]
-        lengths = self.indptr[in_csr + 1] - starts
-        total = int(lengths.sum())
-        if total:
-            owner = np.repeat(positions, lengths)
-            offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
-            nbr, fact = self.adj_nbr[offsets], self.adj_fact[offsets]
-        else:
-            owner = np.zeros(0, dtype=np.int64)
-            nbr = fact = np.zeros(0, dtype=np.int32)
-        if self.fact_count > self.csr_facts:
-            tail = np.arange(self.csr_facts, self.fact_count, dtype=np.int32)
-            sorter = np.argsort(nodes)
-            sorted_nodes = nodes[sorter]
-            parts_owner, parts_nbr, parts_fact = [owner], [nbr], [fact]
-            tail_src, tail_dst = self.src.view[tail], self.dst.view[tail]
-            not_loop = tail_src != tail_dst  # a self-loop is one edge, found from its subject end
-            for ends, others, facts in ((tail_src, tail_dst, tail),
-                                        (tail_dst[not_loop], tail_src[not_loop], tail[not_loop])):
-                at = np.searchsorted(sorted_nodes, ends)
-                at[at >= len(sorted_nodes)] = 0
-                hit = sorted_nodes[at] == ends
-                parts_owner.append(sorter[at[hit]])
-                parts_nbr.append(others[hit])
-                parts_fact.append(facts[hit])
-            owner, nbr, fact = np.concatenate(parts_owner), np.concatenate(parts_nbr), np.concatenate(parts_fact)
-        return owner, nbr, fact
-
     def walk(self, viewpoint: Viewpoint, parameters: ActivationParameters, now: float) -> Walked:
         """Spread activation from the viewpoint, rank every reached fact and cut the ranking into tiers
         (`projections.perspective_walk.walk`)."""
         return walk(self, viewpoint, parameters, now)
 
-    def _scratch(self, n_entities: int, n_facts: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per-index scratch flags, all False, reused across walks (a fresh 1M-fact array per query costs more
-        in page faults than the walk). Only the entries a walk sets are cleared after it."""
-        if self._visited_scratch is None or len(self._visited_scratch) < n_entities:
-            self._visited_scratch = np.zeros(max(n_entities, 64) * 2, dtype=bool)
-        if self._seen_scratch is None or len(self._seen_scratch) < n_facts:
-            self._seen_scratch = np.zeros(max(n_facts, 64) * 2, dtype=bool)
-        self._touched_nodes = []
-        self._touched_facts = []
-        return self._visited_scratch, self._seen_scratch
+    def _scratch(self, n_entities: int) -> int:
+        """Start a walk: size the per-entity scratch arrays and return this walk's stamp.
+
+        `visited` holds stamps instead of flags, so nothing is cleared after a walk: an entry counts for this
+        walk only if it is >= the stamp. A node reached at hop h holds stamp + h (the sources stamp + 0), a node
+        that is reached but passes nothing on (hub, blocked party, below the floor) stamp + STOP. `spread` and
+        `extra` are zero outside a walk (the walk resets what it wrote)."""
+        if len(self._visited_scratch) < n_entities:
+            size = max(n_entities, 64) * 2
+            self._visited_scratch = np.zeros(size, dtype=np.int32)
+            self._spread_scratch = np.zeros(size, dtype=np.float64)
+            self._extra_scratch = np.zeros(size, dtype=np.int32)
+            self._stamp = 0
+        self._stamp += STAMP_STRIDE
+        if self._stamp > np.iinfo(np.int32).max - STAMP_STRIDE:
+            self._visited_scratch[:] = 0
+            self._stamp = STAMP_STRIDE
+        return self._stamp
 
     def _hub_nodes(self) -> np.ndarray:
         if self._hubs is None:
             self._hubs = np.nonzero(self.hub.view)[0].astype(np.int64)
         return self._hubs
 
-    def _release(self, visited: np.ndarray, seen: np.ndarray) -> None:
-        for nodes in self._touched_nodes:
-            visited[nodes] = False
-        for facts in self._touched_facts:
-            seen[facts] = False
-        self._touched_nodes, self._touched_facts = [], []
-
     def _shares(self, exp_s: float) -> np.ndarray:
-        """min(1, e^S / fan) per entity, cached for one S and kept current by `_fan`."""
+        """min(1, e^S / fan_org) per entity, cached for one S and kept current by `_fan`: the fan share of a
+        node for a viewer who sees none of its non-org facts (`visible_fan` adds the viewer's own)."""
         cached = self._share_cache
         n = len(self.refs)
         if cached is None or cached[0] != exp_s:
-            cached = self._share_cache = (exp_s, np.minimum(1.0, exp_s / np.maximum(self.fan.view, 1)))
+            cached = self._share_cache = (exp_s, np.minimum(1.0, exp_s / np.maximum(self.fan_org.view, 1)))
         elif len(cached[1]) < n:
-            tail = np.minimum(1.0, exp_s / np.maximum(self.fan.view[len(cached[1]):], 1))
+            tail = np.minimum(1.0, exp_s / np.maximum(self.fan_org.view[len(cached[1]):], 1))
             cached = self._share_cache = (exp_s, np.concatenate([cached[1], tail]))
         return cached[1]
+
+    def scope_members(self, codes: np.ndarray) -> np.ndarray:
+        """Every fact (current or not) whose scope code is one of `codes`: CSR rows plus the delta tail."""
+        parts = []
+        n_rows = len(self.scope_indptr) - 1
+        for code in codes.tolist():
+            if code < n_rows:
+                parts.append(self.scope_facts[self.scope_indptr[code]:self.scope_indptr[code + 1]])
+        if self.fact_count > self.csr_facts:
+            tail = self.scope.view[self.csr_facts:]
+            hit = np.zeros(len(tail), dtype=bool)
+            for code in codes.tolist():
+                hit |= tail == code
+            parts.append((np.flatnonzero(hit) + self.csr_facts).astype(np.int32))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+    def visible_fan_extra(self, codes: np.ndarray) -> np.ndarray:
+        """The entity ends (one entry per fact end, a self-loop once) of the current facts in the viewer's
+        non-org scopes `codes`: what the viewer's fan adds to `fan_org`."""
+        if not len(codes):
+            return np.zeros(0, dtype=np.int64)
+        facts = self.scope_members(codes)
+        facts = facts[self.live.view[facts] != 0]
+        src, dst = self.src.view[facts], self.dst.view[facts]
+        return np.concatenate([src, dst[src != dst]]).astype(np.int64)
+
+    def visible_fan(self, agent: int, serving: int, nodes: np.ndarray) -> np.ndarray:
+        """The fan of `nodes` as this viewer sees it: its current facts in scopes the viewer may see."""
+        extra = self.visible_fan_extra(self.visible_codes(agent, serving))
+        counts = np.zeros(len(nodes), dtype=np.int64)
+        if len(extra):
+            order = np.sort(extra)
+            counts = np.searchsorted(order, nodes, "right") - np.searchsorted(order, nodes, "left")
+        return self.fan_org.view[nodes].astype(np.int64) + counts
+
+    def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The CSR entries of the sorted unique `frontier` as (`adj_reach`, `adj_fact`, `adj_rank` values, the
+        `out` of each entry's owner, the owner), in order: the rows owner by owner, then the delta tail from the
+        subject end, then from the object end (a self-loop once). One set of numpy calls for the whole frontier,
+        reading contiguous rows."""
+        if self._adj_w_stale:
+            self.adj_fact.view(np.int32)[1::4] = self.rel_weight.view[
+                self.rel.view[self.adj_fact.view(np.int32)[0::4]]].view(np.int32)
+            self._adj_w_stale = False
+        n_csr = len(self.deg)
+        if n_csr == len(self.refs) or (len(frontier) and frontier[-1] < n_csr):
+            nodes = frontier
+            lengths = self.deg[frontier]
+        else:
+            inside = frontier < n_csr
+            lengths = np.zeros(len(frontier), dtype=np.int64)
+            lengths[inside] = self.deg[frontier[inside]]
+            nodes = np.where(inside, frontier, 0)
+        offsets: Any
+        if len(frontier) == 1:
+            start = int(self.indptr[nodes[0]])
+            offsets = slice(start, start + int(lengths[0]))
+        else:
+            ends = np.cumsum(lengths)
+            total = int(ends[-1]) if len(ends) else 0
+            offsets = np.repeat(self.indptr[nodes] - ends + lengths, lengths) + np.arange(total)
+        reach, fact, rank = self.adj_reach[offsets], self.adj_fact[offsets], self.adj_rank[offsets]
+        x, via = np.repeat(out, lengths), np.repeat(frontier, lengths)
+        if self.fact_count > self.csr_facts:
+            tail = np.arange(self.csr_facts, self.fact_count, dtype=np.int32)
+            parts = [(reach, fact, rank, x, via)]
+            tail_src, tail_dst = self.src.view[tail], self.dst.view[tail]
+            not_loop = tail_src != tail_dst  # a self-loop is one edge, found from its subject end
+            for ends_, others, facts in ((tail_src, tail_dst, tail),
+                                         (tail_dst[not_loop], tail_src[not_loop], tail[not_loop])):
+                at = np.searchsorted(frontier, ends_)
+                at[at >= len(frontier)] = 0
+                hit = frontier[at] == ends_
+                parts.append((*self._records(others[hit], facts[hit]), out[at[hit]], frontier[at[hit]]))
+            reach, fact, rank, x, via = (np.concatenate([part[k] for part in parts]) for k in range(5))
+        return reach, fact, rank, x, via
+
+    def _prepare_uses(self) -> None:
+        """Sort every agent's uses by (fact, time) and count its most used fact, all agents at once (the first
+        query of each agent then finds them ready)."""
+        self._uses_bulk = True
+        agents = [a for a in self.uses if a not in self._uses_sorted]
+        if not agents:
+            return
+        sizes = [self.uses[a][0].size for a in agents]
+        owner = np.repeat(np.arange(len(agents)), sizes)
+        facts = np.concatenate([self.uses[a][0].view for a in agents])
+        times = np.concatenate([self.uses[a][1].view for a in agents])
+        order = np.lexsort((times, facts, owner))
+        owner, facts, times = owner[order], facts[order], times[order]
+        bounds = np.zeros(len(agents) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        run_start = np.ones(len(facts), dtype=bool)
+        run_start[1:] = (facts[1:] != facts[:-1]) | (owner[1:] != owner[:-1])
+        starts = np.flatnonzero(run_start)
+        runs = np.diff(np.append(starts, len(facts)))
+        most = np.zeros(len(agents), dtype=np.int64)
+        np.maximum.at(most, owner[starts], runs)
+        for k, agent in enumerate(agents):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            self._uses_sorted[agent] = (facts[lo:hi], times[lo:hi])
+            self._most_uses[agent] = int(most[k])
 
     def spread_floor(self, agent: int, p: ActivationParameters) -> float:
         return spread_floor(self, agent, p)
@@ -546,6 +677,9 @@ class PerspectiveIndex:
         columns = self.uses.get(agent)
         if columns is None:
             return None
+        if not self._uses_bulk:
+            self._prepare_uses()
+            return self._uses_sorted[agent]
         fact_col, time_col = columns
         order = np.lexsort((time_col.view, fact_col.view))
         cached = self._uses_sorted[agent] = (fact_col.view[order].copy(), time_col.view[order].copy())

@@ -91,9 +91,15 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
     provenance = facts["provenance"].fill_null("") if "provenance" in facts.columns else pl.Series([""] * n)
     index.provenance = _Texts(provenance.to_list()) if n else _Texts()
     current = index.status.view == 0
-    ends = np.concatenate([index.src.view[current], index.dst.view[current][
-        index.src.view[current] != index.dst.view[current]]])
-    index.fan = _Column(np.int32, data=np.bincount(ends, minlength=len(index.refs)).astype(np.int32))
+    index.live = _Column(np.int32, data=np.where(current, index.scope.view + 1, 0))
+
+    def fan(facts: np.ndarray) -> _Column:
+        src, dst = index.src.view[facts], index.dst.view[facts]
+        ends = np.concatenate([src, dst[src != dst]])
+        return _Column(np.int32, data=np.bincount(ends, minlength=len(index.refs)).astype(np.int32))
+
+    index.fan = fan(current)
+    index.fan_org = fan(current & (index.scope.view == 0))
     index.compact()
 
     if uses is not None and uses.height:

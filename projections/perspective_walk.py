@@ -21,8 +21,8 @@ from domain.activation import ActivationParameters, Tier
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
 
-CURRENT = 0
-"""`perspective_index.CURRENT`: the status code of a current fact."""
+STOP = (1 << 10) - 1
+"""`perspective_index.STOP`: a stop point's offset from the walk's stamp."""
 TIER_CODES = {Tier.FULL: 0, Tier.GIST: 1, Tier.MARKER: 2, Tier.COUNT: 3, Tier.FORGOTTEN: 4}
 TIERS_BY_CODE = {code: tier for tier, code in TIER_CODES.items()}
 
@@ -99,7 +99,7 @@ def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationPa
     """
     index._maybe_compact()
     p = parameters
-    n_entities, n_facts = len(index.refs), index.fact_count
+    n_entities = len(index.refs)
     unknown: list[str] = []
     source_refs = [viewpoint.agent, *([viewpoint.serving] if viewpoint.serving else []), *viewpoint.focus]
     source_ids: list[int] = []
@@ -111,130 +111,178 @@ def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationPa
             source_ids.append(eid)
     agent = index.entity_ids.get(viewpoint.agent, -1)
     serving = index.entity_ids.get(viewpoint.serving, -1) if viewpoint.serving else -1
-    empty = np.zeros(0, dtype=np.int64)
     if not source_ids:
+        empty = np.zeros(0, dtype=np.int64)
         return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, [], unknown,
                       [], now, p)
-    hub, kind = index.hub.view, index.kind.view
-    party_codes = [index.kind_codes[k] for k in p.party_kinds if k in index.kind_codes]
+    hub = index.hub.data
     # A hub viewer: the other parties it serves are neither reached from it nor traversed.
-    hub_sources = np.array(sorted({s for s in source_ids if hub[s]}), dtype=np.int64)
-    blocked_nodes = np.zeros(0, dtype=np.int64)
-    if len(hub_sources) and party_codes:
-        _owner, nbr, _fact = index._edges(hub_sources)
-        blocked_nodes = np.unique(nbr[np.isin(kind[nbr], party_codes) & (nbr != serving)]).astype(np.int64)
-    any_blocked = len(blocked_nodes) > 0
+    hub_sources = sorted({s for s in source_ids if hub[s]})
+    blocked_nodes = _blocked(index, p, hub_sources, serving) if hub_sources else None
     with index._lock:
-        visited, seen = index._scratch(n_entities, n_facts)
-        try:
-            return _spread(index, p, now, source_ids, unknown, agent, serving, hub_sources, blocked_nodes,
-                           any_blocked, visited, seen)
-        finally:
-            index._release(visited, seen)
+        stamp = index._scratch(n_entities)
+        return _spread(index, p, now, source_ids, unknown, agent, serving, hub_sources, blocked_nodes, stamp)
+
+
+def _blocked(index: PerspectiveIndex, p: ActivationParameters, hub_sources: list[int], serving: int
+             ) -> np.ndarray | None:
+    """The parties (other than the one served) that a hub viewer has facts with: reached from it never."""
+    party_codes = [index.kind_codes[k] for k in p.party_kinds if k in index.kind_codes]
+    if not party_codes:
+        return None
+    sources = np.array(hub_sources, dtype=np.int64)
+    nbr = index.expand(sources, np.zeros(len(sources)))[0].view(np.int32)[0::2]
+    blocked = np.unique(nbr[np.isin(index.kind.view[nbr], party_codes) & (nbr != serving)]).astype(np.int64)
+    return blocked if len(blocked) else None
 
 
 def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source_ids: list[int],
-            unknown: list[str], agent: int, serving: int, hub_sources: np.ndarray, blocked_nodes: np.ndarray,
-            any_blocked: bool, visited: np.ndarray, seen: np.ndarray) -> Walked:
-    empty = np.zeros(0, dtype=np.int64)
-    status, scope, rel = index.status.view, index.scope.view, index.rel.view
-    src_all, dst_all = index.src.view, index.dst.view
-    weights = index.rel_weight.view.astype(np.float64)
-    max_weight = float(weights.max()) if len(weights) else 1.0
+            unknown: list[str], agent: int, serving: int, hub_sources: list[int], blocked_nodes: np.ndarray | None,
+            stamp: int) -> Walked:
+    visited = index._visited_scratch
+    received, extra_fan = index._spread_scratch, index._extra_scratch
+    max_weight = float(index.rel_weight.view.max()) if index.rel_weight.size else 1.0
     floor = spread_floor(index, agent, p)
     extra_scopes = index.visible_codes(agent, serving)
-    stop_nodes = visited  # hubs and blocked parties are marked visited up front: reached, never expanded
-
-    frontier, counts = np.unique(np.array(source_ids, dtype=np.int64), return_counts=True)
-    frontier_act = counts * (p.source_weight / len(source_ids))
-    visited[frontier] = True
-    index._touched_nodes.append(frontier)
-    hub_nodes = index._hub_nodes()
-    visited[hub_nodes] = True
-    visited[blocked_nodes] = True
-    index._touched_nodes += [hub_nodes, blocked_nodes]
+    visible = np.zeros(len(index.scope_names) + 1, dtype=bool)  # by scope code + 1; 0: not current
+    visible[1] = True  # org
+    visible[extra_scopes + 1] = True
+    # the viewer's fan of a node: its current org facts plus its current facts in the viewer's own scopes
+    extra_ends = index.visible_fan_extra(extra_scopes)
+    if len(extra_ends):
+        np.add.at(extra_fan, extra_ends, 1)
+    fan_org = index.fan_org.view
     exp_s = math.exp(p.associative_strength)
-    rec_fact: list[np.ndarray] = []
+    shares = index._shares(exp_s)
+    stop = stamp + STOP
+    visited[index._hub_nodes()] = stop  # hubs and blocked parties: reached, never expanded
+    if blocked_nodes is not None:
+        visited[blocked_nodes] = stop
+    counts: dict[int, int] = {}
+    for s in source_ids:
+        counts[s] = counts.get(s, 0) + 1
+    ordered_sources = sorted(counts)
+    frontier = np.array(ordered_sources, dtype=np.int64)
+    share_each = p.source_weight / len(source_ids)
+    frontier_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
+    visited[frontier] = stamp
+    rec_rows: list[np.ndarray] = []
+    rec_rank: list[np.ndarray] = []
     rec_x: list[np.ndarray] = []
     rec_hop: list[int] = []
     rec_via: list[np.ndarray] = []
     node_ids = [frontier]
-    first_hop = True
-    shares = index._shares(exp_s)
-    for hop in range(1, p.depth + 1):
-        node_share = shares[frontier]
-        out = frontier_act * node_share * p.hop_factor
-        # sources always pass (their own facts are the viewpoint); others only when it can still matter
-        strong = out * max_weight >= floor
-        if not first_hop:
-            frontier, out = frontier[strong], out[strong]
-        if len(frontier) == 0:
-            break
-        owner, nbr, fact = index._edges(frontier)
-        if len(fact) == 0:
-            break
-        keep = (status[fact] == CURRENT) & ~seen[fact]
-        keep &= index._visible(scope[fact], extra_scopes)
-        if any_blocked:
-            keep &= ~(np.isin(frontier[owner], hub_sources) & np.isin(nbr, blocked_nodes))
-        if first_hop and agent >= 0 and serving >= 0:
-            # the fact that the agent serves this person is the viewpoint itself: the header says it
-            a, b = src_all[fact], dst_all[fact]
-            keep &= ~(((a == agent) & (b == serving)) | ((a == serving) & (b == agent)))
-        owner, nbr, fact = owner[keep], nbr[keep], fact[keep]
-        if len(fact) == 0:
-            break
-        x = out[owner] * weights[rel[fact]]
-        seen[fact] = True
-        index._touched_facts.append(fact)
-        rec_fact.append(fact.astype(np.int64))
-        rec_x.append(x)
-        rec_hop.append(len(fact))
-        rec_via.append(frontier[owner])
-        first_hop = False
-        if hop == p.depth:
-            break
-        onward = ~stop_nodes[nbr]
-        if not onward.any():
-            break
-        on_nbr, on_x = nbr[onward], x[onward]
-        order = np.argsort(on_nbr, kind="stable")
-        on_nbr, on_x = on_nbr[order], on_x[order]
-        starts = np.ones(len(on_nbr), dtype=bool)
-        starts[1:] = on_nbr[1:] != on_nbr[:-1]
-        start_at = np.flatnonzero(starts)
-        next_nodes = on_nbr[start_at].astype(np.int64)
-        next_act = np.add.reduceat(on_x, start_at)
-        node_ids.append(next_nodes)
-        visited[next_nodes] = True
-        index._touched_nodes.append(next_nodes)
-        frontier, frontier_act = next_nodes, next_act
+    try:
+        for hop in range(1, p.depth + 1):
+            share = shares[frontier]
+            if len(extra_ends):
+                more = extra_fan[frontier]
+                if more.any():
+                    share = np.minimum(1.0, exp_s / np.maximum(fan_org[frontier] + more, 1))
+            out = frontier_act * share * p.hop_factor
+            if hop > 1:
+                # sources always pass (their own facts are the viewpoint); others only when it can still matter
+                strong = out * max_weight >= floor
+                if not strong.all():
+                    visited[frontier[~strong]] = stop  # reached, not expanded: not a twin end below
+                    frontier, out = frontier[strong], out[strong]
+                    if len(frontier) == 0:
+                        break
+            reach, rows, rank, x, via = index.expand(frontier, out)
+            if len(rows) == 0:
+                break
+            # a neighbour expanded at an earlier hop: the fact was reached from there already
+            layer = stamp + hop - 1
+            pair = reach.view(np.int32)
+            nbr = pair[0::2]
+            at = visited[nbr]
+            keep = visible[pair[1::2]] & ((at < stamp) | (at >= layer))
+            if hop == 1:
+                if agent >= 0 and serving >= 0:
+                    # the fact that the agent serves this person is the viewpoint itself: the header says it
+                    keep &= ~(((via == agent) & (nbr == serving)) | ((via == serving) & (nbr == agent)))
+                if blocked_nodes is not None:
+                    keep &= ~(np.isin(via, hub_sources) & np.isin(nbr, blocked_nodes))
+            rows, rank, nbr, x, via, at = rows[keep], rank[keep], nbr[keep], x[keep], via[keep], at[keep]
+            if len(rows) == 0:
+                break
+            x = x * rows.view(np.float32)[1::4]
+            twin = at == layer
+            if twin.any():
+                # both ends of a fact in this frontier: it was gathered twice; one entry, the spreads summed
+                rows, rank, nbr, x, via, at = _merge_twins(twin, rows, rank, nbr, x, via, at)
+            rec_rows.append(rows)
+            rec_rank.append(rank)
+            rec_x.append(x)
+            rec_hop.append(len(rows))
+            rec_via.append(via)
+            if hop == p.depth:
+                break
+            onward = at < stamp
+            if not onward.any():
+                break
+            on_nbr, on_x = nbr[onward], x[onward]
+            np.add.at(received, on_nbr, on_x)
+            ordered = np.sort(on_nbr)
+            first = np.empty(len(ordered), dtype=bool)
+            first[0] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+            next_nodes = ordered[first].astype(np.int64)
+            frontier_act = received[next_nodes]
+            received[next_nodes] = 0.0
+            node_ids.append(next_nodes)
+            visited[next_nodes] = stamp + hop
+            frontier = next_nodes
+    finally:
+        if len(extra_ends):
+            extra_fan[extra_ends] = 0
 
     nodes = node_ids  # the parents are found lazily, for paths only (`Walked.parents`)
-    if not rec_fact:
+    if not rec_rows:
+        empty = np.zeros(0, dtype=np.int64)
         return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, source_ids, unknown,
                       nodes, now, p)
-
-    all_fact = np.concatenate(rec_fact)
-    all_x = np.concatenate(rec_x)
-    all_hop = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
-    all_via = np.concatenate(rec_via)
-    order = np.lexsort((-all_x, all_fact))
-    all_fact, all_x, all_hop, all_via = all_fact[order], all_x[order], all_hop[order], all_via[order]
-    starts = np.ones(len(all_fact), dtype=bool)
-    starts[1:] = all_fact[1:] != all_fact[:-1]
-    start_at = np.nonzero(starts)[0]
-    facts = all_fact[start_at]
-    spread = np.add.reduceat(all_x, start_at)
-    hops, via = all_hop[start_at], all_via[start_at]
-
-    base = base_levels(index, agent, facts, now, p)
+    if len(rec_rows) == 1:
+        rows, rank, spread, via = rec_rows[0], rec_rank[0], rec_x[0], rec_via[0]
+        hops = np.ones(len(rows), dtype=np.int64)
+    else:
+        rows = np.concatenate(rec_rows)
+        rank = np.concatenate(rec_rank)
+        spread = np.concatenate(rec_x)
+        via = np.concatenate(rec_via)
+        hops = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
+    columns = rows.view(np.int32)
+    facts = columns[0::4].astype(np.int64)
+    ranking = rank.view(np.int64)
+    base = base_levels(index, agent, facts, now, p, ranking[0::2].view(np.float64))
     with np.errstate(divide="ignore"):
-        act = base + np.log(index.conf.view[facts]) + p.associative_strength + np.log(spread)
-    order = np.lexsort((index.hashes.view[facts], -act))
+        act = base + np.log(columns[2::4].view(np.float32)) + p.associative_strength + np.log(spread)
+    order = np.lexsort((ranking[1::2], -act))
     facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
     tiers = tier_codes(p, act, via)
     return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
+
+
+def _merge_twins(twin: np.ndarray, rows: np.ndarray, rank: np.ndarray, nbr: np.ndarray, x: np.ndarray,
+                 via: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A fact whose two ends are both in the frontier was gathered from each: keep its first entry with the
+    two spreads summed, reached through the end that gave more (on a tie the lower entity id, whether the fact
+    is in the CSR or the delta tail)."""
+    candidates = np.flatnonzero(twin)
+    fact = rows.view(np.int32)[0::4]
+    order = candidates[np.argsort(fact[candidates], kind="stable")]
+    pair = np.flatnonzero(fact[order[1:]] == fact[order[:-1]])
+    if not len(pair):
+        return rows, rank, nbr, x, via, at
+    first, second = order[pair], order[pair + 1]
+    x = x.copy()
+    via = via.copy()
+    larger = (x[second] > x[first]) | ((x[second] == x[first]) & (via[second] < via[first]))
+    via[first[larger]] = via[second[larger]]
+    x[first] = x[first] + x[second]
+    keep = np.ones(len(fact), dtype=bool)
+    keep[second] = False
+    return rows[keep], rank[keep], nbr[keep], x[keep], via[keep], at[keep]
 
 
 def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -> float:
@@ -256,10 +304,12 @@ def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -
 
 
 def base_levels(index: PerspectiveIndex, agent: int, facts: np.ndarray, now: float,
-                p: ActivationParameters) -> np.ndarray:
-    """B per fact for one agent at `now`: the assertion plus the agent's recalls made at or before `now`."""
+                p: ActivationParameters, asserted: np.ndarray | None = None) -> np.ndarray:
+    """B per fact for one agent at `now`: the assertion plus the agent's recalls made at or before `now`
+    (`asserted`: the facts' assertion times, when the caller holds them)."""
     floor, unit, d = p.minimum_age_seconds, p.time_unit_seconds, p.decay
-    asserted = index.asserted.view[facts]
+    if asserted is None:
+        asserted = index.asserted.view[facts]
     age = now - asserted
     total = np.where(age >= 0, (np.maximum(age, floor) / unit) ** -d, 0.0)
     uses = index._sorted_uses(agent)

@@ -1,0 +1,235 @@
+"""The index walk equals a plain-Python reference of the same rules, value for value, over random organizations.
+
+The reference reads the log records directly (no index, no numpy) and follows DESIGN.md "The perspective" and
+`domain.activation` step by step: sources share W; a node passes activation on once, at its first hop, when it is
+a source or its spread could still lift a fact over tau; crossing a fact multiplies by the hop factor, the
+relation's weight and the node's fan share min(1, e^S / f), where f counts the node's current facts that this
+viewer may see; a fact's spread sums the ways it is reached at its first hop, and it is about the end that gave
+more (the lower entity id on a tie); B over the assertion and this agent's recalls; tiers by
+`domain.activation.assign_tiers`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Ranked, Tier, assign_tiers
+from domain.relations import BUILTIN_RELATIONS
+from projections.perspective_index import TIER_CODES, Viewpoint, id_hash
+from tests.perspective_support import Org
+from tests.test_perspective_property import AGENTS, PERSONS, THINGS, worlds
+
+
+@dataclass
+class RefFact:
+    fact_id: str
+    subject: str
+    object: str
+    relation: str
+    scope: str
+    confidence: float
+    asserted: float
+    current: bool = True
+
+
+@dataclass
+class RefWorld:
+    entities: list[str] = field(default_factory=list)
+    hubs: set[str] = field(default_factory=set)
+    sessions: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    facts: dict[str, RefFact] = field(default_factory=dict)
+    uses: dict[str, list[tuple[str, float]]] = field(default_factory=lambda: defaultdict(list))
+    merged: dict[str, str] = field(default_factory=dict)
+
+
+def _time(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+def read(org: Org) -> RefWorld:
+    world = RefWorld()
+    for _position, topic, d in org.records:
+        at = _time(d["recorded_at"])
+        if topic == "entity.registered":
+            if d["ref"] not in world.entities:
+                world.entities.append(d["ref"])
+            if d.get("hub"):
+                world.hubs.add(d["ref"])
+        elif topic == "session.started":
+            world.sessions[d["session_id"]] = (d["agent"], d.get("serving"))
+        elif topic == "fact.asserted":
+            world.facts[d["fact_id"]] = RefFact(d["fact_id"], d["subject"], d["object"], d["relation"], d["scope"],
+                                                d["confidence"], at)
+        elif topic in ("fact.invalidated", "fact.archived"):
+            world.facts[d["fact_id"]].current = False
+        elif topic == "fact.restored":
+            world.facts[d["fact_id"]].current = True
+        elif topic == "facts.recalled":
+            for fact_id in d["fact_ids"]:
+                world.uses[d["agent"]].append((fact_id, at))
+    return world
+
+
+def reference(world: RefWorld, view: Viewpoint, p: ActivationParameters, now: float
+              ) -> dict[str, tuple[float, int, str, str]]:
+    """fact id -> (activation, hops, about, tier) of every fact the walk reaches."""
+    order = {ref: k for k, ref in enumerate(world.entities)}
+    agent, serving = view.agent, view.serving
+
+    def visible(f: RefFact) -> bool:
+        if f.scope == "org":
+            return True
+        if f.scope.startswith("person:"):
+            return f.scope == serving
+        session_agent, session_serving = world.sessions.get(f.scope.removeprefix("session:"), (None, None))
+        return session_agent == agent and session_serving in (None, serving)
+
+    def weight(relation: str) -> float:
+        known = BUILTIN_RELATIONS.get(relation)
+        return known.weight if known is not None else 1.0
+
+    usable = [f for f in world.facts.values() if f.current and visible(f)]
+    touching: dict[str, list[RefFact]] = defaultdict(list)
+    for f in usable:
+        touching[f.subject].append(f)
+        if f.object != f.subject:
+            touching[f.object].append(f)
+
+    def other(f: RefFact, end: str) -> str:
+        return f.object if f.subject == end else f.subject
+
+    sources = [r for r in (agent, serving, *view.focus) if r and r in order]
+    if not sources:
+        return {}
+    hub_sources = {s for s in sources if s in world.hubs}
+    blocked = set()
+    for f in world.facts.values():  # a hub viewer's other parties: from any of its facts
+        for end in (f.subject, f.object):
+            if end in hub_sources:
+                o = other(f, end)
+                if o.split(":")[0] in p.party_kinds and o != serving:
+                    blocked.add(o)
+    uses = world.uses.get(agent, [])
+    most = max((sum(1 for u, _ in uses if u == fid) for fid in {u for u, _ in uses}), default=0)
+    best_base = math.log((p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay * (1 + most))
+    floor = max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base)) if p.cut_off \
+        else p.minimum_spread
+    max_weight = max([1.0] + [r.weight for r in BUILTIN_RELATIONS.values()])
+    exp_s = math.exp(p.associative_strength)
+
+    act: dict[str, float] = defaultdict(float)
+    for s in sources:
+        act[s] += p.source_weight / len(sources)
+    visited = set(sources) | world.hubs | blocked
+    frontier = sorted(act, key=order.__getitem__)
+    seen: set[str] = set()
+    reached: dict[str, tuple[float, int, str, float]] = {}  # fact -> (spread, hop, about, its best part)
+    for hop in range(1, p.depth + 1):
+        out = {u: act[u] * min(1.0, exp_s / max(len(touching[u]), 1)) * p.hop_factor for u in frontier}
+        if hop > 1:
+            frontier = [u for u in frontier if out[u] * max_weight >= floor]
+        parts: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        onward: dict[str, float] = defaultdict(float)
+        for u in frontier:
+            for f in touching[u]:
+                v = other(f, u)
+                if f.fact_id in seen:
+                    continue
+                if hop == 1 and {f.subject, f.object} == {agent, serving}:
+                    continue  # the viewpoint itself
+                if hop == 1 and u in hub_sources and v in blocked:
+                    continue
+                x = out[u] * weight(f.relation)
+                parts[f.fact_id].append((x, u))
+                if v not in visited:
+                    onward[v] += x
+        for fact_id, xs in parts.items():
+            best = max(xs, key=lambda item: (item[0], -order[item[1]]))
+            reached[fact_id] = (sum(x for x, _ in xs), hop, best[1], best[0])
+        seen |= set(parts)
+        visited |= set(onward)
+        frontier = sorted(onward, key=order.__getitem__)
+        act = onward
+        if not frontier:
+            break
+
+    rows = []
+    for fact_id, (spread, hop, about, _best) in reached.items():
+        f = world.facts[fact_id]
+        moments = [f.asserted] + [t for u, t in uses if u == fact_id]
+        total = sum((max(now - t, p.minimum_age_seconds) / p.time_unit_seconds) ** -p.decay
+                    for t in moments if now - t >= 0)
+        base = math.log(total) if total > 0 else -math.inf
+        a = base + math.log(f.confidence) + p.associative_strength + math.log(spread) if spread > 0 else -math.inf
+        rows.append((fact_id, a, hop, about))
+    rows.sort(key=lambda r: (-r[1], id_hash(r[0])))
+    abouts = {ref: k for k, ref in enumerate(world.entities)}
+    tiering = assign_tiers(p, [Ranked(k, a, abouts[about]) for k, (_f, a, _h, about) in enumerate(rows)])
+    return {fact_id: (a, hop, about, tiering.tiers.get(k, Tier.FORGOTTEN).value)
+            for k, (fact_id, a, hop, about) in enumerate(rows)}
+
+
+def walked(org: Org, view: Viewpoint, p: ActivationParameters, incremental: bool = False
+           ) -> dict[str, tuple[float, int, str, str]]:
+    index = org.incremental() if incremental else org.index()
+    w = index.walk(view, p, org.now.timestamp())
+    tiers = {code: tier.value for tier, code in TIER_CODES.items()}
+    return {index.fact_id(int(f)): (float(a), int(h), index.refs[int(v)], tiers[int(t)])
+            for f, a, h, v, t in zip(w.facts, w.activation, w.hops, w.via, w.tiers, strict=True)}
+
+
+def _equal(got: dict, expected: dict) -> None:
+    assert set(got) == set(expected)
+    for fact_id, (a, hop, about, tier) in expected.items():
+        g = got[fact_id]
+        assert g[0] == pytest.approx(a, rel=1e-6, abs=1e-6), fact_id  # confidences are float32 in the index
+        assert g[1:] == (hop, about, tier), fact_id
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), data=st.data())
+def test_the_index_walk_equals_the_reference_value_for_value(world, data: st.DataObject):
+    agent = data.draw(st.sampled_from([f"agent:{k}" for k in range(AGENTS)]))
+    serving = data.draw(st.none() | st.sampled_from([f"person:{k}" for k in range(PERSONS)]))
+    focus = tuple(data.draw(st.lists(st.sampled_from([f"thing:{k}" for k in range(THINGS)] + ["agent:0"]),
+                                     max_size=2, unique=True)))
+    p = data.draw(st.sampled_from([DEFAULT_PARAMETERS, DEFAULT_PARAMETERS.deeper(),
+                                   DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})]))
+    view = Viewpoint(agent, serving, focus)
+    expected = reference(read(world.org), view, p, world.org.now.timestamp())
+    _equal(walked(world.org, view, p), expected)
+    _equal(walked(world.org, view, p, incremental=True), expected)  # the delta tail, never compacted
+
+
+def test_the_fan_counts_only_what_the_viewer_may_see():
+    """A node's fan share is computed from the facts this viewer may see: how many facts about a thing exist in
+    another person's scope changes nothing in what this viewer's perspective says (not even the numbers)."""
+
+    def org_with(hidden: int) -> tuple[Org, str]:
+        org = Org()
+        for ref in ("agent:a", "person:p", "person:q", "thing:x", "thing:y"):
+            org.entity(ref)
+        org.fact("agent:a", "knows", "thing:x", confidence=1.0)
+        far = org.fact("thing:x", "knows", "thing:y", confidence=1.0)
+        for k in range(hidden):
+            org.entity(f"thing:h{k}")
+            org.fact("thing:x", "knows", f"thing:h{k}", scope="person:q")  # q's, never visible serving p
+        org.advance(7)
+        return org, far
+
+    plain, far = org_with(0)
+    crowded, _ = org_with(40)
+    view = Viewpoint("agent:a", serving="person:p")
+    assert walked(crowded, view, DEFAULT_PARAMETERS) == walked(plain, view, DEFAULT_PARAMETERS)
+    # two sources of 0.5; thing:x has 2 facts this viewer sees (fan 2 <= e^1.5): 0.5 * 0.5 * 0.5 reach thing:y
+    assert walked(crowded, view, DEFAULT_PARAMETERS)[far][0] == pytest.approx(1.5 + math.log(0.125))
+    # serving q, the 40 are visible and dilute thing:x's share: 42 facts
+    seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), DEFAULT_PARAMETERS)
+    assert seen_by_q[far][0] == pytest.approx(1.5 + math.log(0.125 * math.exp(1.5) / 42))
