@@ -152,6 +152,8 @@ class PerspectiveIndex:
         self.kind = _Column(np.int16)
         self.fan = _Column(np.int32)
         self.fan_org = _Column(np.int32)
+        self.canonical = _Column(np.int32)
+        """The entity each entity stands for: itself, or the one it was merged into (`entity.merged`)."""
         """Current org-scoped facts per entity: the part of the fan every viewer sees (`visible_fan`)."""
         self.kind_names: list[str] = []
         self.kind_codes: dict[str, int] = {}
@@ -167,6 +169,8 @@ class PerspectiveIndex:
         self.scope_agent = _Column(np.int32)
         self.scope_serving = _Column(np.int32)
         self._agent_scopes: dict[int, list[int]] = {}
+        self._person_scopes: dict[int, list[int]] = {}
+        """person entity id -> the scope codes naming it (more than one after a merge)."""
         """agent entity id -> the session scope codes of its sessions (checked again at query time)."""
         self.sessions: dict[str, tuple[int, int]] = {}
         """session id -> (agent entity id, served entity id or -1): one entry per session, not per fact."""
@@ -206,6 +210,7 @@ class PerspectiveIndex:
         """The CSR's facts grouped by scope code (for the viewer's own scopes' share of the fan)."""
         self.csr_facts = 0
         self._adj_w_stale = False
+        self._csr_stale = False
         # uses
         self.uses: dict[int, tuple[_Column, _Column]] = {}
         self._uses_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -256,6 +261,7 @@ class PerspectiveIndex:
             self.kind.append(self._kind(ref))
             self.fan.append(0)
             self.fan_org.append(0)
+            self.canonical.append(eid)
         else:
             if label is not None:
                 self.labels[eid] = label
@@ -272,7 +278,8 @@ class PerspectiveIndex:
         self.scope_names.append(name)
         kind, person, agent, serving = SCOPE_ORG, -1, -1, -1
         if name.startswith("person:"):
-            kind, person = SCOPE_PERSON, self.entity(name)
+            kind, person = SCOPE_PERSON, self.resolve(self.entity(name))
+            self._person_scopes.setdefault(person, []).append(code)
         elif name.startswith("session:"):
             kind = SCOPE_SESSION
             agent, serving = self.sessions.get(name.removeprefix("session:"), (-1, -1))
@@ -282,6 +289,15 @@ class PerspectiveIndex:
         self.scope_agent.append(agent)
         self.scope_serving.append(serving)
         return code
+
+    def resolve(self, eid: int) -> int:
+        """The entity `eid` stands for now (itself unless it was merged into another)."""
+        return int(self.canonical.data[eid])
+
+    def lookup(self, ref: str) -> int | None:
+        """The id of the entity `ref` stands for now (a merged ref resolves to the entity it was merged into)."""
+        eid = self.entity_ids.get(ref)
+        return None if eid is None else int(self.canonical.data[eid])
 
     def fact_index(self, fact_id: str) -> int | None:
         """The int id of a fact id, or None."""
@@ -328,7 +344,8 @@ class PerspectiveIndex:
 
     def _session_started(self, d: dict[str, Any], at: float) -> None:
         serving = d.get("serving")
-        self._session(d["session_id"], self.entity(d["agent"]), self.entity(serving) if serving else -1)
+        self._session(d["session_id"], self.resolve(self.entity(d["agent"])),
+                      self.resolve(self.entity(serving)) if serving else -1)
 
     def _worker_dispatched(self, d: dict[str, Any], at: float) -> None:
         if d["worker_session_id"] not in self.sessions:
@@ -342,7 +359,7 @@ class PerspectiveIndex:
             self._agent_scopes.setdefault(agent, []).append(code)
 
     def _fact_asserted(self, d: dict[str, Any], at: float) -> None:
-        subject, obj = self.entity(d["subject"]), self.entity(d["object"])
+        subject, obj = self.resolve(self.entity(d["subject"])), self.resolve(self.entity(d["object"]))
         index = self.src.append(subject)
         self.dst.append(obj)
         self.rel.append(self._relation(d["relation"]))
@@ -413,7 +430,7 @@ class PerspectiveIndex:
                 self.adj_fact.view(np.float32)[4 * positions + 2] = value
 
     def _facts_recalled(self, d: dict[str, Any], at: float) -> None:
-        agent = self.entity(d["agent"])
+        agent = self.resolve(self.entity(d["agent"]))
         columns = self.uses.get(agent)
         if columns is None:
             columns = self.uses[agent] = (_Column(np.int32), _Column(np.float64))
@@ -424,6 +441,50 @@ class PerspectiveIndex:
                 columns[1].append(at)
         self._uses_sorted.pop(agent, None)
         self._most_uses.pop(agent, None)
+
+    def _entities_merged(self, d: dict[str, Any], at: float) -> None:
+        """`merged_ref` is the same thing as `into_ref`: from now on every ref, scope, session, use and fact
+        naming it stands for the survivor. The merge workflow has already moved its current facts (ended and
+        asserted again on the survivor); any fact still on it, or named by it later, is joined to the survivor."""
+        self.merge(self.entity(d["merged_ref"]), self.entity(d["into_ref"]))
+
+    def merge(self, merged: int, into: int) -> None:
+        into = self.resolve(into)
+        merged = self.resolve(merged)
+        if merged == into:
+            return
+        canonical = self.canonical.view
+        canonical[canonical == merged] = into
+        for column in (self.scope_person, self.scope_agent, self.scope_serving):
+            values = column.view
+            values[values == merged] = into
+        self.sessions = {sid: (into if a == merged else a, into if s == merged else s)
+                         for sid, (a, s) in self.sessions.items()}
+        for by in (self._agent_scopes, self._person_scopes):
+            if merged in by:
+                by.setdefault(into, []).extend(by.pop(merged))
+        if merged in self.uses:
+            facts, times = self.uses.pop(merged)
+            columns = self.uses.get(into)
+            if columns is None:
+                columns = self.uses[into] = (_Column(np.int32), _Column(np.float64))
+            for fact, moment in zip(facts.view.tolist(), times.view.tolist(), strict=True):
+                columns[0].append(fact)
+                columns[1].append(moment)
+            for cache in (self._uses_sorted, self._most_uses):
+                cache.pop(merged, None)
+                cache.pop(into, None)
+        src, dst = self.src.view, self.dst.view
+        moving = np.flatnonzero((src == merged) | (dst == merged))
+        if len(moving):
+            current = [int(f) for f in moving if self.status.data[f] == CURRENT]
+            for fact in current:
+                self._fan(fact, -1)
+            src[src == merged] = into
+            dst[dst == merged] = into
+            for fact in current:
+                self._fan(fact, +1)
+            self._csr_stale = True  # rows moved between entities: rebuilt before the next walk
 
     # ------------------------------------------------------------------------------------------ bulk building
 
@@ -448,6 +509,7 @@ class PerspectiveIndex:
         self.scope_indptr = np.zeros(len(self.scope_names) + 1, dtype=np.int64)
         np.cumsum(np.bincount(scope, minlength=len(self.scope_names)), out=self.scope_indptr[1:])
         self.csr_facts = n_facts
+        self._csr_stale = False
         hashes = self.hashes.view
         sort = np.argsort(hashes, kind="stable").astype(np.int32)
         self._sorted_hashes, self._sorted_order = hashes[sort], sort
@@ -471,7 +533,9 @@ class PerspectiveIndex:
 
     def _maybe_compact(self) -> None:
         delta = self.fact_count - self.csr_facts
-        if delta > COMPACT_AT and delta > self.fact_count // 50 or len(self.indptr) - 1 < len(self.refs) // 2:
+        if self._csr_stale and self.csr_facts:
+            self.compact()
+        elif delta > COMPACT_AT and delta > self.fact_count // 50 or len(self.indptr) - 1 < len(self.refs) // 2:
             self.compact()
 
     def nbytes(self) -> dict[str, int]:
@@ -513,9 +577,7 @@ class PerspectiveIndex:
         scopes of the agent's sessions that serve the same person or no one. Same rule as `visible_scopes`."""
         codes: list[int] = []
         if serving >= 0:
-            code = self.scope_codes.get(self.refs[serving])
-            if code is not None:
-                codes.append(code)
+            codes.extend(self._person_scopes.get(serving, ()))
         for code in self._agent_scopes.get(agent, ()):
             if int(self.scope_agent.data[code]) == agent and int(self.scope_serving.data[code]) in (-1, serving):
                 codes.append(code)
@@ -707,6 +769,7 @@ _HANDLERS = {
     "relation.defined": PerspectiveIndex._relation_defined,
     "session.started": PerspectiveIndex._session_started,
     "worker.dispatched": PerspectiveIndex._worker_dispatched,
+    "entity.merged": PerspectiveIndex._entities_merged,
     "fact.asserted": PerspectiveIndex._fact_asserted,
     "fact.corroborated": PerspectiveIndex._fact_corroborated,
     "fact.invalidated": lambda self, d, at: self._set_status(d["fact_id"], INVALIDATED),

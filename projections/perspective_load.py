@@ -54,13 +54,18 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
     for ref, label, hub in zip(entities["ref"].to_list(), entities["label"].to_list(), entities["hub"].to_list(),
                                strict=True):
         index.entity(ref, label, bool(hub))
+    if "merged_into" in entities.columns:
+        for ref, into in zip(entities["ref"].to_list(), entities["merged_into"].to_list(), strict=True):
+            if into:
+                index.merge(index.entity(ref), index.entity(into))
     if relations is not None:
         for name, weight in zip(relations["name"].to_list(), relations["weight"].to_list(), strict=True):
             index._relation(name, float(weight))
     if sessions is not None:
         for sid, agent, serving in zip(sessions["session_id"].to_list(), sessions["agent"].to_list(),
                                        sessions["serving"].to_list(), strict=True):
-            index._session(sid, index.entity(agent), index.entity(serving) if serving else -1)
+            index._session(sid, index.resolve(index.entity(agent)),
+                           index.resolve(index.entity(serving)) if serving else -1)
 
     # refs, relations and scopes named only by facts get their codes here (few distinct values)
     for ref in pl.concat([facts["subject"], facts["object"]]).unique().to_list():
@@ -77,8 +82,9 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
         return joined["v"].to_numpy().astype(dtype)
 
     n = facts.height
-    index.src = _Column(np.int32, data=codes("subject", index.entity_ids, np.int32))
-    index.dst = _Column(np.int32, data=codes("object", index.entity_ids, np.int32))
+    canonical = index.canonical.view  # a fact naming a merged entity belongs to the one it was merged into
+    index.src = _Column(np.int32, data=canonical[codes("subject", index.entity_ids, np.int64)])
+    index.dst = _Column(np.int32, data=canonical[codes("object", index.entity_ids, np.int64)])
     index.rel = _Column(np.int16, data=codes("relation", index.rel_codes, np.int16))
     index.scope = _Column(np.int32, data=codes("scope", index.scope_codes, np.int32))
     index.conf = _Column(np.float32, data=facts["confidence"].to_numpy())
@@ -106,7 +112,7 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
         fact_index = _index_of(index, uses["fact_id"])
         for agent, group in uses.with_columns(pl.Series("f", fact_index)).filter(pl.col("f") >= 0).group_by(
                 "agent", maintain_order=True):
-            agent_id = index.entity(str(agent[0]))
+            agent_id = index.resolve(index.entity(str(agent[0])))
             index.uses[agent_id] = (_Column(np.int32, data=group["f"].to_numpy()),
                                     _Column(np.float64, data=group["used_at"].cast(pl.Float64).to_numpy()))
     index.position = position
@@ -145,10 +151,11 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | N
         return pl.from_arrow(con.sql(sql, params=params).to_arrow_table())  # type: ignore[return-value]
 
     if at is None:
-        entities = frame("SELECT ref, label, hub FROM entities WHERE tenant = $1 ORDER BY ref")
+        entities = frame("SELECT ref, label, hub, merged_into FROM entities WHERE tenant = $1 ORDER BY ref")
         source, changes, used = "facts", "TRUE", "TRUE"
     else:
-        entities = frame("SELECT ref, label, hub FROM entity_versions WHERE tenant = $1 AND recorded_from <= $2"
+        entities = frame("SELECT ref, label, hub, merged_into FROM entity_versions WHERE tenant = $1"
+                         " AND recorded_from <= $2"
                          " AND (recorded_to IS NULL OR $2 < recorded_to) ORDER BY ref")
         source, changes, used = "facts_as_of($2)", "recorded_at <= $2", "used_at <= $2"
     facts = frame(f"""

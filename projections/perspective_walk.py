@@ -104,13 +104,15 @@ def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationPa
     source_refs = [viewpoint.agent, *([viewpoint.serving] if viewpoint.serving else []), *viewpoint.focus]
     source_ids: list[int] = []
     for ref in source_refs:
-        eid = index.entity_ids.get(ref)
+        eid = index.lookup(ref)  # a merged ref stands for the entity it was merged into
         if eid is None:
             unknown.append(ref)
         else:
             source_ids.append(eid)
-    agent = index.entity_ids.get(viewpoint.agent, -1)
-    serving = index.entity_ids.get(viewpoint.serving, -1) if viewpoint.serving else -1
+    agent = index.lookup(viewpoint.agent)
+    agent = -1 if agent is None else agent
+    serving = index.lookup(viewpoint.serving) if viewpoint.serving else None
+    serving = -1 if serving is None else serving
     if not source_ids:
         empty = np.zeros(0, dtype=np.int64)
         return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, [], unknown,
