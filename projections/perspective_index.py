@@ -723,7 +723,7 @@ class PerspectiveIndex:
         np.maximum.at(most, owner[starts], runs)
         for k, agent in enumerate(agents):
             lo, hi = int(bounds[k]), int(bounds[k + 1])
-            self._uses_sorted[agent] = (facts[lo:hi], times[lo:hi])
+            self._uses_sorted[agent] = (facts[lo:hi].astype(np.int64), times[lo:hi])
             self._most_uses[agent] = int(most[k])
 
     def spread_floor(self, agent: int, p: ActivationParameters) -> float:
@@ -744,7 +744,7 @@ class PerspectiveIndex:
             return self._uses_sorted[agent]
         fact_col, time_col = columns
         order = np.lexsort((time_col.view, fact_col.view))
-        cached = self._uses_sorted[agent] = (fact_col.view[order].copy(), time_col.view[order].copy())
+        cached = self._uses_sorted[agent] = (fact_col.view[order].astype(np.int64), time_col.view[order].copy())
         return cached
 
     def path(self, walked: Walked, fact: int, via: int) -> tuple[list[str], list[str]]:

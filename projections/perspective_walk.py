@@ -168,6 +168,10 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     share_each = p.source_weight / len(source_ids)
     frontier_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
     visited[frontier] = stamp
+    viewpoint_facts: list[int] = []
+    if agent >= 0 and serving >= 0:
+        reach, rows = index.expand(np.array([agent], dtype=np.int64), np.zeros(1))[:2]
+        viewpoint_facts = rows.view(np.int32)[0::4][reach.view(np.int32)[0::2] == serving].tolist()
     rec_rows: list[np.ndarray] = []
     rec_rank: list[np.ndarray] = []
     rec_x: list[np.ndarray] = []
@@ -200,14 +204,17 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             at = visited[nbr]
             keep = visible[pair[1::2]] & ((at < stamp) | (at >= layer))
             if hop == 1:
-                if agent >= 0 and serving >= 0:
+                if viewpoint_facts:
                     # the fact that the agent serves this person is the viewpoint itself: the header says it
-                    keep &= ~(((via == agent) & (nbr == serving)) | ((via == serving) & (nbr == agent)))
+                    fact_ids = rows.view(np.int32)[0::4]
+                    for excluded in viewpoint_facts:
+                        keep &= fact_ids != excluded
                 if blocked_nodes is not None:
                     keep &= ~(np.isin(via, hub_sources) & np.isin(nbr, blocked_nodes))
-            rows, rank, nbr, x, via, at = rows[keep], rank[keep], nbr[keep], x[keep], via[keep], at[keep]
-            if len(rows) == 0:
+            kept = np.flatnonzero(keep)
+            if len(kept) == 0:
                 break
+            rows, rank, nbr, x, via, at = rows[kept], rank[kept], nbr[kept], x[kept], via[kept], at[kept]
             x = x * rows.view(np.float32)[1::4]
             twin = at == layer
             if twin.any():
@@ -259,10 +266,20 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     base = base_levels(index, agent, facts, now, p, ranking[0::2].view(np.float64))
     with np.errstate(divide="ignore"):
         act = base + np.log(columns[2::4].view(np.float32)) + p.associative_strength + np.log(spread)
-    order = np.lexsort((ranking[1::2], -act))
+    order = _rank(act, ranking[1::2])
     facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
     tiers = tier_codes(p, act, via)
     return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
+
+
+def _rank(act: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """The order of highest activation first, ties by id hash: one stable argsort, and the two-key sort only
+    when some activations are equal."""
+    order = np.argsort(-act, kind="stable")
+    ranked = act[order]
+    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
+        return np.lexsort((hashes, -act))
+    return order
 
 
 def _merge_twins(twin: np.ndarray, rows: np.ndarray, rank: np.ndarray, nbr: np.ndarray, x: np.ndarray,
@@ -313,16 +330,21 @@ def base_levels(index: PerspectiveIndex, agent: int, facts: np.ndarray, now: flo
     if asserted is None:
         asserted = index.asserted.view[facts]
     age = now - asserted
-    total = np.where(age >= 0, (np.maximum(age, floor) / unit) ** -d, 0.0)
+    if len(age) and age.min() >= 0:  # the usual case: every fact was asserted by `now`
+        total = (np.maximum(age, floor, out=age) / unit) ** -d
+    else:
+        total = np.where(age >= 0, (np.maximum(age, floor) / unit) ** -d, 0.0)
     uses = index._sorted_uses(agent)
     if uses is not None and len(uses[0]):
         used_facts, used_at = uses
         lo = np.searchsorted(used_facts, facts, "left")
-        hi = np.searchsorted(used_facts, facts, "right")
-        lengths = hi - lo
-        n = int(lengths.sum())  # usually 0: the agent used none of these facts
-        if n:
-            owner = np.repeat(np.arange(len(facts)), lengths)
+        found = used_facts[np.minimum(lo, len(used_facts) - 1)] == facts
+        if found.any():  # usually not: the agent used none of these facts
+            which = np.flatnonzero(found)
+            lo = lo[which]
+            lengths = np.searchsorted(used_facts, facts[which], "right") - lo
+            n = int(lengths.sum())
+            owner = np.repeat(which, lengths)
             offsets = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths) + np.arange(n)
             ages = now - used_at[offsets]
             contributions = np.where(ages >= 0, (np.maximum(ages, floor) / unit) ** -d, 0.0)

@@ -158,8 +158,22 @@ def to_networkx(index: PerspectiveIndex) -> nx.MultiGraph:
     return graph
 
 
+def scoped_ends(index: PerspectiveIndex) -> dict[int, list[tuple[int, int]]]:
+    """scope code -> (fact, entity end) of its facts, for every scope but org (a self-loop once): the networkx
+    baseline's way to add the viewer's own scopes to each node's org fan, built once like the graph."""
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for fact, (s, d, sc) in enumerate(zip(index.src.view.tolist(), index.dst.view.tolist(), index.scope.view.tolist(),
+                                          strict=True)):
+        if sc != 0:
+            out[sc].append((fact, s))
+            if d != s:
+                out[sc].append((fact, d))
+    return out
+
+
 def networkx_walk(graph: nx.MultiGraph, index: PerspectiveIndex, uses: dict[int, dict[int, list[float]]],
-                  view: Viewpoint, p: ActivationParameters) -> list[tuple[int, float, int]]:
+                  view: Viewpoint, p: ActivationParameters,
+                  scoped: dict[int, list[tuple[int, int]]]) -> list[tuple[int, float, int]]:
     """The same algorithm, in pure Python over networkx (no numpy)."""
     agent = index.entity_ids[view.agent]
     serving = index.entity_ids[view.serving] if view.serving else -1
@@ -179,7 +193,14 @@ def networkx_walk(graph: nx.MultiGraph, index: PerspectiveIndex, uses: dict[int,
     act: dict[int, float] = defaultdict(float)
     for s in sources:
         act[s] += share
-    fan = index.fan.view
+    # the fan as this viewer sees it: current org facts, plus its current facts in the viewer's own scopes
+    fan: dict[int, int] = defaultdict(int)
+    fan_org = index.fan_org.view
+    status_of = index.status.view
+    for code in index.visible_codes(agent, serving).tolist():
+        for fact, end in scoped.get(code, ()):
+            if status_of[fact] == CURRENT:
+                fan[end] += 1
     weights = index.rel_weight.view
     frontier = dict(act)
     visited = set(frontier)
@@ -194,7 +215,7 @@ def networkx_walk(graph: nx.MultiGraph, index: PerspectiveIndex, uses: dict[int,
         for node, a in frontier.items():
             if graph.nodes[node]["hub"] and node not in sources:
                 continue
-            node_share = min(1.0, exp_s / max(int(fan[node]), 1))
+            node_share = min(1.0, exp_s / max(int(fan_org[node]) + fan.get(node, 0), 1))
             for _, other, fact, data in graph.edges(node, keys=True, data=True):
                 if data["status"] != CURRENT or not visible(data["scope"]) or fact in hop_of:
                     continue
@@ -207,7 +228,8 @@ def networkx_walk(graph: nx.MultiGraph, index: PerspectiveIndex, uses: dict[int,
             hop_of[fact] = hop
         visited |= set(following)
         frontier = {n: a for n, a in following.items()
-                    if a * min(1.0, exp_s / max(int(fan[n]), 1)) * p.hop_factor * max_weight >= floor}
+                    if a * min(1.0, exp_s / max(int(fan_org[n]) + fan.get(n, 0), 1)) * p.hop_factor * max_weight
+                    >= floor}
     ranked = []
     mine = uses.get(agent, {})
     for fact, xs in reached.items():
@@ -242,7 +264,7 @@ def to_duckdb(index: PerspectiveIndex, uses: pl.DataFrame) -> duckdb.DuckDBPyCon
     con.execute("CREATE INDEX edges_a ON edges(a)")
     con.execute("CREATE TABLE facts AS SELECT fact, conf, asserted FROM facts_frame")
     con.register("nodes_frame", pl.DataFrame({"node": np.arange(len(index.refs), dtype=np.int32),
-                                              "fan": index.fan.view, "hub": index.hub.view}))
+                                              "fan": index.fan_org.view, "hub": index.hub.view}))
     con.execute("CREATE TABLE nodes AS SELECT * FROM nodes_frame")
     scopes = pl.DataFrame({"scope": np.arange(len(index.scope_names), dtype=np.int32),
                            "kind": index.scope_kind.view, "person": index.scope_person.view,
@@ -262,12 +284,15 @@ WITH RECURSIVE
     SELECT scope FROM scopes
     WHERE kind = 0 OR (kind = 1 AND person = $serving)
        OR (kind = 2 AND s_agent = $agent AND (s_serving = -1 OR s_serving = $serving))),
+  own AS (SELECT a AS node, count(*) AS c FROM edges
+          WHERE scope <> 0 AND scope IN (SELECT scope FROM visible) GROUP BY a),
+  fans AS (SELECT n.node, n.hub, n.fan + coalesce(o.c, 0) AS fan FROM nodes AS n LEFT JOIN own AS o USING (node)),
   walk(node, act, hop, fact) AS (
     SELECT UNNEST($sources)::INTEGER, $share, 0, NULL::INTEGER
     UNION ALL
     SELECT e.b, w.act * least(1.0, exp($s) / greatest(n.fan, 1)) * $hop_factor * e.w, w.hop + 1, e.fact
     FROM walk AS w
-    JOIN nodes AS n ON n.node = w.node
+    JOIN fans AS n ON n.node = w.node
     JOIN edges AS e ON e.a = w.node
     WHERE w.hop < $depth AND (w.hop = 0 OR NOT n.hub) AND e.scope IN (SELECT scope FROM visible)
       AND (w.hop = 0 OR w.act * least(1.0, exp($s) / greatest(n.fan, 1)) * $hop_factor * $wmax >= $spread_floor)
@@ -345,11 +370,11 @@ def main() -> None:
     for agent_id, (fact_col, time_col) in index.uses.items():
         for f, t in zip(fact_col.view.tolist(), time_col.view.tolist(), strict=True):
             use_map[agent_id][f].append(t)
-    nx_ms = timed(lambda v: networkx_walk(graph, index, use_map, v, p), base_views)
-    nx_all = timed(lambda v: networkx_walk(graph, index, use_map, v, exhaustive), base_views)
-    check = networkx_walk(graph, index, use_map, base_views[0], p)
-    walked = index.walk(base_views[0], p, NOW)
-    agree = sorted(int(f) for f in walked.facts) == sorted(f for f, _a, _h in check)
+    scoped = scoped_ends(index)
+    nx_ms = timed(lambda v: networkx_walk(graph, index, use_map, v, p, scoped), base_views)
+    nx_all = timed(lambda v: networkx_walk(graph, index, use_map, v, exhaustive, scoped), base_views)
+    agree = all(sorted(int(f) for f in index.walk(v, p, NOW).facts)
+                == sorted(f for f, _a, _h in networkx_walk(graph, index, use_map, v, p, scoped)) for v in base_views)
 
     started = time.perf_counter()
     con = to_duckdb(index, uses)
