@@ -152,9 +152,10 @@ class PerspectiveIndex:
         self.kind = _Column(np.int16)
         self.fan = _Column(np.int32)
         self.fan_org = _Column(np.int32)
+        """Current org-scoped facts per entity: the part of the fan every viewer sees (`visible_fan_extra` adds
+        the viewer's own scopes)."""
         self.canonical = _Column(np.int32)
         """The entity each entity stands for: itself, or the one it was merged into (`entity.merged`)."""
-        """Current org-scoped facts per entity: the part of the fan every viewer sees (`visible_fan`)."""
         self.kind_names: list[str] = []
         self.kind_codes: dict[str, int] = {}
         # relations
@@ -383,7 +384,7 @@ class PerspectiveIndex:
         if obj != subject:
             self.fan.data[obj] += delta
         if int(self.scope.data[index]) != 0:
-            return  # only org facts are in every viewer's fan (the rest is added per viewer: `visible_fan`)
+            return  # only org facts are in every viewer's fan (the rest is added per viewer: `visible_fan_extra`)
         self.fan_org.data[subject] += delta
         if obj != subject:
             self.fan_org.data[obj] += delta
@@ -614,7 +615,7 @@ class PerspectiveIndex:
 
     def _shares(self, exp_s: float) -> np.ndarray:
         """min(1, e^S / fan_org) per entity, cached for one S and kept current by `_fan`: the fan share of a
-        node for a viewer who sees none of its non-org facts (`visible_fan` adds the viewer's own)."""
+        node for a viewer who sees none of its non-org facts (`visible_fan_extra` adds the viewer's own)."""
         cached = self._share_cache
         n = len(self.refs)
         if cached is None or cached[0] != exp_s:
@@ -648,15 +649,6 @@ class PerspectiveIndex:
         facts = facts[self.live.view[facts] != 0]
         src, dst = self.src.view[facts], self.dst.view[facts]
         return np.concatenate([src, dst[src != dst]]).astype(np.int64)
-
-    def visible_fan(self, agent: int, serving: int, nodes: np.ndarray) -> np.ndarray:
-        """The fan of `nodes` as this viewer sees it: its current facts in scopes the viewer may see."""
-        extra = self.visible_fan_extra(self.visible_codes(agent, serving))
-        counts = np.zeros(len(nodes), dtype=np.int64)
-        if len(extra):
-            order = np.sort(extra)
-            counts = np.searchsorted(order, nodes, "right") - np.searchsorted(order, nodes, "left")
-        return self.fan_org.view[nodes].astype(np.int64) + counts
 
     def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, ...]:
         """The CSR entries of the sorted unique `frontier` as (`adj_reach`, `adj_fact`, `adj_rank` values, the
