@@ -51,6 +51,7 @@ SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION = 0, 1, 2
 STAMP_STRIDE = 1 << 10
 """Walk stamps advance by this much: a node's stamp is the walk's plus its hop (< STOP), stop points' plus STOP."""
 STOP = STAMP_STRIDE - 1
+STAMP_LIMIT = (1 << 31) - 1 - 2 * STAMP_STRIDE
 COMPACT_AT = 4_096
 """Delta facts beyond this many (and beyond 2% of all facts) trigger a CSR rebuild before the next query; while
 records are applied, beyond this many and a quarter of all facts."""
@@ -162,6 +163,8 @@ class PerspectiveIndex:
         self.rel_names: list[str] = []
         self.rel_codes: dict[str, int] = {}
         self.rel_weight = _Column(np.float32)
+        self.max_weight = 1.0
+        """The largest relation weight (what the walk's cut-off assumes a fact beyond a node may carry)."""
         # scopes
         self.scope_names: list[str] = []
         self.scope_codes: dict[str, int] = {}
@@ -207,8 +210,10 @@ class PerspectiveIndex:
         self.deg = np.zeros(0, dtype=np.int64)
         """Row lengths of the CSR (`indptr[k + 1] - indptr[k]`)."""
         self.scope_indptr = np.zeros(1, dtype=np.int64)
-        self.scope_facts = np.zeros(0, dtype=np.int32)
-        """The CSR's facts grouped by scope code (for the viewer's own scopes' share of the fan)."""
+        self.scope_ends = np.zeros(0, dtype=np.int32)
+        self.scope_end_facts = np.zeros(0, dtype=np.int32)
+        """The CSR's facts outside org scope as (entity end, fact) pairs grouped by scope code (a self-loop
+        once): what a viewer's own scopes add to the org fan of each node (`visible_fan_extra`)."""
         self.csr_facts = 0
         self._adj_w_stale = False
         self._csr_stale = False
@@ -240,6 +245,7 @@ class PerspectiveIndex:
         elif weight is not None:
             self.rel_weight.data[code] = weight
             self._adj_w_stale = True
+        self.max_weight = float(self.rel_weight.view.max())
         return code
 
     def _kind(self, ref: str) -> int:
@@ -505,10 +511,13 @@ class PerspectiveIndex:
         self.adj_reach, self.adj_fact, self.adj_rank = self._records(others[order], facts[order])
         self._adj_w_stale = False
         self.deg = counts.astype(np.int64)
-        scope = self.scope.view
-        self.scope_facts = np.argsort(scope, kind="stable").astype(np.int32)
+        scoped = self.scope.view[facts] != 0  # each (end, fact) pair of the CSR once
+        entry_scope = self.scope.view[facts[scoped]]
+        by_scope = np.argsort(entry_scope, kind="stable")
+        self.scope_ends = ends[scoped][by_scope].astype(np.int32)
+        self.scope_end_facts = facts[scoped][by_scope].astype(np.int32)
         self.scope_indptr = np.zeros(len(self.scope_names) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(scope, minlength=len(self.scope_names)), out=self.scope_indptr[1:])
+        np.cumsum(np.bincount(entry_scope, minlength=len(self.scope_names)), out=self.scope_indptr[1:])
         self.csr_facts = n_facts
         self._csr_stale = False
         hashes = self.hashes.view
@@ -549,7 +558,7 @@ class PerspectiveIndex:
             "texts": self.reasons.nbytes + self.provenance.nbytes,
             "adjacency": self.indptr.nbytes + self.adj_reach.nbytes + self.adj_fact.nbytes + self.adj_rank.nbytes
             + self.deg.nbytes
-            + self.scope_indptr.nbytes + self.scope_facts.nbytes,
+            + self.scope_indptr.nbytes + self.scope_ends.nbytes + self.scope_end_facts.nbytes,
             "scratch": self._visited_scratch.nbytes + self._spread_scratch.nbytes + self._extra_scratch.nbytes,
             "entities": self.hub.nbytes + self.kind.nbytes + self.fan.nbytes + self.fan_org.nbytes + entity_lists,
             "uses": sum(a.nbytes + b.nbytes for a, b in self.uses.values()),
@@ -603,7 +612,7 @@ class PerspectiveIndex:
             self._extra_scratch = np.zeros(size, dtype=np.int32)
             self._stamp = 0
         self._stamp += STAMP_STRIDE
-        if self._stamp > np.iinfo(np.int32).max - STAMP_STRIDE:
+        if self._stamp > STAMP_LIMIT:
             self._visited_scratch[:] = 0
             self._stamp = STAMP_STRIDE
         return self._stamp
@@ -625,30 +634,46 @@ class PerspectiveIndex:
             cached = self._share_cache = (exp_s, np.concatenate([cached[1], tail]))
         return cached[1]
 
-    def scope_members(self, codes: np.ndarray) -> np.ndarray:
-        """Every fact (current or not) whose scope code is one of `codes`: CSR rows plus the delta tail."""
-        parts = []
+    def visible_fan_extra(self, codes: np.ndarray) -> np.ndarray:
+        """The entity ends (one entry per fact end, a self-loop once) of the current facts in the viewer's
+        non-org scopes `codes`: what the viewer's fan adds to `fan_org`."""
+        ends: list[np.ndarray] = []
+        facts: list[np.ndarray] = []
         n_rows = len(self.scope_indptr) - 1
         for code in codes.tolist():
             if code < n_rows:
-                parts.append(self.scope_facts[self.scope_indptr[code]:self.scope_indptr[code + 1]])
-        if self.fact_count > self.csr_facts:
+                lo, hi = int(self.scope_indptr[code]), int(self.scope_indptr[code + 1])
+                if hi > lo:
+                    ends.append(self.scope_ends[lo:hi])
+                    facts.append(self.scope_end_facts[lo:hi])
+        if len(codes) and self.fact_count > self.csr_facts:
             tail = self.scope.view[self.csr_facts:]
             hit = np.zeros(len(tail), dtype=bool)
             for code in codes.tolist():
                 hit |= tail == code
-            parts.append((np.flatnonzero(hit) + self.csr_facts).astype(np.int32))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-
-    def visible_fan_extra(self, codes: np.ndarray) -> np.ndarray:
-        """The entity ends (one entry per fact end, a self-loop once) of the current facts in the viewer's
-        non-org scopes `codes`: what the viewer's fan adds to `fan_org`."""
-        if not len(codes):
+            tail_facts = (np.flatnonzero(hit) + self.csr_facts).astype(np.int32)
+            src, dst = self.src.view[tail_facts], self.dst.view[tail_facts]
+            not_loop = src != dst
+            ends += [src, dst[not_loop]]
+            facts += [tail_facts, tail_facts[not_loop]]
+        if not ends:
             return np.zeros(0, dtype=np.int64)
-        facts = self.scope_members(codes)
-        facts = facts[self.live.view[facts] != 0]
-        src, dst = self.src.view[facts], self.dst.view[facts]
-        return np.concatenate([src, dst[src != dst]]).astype(np.int64)
+        all_ends = ends[0] if len(ends) == 1 else np.concatenate(ends)
+        all_facts = facts[0] if len(facts) == 1 else np.concatenate(facts)
+        return all_ends[self.live.view[all_facts] != 0].astype(np.int64)
+
+    def between(self, a: int, b: int) -> list[int]:
+        """The facts joining entities a and b, either way round (any status)."""
+        found: list[int] = []
+        if a < len(self.deg):
+            lo, hi = int(self.indptr[a]), int(self.indptr[a + 1])
+            hits = np.flatnonzero(self.adj_reach[lo:hi].view(np.int32)[0::2] == b)
+            found = self.adj_fact[lo:hi].view(np.int32)[0::4][hits].tolist()
+        if self.fact_count > self.csr_facts:
+            src, dst = self.src.view[self.csr_facts:], self.dst.view[self.csr_facts:]
+            hits = np.flatnonzero(((src == a) & (dst == b)) | ((src == b) & (dst == a)))
+            found += (hits + self.csr_facts).tolist()
+        return found
 
     def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, ...]:
         """The CSR entries of the sorted unique `frontier` as (`adj_reach`, `adj_fact`, `adj_rank` values, the

@@ -143,7 +143,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             stamp: int) -> Walked:
     visited = index._visited_scratch
     received, extra_fan = index._spread_scratch, index._extra_scratch
-    max_weight = float(index.rel_weight.view.max()) if index.rel_weight.size else 1.0
+    max_weight = index.max_weight
     floor = spread_floor(index, agent, p)
     extra_scopes = index.visible_codes(agent, serving)
     visible = np.zeros(len(index.scope_names) + 1, dtype=bool)  # by scope code + 1; 0: not current
@@ -168,10 +168,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     share_each = p.source_weight / len(source_ids)
     frontier_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
     visited[frontier] = stamp
-    viewpoint_facts: list[int] = []
-    if agent >= 0 and serving >= 0:
-        reach, rows = index.expand(np.array([agent], dtype=np.int64), np.zeros(1))[:2]
-        viewpoint_facts = rows.view(np.int32)[0::4][reach.view(np.int32)[0::2] == serving].tolist()
+    viewpoint_facts = index.between(agent, serving) if agent >= 0 and serving >= 0 else []
     rec_rows: list[np.ndarray] = []
     rec_rank: list[np.ndarray] = []
     rec_x: list[np.ndarray] = []
@@ -188,7 +185,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             out = frontier_act * share * p.hop_factor
             if hop > 1:
                 # sources always pass (their own facts are the viewpoint); others only when it can still matter
-                strong = out * max_weight >= floor
+                strong = (out if max_weight == 1.0 else out * max_weight) >= floor
                 if not strong.all():
                     visited[frontier[~strong]] = stop  # reached, not expanded: not a twin end below
                     frontier, out = frontier[strong], out[strong]
