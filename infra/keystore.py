@@ -82,8 +82,8 @@ class MemoryKeyStore:
 class SQLiteKeyStore:
     """One row per key: its bytes and its owners as a space-delimited list (` person:li fact:ab12 `).
 
-    Writing a key is one row (no owner table, no second index): keys are written with every batch of events.
-    Forgetting, which is rare, scans the owners column."""
+    Writing a key is one row and one entry in the key_id index (no owner table): keys are written with every
+    batch of events. Forgetting, which is rare, scans the owners column."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,45 +92,73 @@ class SQLiteKeyStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA secure_delete=ON")
+        # A rowid table: rows are appended in order and only the small key_id index takes random inserts, so a
+        # batch of new (random) key ids dirties about half the pages a WITHOUT ROWID table would. Stores
+        # created earlier as WITHOUT ROWID keep working unchanged.
         self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL, "
-                         "owners TEXT NOT NULL) WITHOUT ROWID")
+                         "owners TEXT NOT NULL)")
         self._lock = threading.Lock()
         self._cache = _Cached()
 
     def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
-        """Every key asked for, creating missing ones and recording new owners in one committed transaction."""
+        """Every key asked for, creating missing ones and recording new owners in one committed transaction.
+
+        A key id this process has not seen is almost always new (a new fact's key), so it is inserted straight
+        away, without reading first; only if some of those inserts find the key already stored (written by
+        another process, or by a batch whose events were never committed) are they read back. Key ids already
+        cached that gain owners are read and updated."""
         wanted = list(wanted)
         with self._lock:
-            missing = self._cache.missing(wanted)
+            cache = self._cache
+            missing = cache.missing(wanted)
             if missing:
                 owners: dict[str, set[str]] = {}
                 for k in missing:
-                    owners.setdefault(k.key_id, set()).update(k.owners)
-                self._db.execute("BEGIN IMMEDIATE")
+                    known = owners.get(k.key_id)
+                    if known is None:
+                        owners[k.key_id] = set(k.owners)
+                    else:
+                        known.update(k.owners)
+                fresh = [key_id for key_id in owners if key_id not in cache.keys]
+                material = os.urandom(KEY_BYTES * len(fresh))  # one call for every new key of the batch
+                new = {key_id: material[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i, key_id in enumerate(fresh)}
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
                 try:
-                    ids = list(owners)
-                    stored: dict[str, str] = {}
-                    for start in range(0, len(ids), 500):
-                        chunk = ids[start:start + 500]
-                        for key_id, key, known in self._db.execute(
+                    before = db.total_changes
+                    db.executemany("INSERT INTO data_keys VALUES (?, ?, ?) ON CONFLICT (key_id) DO NOTHING",
+                                   [(key_id, key, _owners_text(owners[key_id])) for key_id, key in new.items()])
+                    if db.total_changes - before == len(new):
+                        check = [key_id for key_id in owners if key_id not in new]
+                    else:  # some were stored already: read every one back, the stored key wins
+                        check = list(owners)
+                    found: dict[str, tuple[bytes, str]] = {}
+                    for start in range(0, len(check), 500):
+                        chunk = check[start:start + 500]
+                        for key_id, key, known in db.execute(
                                 f"SELECT key_id, key, owners FROM data_keys WHERE key_id IN "
                                 f"({','.join('?' * len(chunk))})", chunk):
-                            self._cache.keys[key_id] = key
-                            stored[key_id] = known
-                    new = {key_id: os.urandom(KEY_BYTES) for key_id in ids if key_id not in stored}
-                    self._db.executemany("INSERT INTO data_keys VALUES (?, ?, ?)",
-                                         [(key_id, key, _owners_text(owners[key_id])) for key_id, key in new.items()])
-                    grown = [(_owners_text(set(stored[key_id].split()) | owners[key_id]), key_id)
-                             for key_id in stored if not owners[key_id] <= set(stored[key_id].split())]
-                    self._db.executemany("UPDATE data_keys SET owners = ? WHERE key_id = ?", grown)
-                    self._db.execute("COMMIT")
+                            found[key_id] = (key, known)
+                    gone = {key_id: os.urandom(KEY_BYTES) for key_id in check if key_id not in found}
+                    db.executemany("INSERT INTO data_keys VALUES (?, ?, ?)",
+                                   [(key_id, key, _owners_text(owners[key_id])) for key_id, key in gone.items()])
+                    grown = []
+                    for key_id, (key, known) in found.items():
+                        new[key_id] = key
+                        stored_owners = set(known.split())
+                        if not owners[key_id] <= stored_owners:
+                            grown.append((_owners_text(stored_owners | owners[key_id]), key_id))
+                    db.executemany("UPDATE data_keys SET owners = ? WHERE key_id = ?", grown)
+                    db.execute("COMMIT")
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    db.execute("ROLLBACK")
                     raise
-                self._cache.keys.update(new)
+                new.update(gone)
+                cache.keys.update(new)
                 for key_id, more in owners.items():
-                    self._cache.owners[key_id] = self._cache.owners.get(key_id, frozenset()) | more
-            return {k.key_id: self._cache.keys[k.key_id] for k in wanted}
+                    cache.owners[key_id] = cache.owners.get(key_id, _NONE) | more
+            keys = cache.keys
+            return {k.key_id: keys[k.key_id] for k in wanted}
 
     def get(self, key_id: str) -> bytes | None:
         with self._lock:

@@ -9,6 +9,7 @@ deleted (the subject was forgotten) the field reads as `[forgotten]` (lists as e
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 from collections.abc import Sequence
@@ -52,6 +53,27 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
+_EMPTY = (None, "", (), {})
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def _json_safe(text: str) -> bool:
+    """Whether `text` can stand inside a JSON string as it is (printable ASCII without quote or backslash)."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+def _sealed_json(cipher: AESGCM, nonce: bytes, key_id: str, quoted_id: str, name: str, value: Any) -> bytes:
+    """`"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"` as JSON bytes. A 12-byte nonce is 16 base64 characters
+    without padding, so nonce and ciphertext are encoded in one call and split there."""
+    if isinstance(value, str):
+        plain = b"s" + value.encode()  # a text field: no JSON needed
+    else:
+        plain = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
+    sealed = cipher.encrypt(nonce, plain, f"{key_id}|{name}".encode())
+    encoded = binascii.b2a_base64(nonce + sealed, newline=False).translate(_URLSAFE).rstrip(b"=")
+    return b'"%s":"%s%s:%s:%s"' % (name.encode(), SEAL_BYTES, encoded[:16], encoded[16:], quoted_id.encode())
+
+
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
@@ -72,25 +94,41 @@ class EventMapper:
         keys: dict[str, bytes] = {}
         if self.keys is not None:
             wanted = [p.key for p in pending if p.key is not None]
-            wanted += [grant for p in pending for grant in p.grants]
+            for p in pending:
+                if p.grants:
+                    wanted += p.grants
             if wanted:
                 keys = self.keys.keys_for(wanted)
+            self._check_generation()
         stored = []
+        nonces = b""
+        used = 0
         for p in pending:
             event = p.event
-            content = [name for name in event.content_fields if getattr(event, name) not in (None, "", (), {})]
-            if p.key is None or p.key.key_id not in keys or not content:
-                state = event.model_dump_json().encode()
+            cls = type(event)
+            serializer = cls.__pydantic_serializer__
+            key = p.key
+            content = None
+            if key is not None and cls.content_fields and key.key_id in keys:
+                content = [name for name in cls.content_fields if getattr(event, name) not in _EMPTY]
+            if not content:
+                state = serializer.to_json(event)
             else:
                 # The structure as pydantic writes it, then each sealed field spliced in as a JSON string.
-                cipher = self._cipher_for(p.key.key_id, keys[p.key.key_id])
-                head = event.model_dump_json(exclude=set(content))
-                sealed = ",".join(
-                    f'"{name}":{json.dumps(self._seal(cipher, p.key.key_id, name, getattr(event, name)))}'
-                    for name in content)
-                state = (head[:-1] + ("," if len(head) > 2 else "") + sealed + "}").encode()
+                key_id = key.key_id  # type: ignore[union-attr]
+                cipher = self._cipher_for(key_id, keys[key_id])
+                quoted_id = key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]
+                head = serializer.to_json(event, exclude=set(content))[:-1]
+                parts = []
+                for name in content:
+                    if used + 12 > len(nonces):  # nonces for the rest of the batch, from one call
+                        nonces, used = os.urandom(12 * (len(pending) + 8)), 0
+                    nonce = nonces[used:used + 12]
+                    used += 12
+                    parts.append(_sealed_json(cipher, nonce, key_id, quoted_id, name, getattr(event, name)))
+                state = head + (b"," if len(head) > 1 else b"") + b",".join(parts) + b"}"
             stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
-                                      topic=event.stored_topic(), state=state))
+                                      topic=cls.stored_topic(), state=state))
         return stored
 
     def _check_generation(self) -> None:
@@ -100,23 +138,12 @@ class EventMapper:
             self._generation = generation
 
     def _cipher_for(self, key_id: str, key: bytes) -> AESGCM:
-        self._check_generation()
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             cipher = AESGCM(key)
             if "/fact/" not in key_id:  # a fact's key seals one fact: caching it would only grow memory
                 self._ciphers[key_id] = cipher
         return cipher
-
-    @staticmethod
-    def _seal(cipher: AESGCM, key_id: str, name: str, value: Any) -> str:
-        nonce = os.urandom(12)
-        if isinstance(value, str):
-            plain = b"s" + value.encode()  # a text field: no JSON needed
-        else:
-            plain = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
-        sealed = cipher.encrypt(nonce, plain, f"{key_id}|{name}".encode())
-        return f"{SEAL}{_b64(nonce)}:{_b64(sealed)}:{key_id}"
 
     # ------------------------------------------------------------------ reading
 

@@ -1,0 +1,84 @@
+"""Key stores: a key written once is the key every writer gets, owners only grow, forgetting deletes for real.
+
+Writers insert keys they have not seen without reading first (a new fact's key is almost always new); these
+tests hold them to the cases where the key is there already: written by another process, or by a batch whose
+events were never committed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from domain.forgetting import ContentKey
+from infra.keystore import PostgresKeyStore, SQLiteKeyStore
+from tests.conftest import postgres_settings
+
+
+def _stores(backend: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Two independent stores (as two processes) on the same keys."""
+    if backend == "sqlite":
+        return SQLiteKeyStore(tmp_path / "keys.sqlite"), SQLiteKeyStore(tmp_path / "keys.sqlite")
+    settings = postgres_settings(tmp_path)
+    connect = {"host": settings.pg_host, "port": settings.pg_port, "user": settings.pg_user,
+               "password": settings.pg_password.get_secret_value(), "dbname": settings.pg_dbname}
+    return PostgresKeyStore(connect, settings.pg_schema), PostgresKeyStore(connect, settings.pg_schema)
+
+
+def _key(key_id: str, *owners: str) -> ContentKey:
+    return ContentKey(key_id, frozenset(owners))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_key_another_writer_stored_is_the_key_returned_and_gains_owners(backend, tmp_path):
+    first, second = _stores(backend, tmp_path)
+    stored = first.keys_for([_key("t/fact/f1", "fact:f1", "person:li")])["t/fact/f1"]
+    # the second writer has never seen the key: it tries it as new, finds it stored, and keeps it
+    got = second.keys_for([_key("t/fact/f1", "fact:f1", "person:wang"), _key("t/fact/f2", "fact:f2")])
+    assert got["t/fact/f1"] == stored
+    assert len(got["t/fact/f2"]) == 32 and got["t/fact/f2"] != stored
+    assert first.get("t/fact/f2") == got["t/fact/f2"]  # committed before keys_for returned
+    assert second.forget("t", "person:wang") == 1  # the owner it added was recorded
+    first.evict_cache()  # (another process forgot: it learns so from `subject.forgotten` in the log)
+    assert first.get("t/fact/f1") is None and first.get("t/fact/f2") == got["t/fact/f2"]
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_keys_written_by_a_batch_that_never_committed_its_events_are_reused(backend, tmp_path):
+    first, second = _stores(backend, tmp_path)
+    # a batch got its keys and then failed before its events were written (crash, conflict, rejection)
+    keys = first.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}") for i in range(5)])
+    first.close()
+    # the same batch again, in a fresh process, with more keys beside it
+    again = second.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}") for i in range(8)])
+    assert all(again[key_id] == key for key_id, key in keys.items())
+    assert len(set(again.values())) == 8
+    assert second.forget("t", "fact:f3") == 1
+    assert second.get("t/fact/f3") is None and second.get("t/fact/f4") == keys["t/fact/f4"]
+    second.close()
+
+
+def test_a_key_store_file_from_before_the_rowid_layout_keeps_working(tmp_path):
+    path = tmp_path / "keys.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL, owners TEXT NOT NULL) "
+               "WITHOUT ROWID")
+    db.execute("INSERT INTO data_keys VALUES ('t/entity/person:li', ?, ' person:li ')", (b"k" * 32,))
+    db.commit()
+    db.close()
+    store = SQLiteKeyStore(path)
+    got = store.keys_for([_key("t/entity/person:li", "person:li"), _key("t/fact/f1", "fact:f1", "person:li")])
+    assert got["t/entity/person:li"] == b"k" * 32
+    assert store.forget("t", "person:li") == 2
+    assert b"k" * 32 not in path.read_bytes() + _wal(path)
+    assert got["t/fact/f1"] not in path.read_bytes() + _wal(path)
+    store.close()
+
+
+def _wal(path: Path) -> bytes:
+    wal = path.with_name(path.name + "-wal")
+    return wal.read_bytes() if wal.exists() else b""
