@@ -69,38 +69,61 @@ def _session_owners(state: object, session_id: str, serving: str | None = None, 
     return frozenset(owners)
 
 
+_NO_KEY, _ENTITY, _ASSERTED, _FACT, _SESSION = range(5)
+_KINDS: dict[type, int] = {}
+
+
+def _kind(cls: type[DomainEvent]) -> int:
+    """Which rule below seals this class of event (decided once per class)."""
+    kind = _KINDS.get(cls)
+    if kind is None:
+        if not cls.content_fields:
+            kind = _NO_KEY
+        elif issubclass(cls, EntityRegistered | EntityUpdated):
+            kind = _ENTITY
+        elif issubclass(cls, FactAsserted):
+            kind = _ASSERTED
+        elif issubclass(cls, FactCorroborated | FactInvalidated):
+            kind = _FACT
+        elif "session_id" in cls.model_fields:
+            kind = _SESSION
+        else:
+            kind = _NO_KEY
+        _KINDS[cls] = kind
+    return kind
+
+
 def content_key(state: object, event: DomainEvent) -> ContentKey | None:
     """The key that seals this event's content, computed from the ontology as it stands before the event."""
-    if not event.content_fields:
+    kind = _kind(type(event))
+    if kind == _NO_KEY:
         return None
     tenant = event.tenant
-    if isinstance(event, EntityRegistered | EntityUpdated):
-        if not event.ref.startswith(("person:", "memory:")):
+    if kind == _ENTITY:
+        ref = event.ref  # type: ignore[attr-defined]
+        if not ref.startswith(("person:", "memory:")):
             return None
-        return ContentKey(f"{tenant}/entity/{event.ref}", frozenset({event.ref}))
-    if isinstance(event, FactAsserted | FactCorroborated | FactInvalidated):
-        if event.reason is None:
+        return ContentKey(f"{tenant}/entity/{ref}", frozenset((ref,)))
+    if kind == _ASSERTED or kind == _FACT:
+        if event.reason is None:  # type: ignore[attr-defined]
             return None
-        fact = getattr(state, "facts", {}).get(event.fact_id)
-        scope = event.scope if isinstance(event, FactAsserted) else (fact.scope if fact else "org")
-        subject = event.subject if isinstance(event, FactAsserted) else (fact.subject if fact else "")
-        obj = event.object if isinstance(event, FactAsserted) else (fact.object if fact else "")
-        owners = {f"fact:{event.fact_id}"}
-        if scope != "org":
-            owners.add(scope)
+        fact_id = event.fact_id  # type: ignore[attr-defined]
+        if kind == _ASSERTED:
+            scope, subject, obj = event.scope, event.subject, event.object  # type: ignore[attr-defined]
         else:
-            owners |= {ref for ref in (subject, obj) if ref.startswith("person:")}
-        return ContentKey(f"{tenant}/fact/{event.fact_id}", frozenset(owners))
-    fields = _FIELDS.get(type(event))
-    if fields is None:  # (pydantic's getattr on a missing field is slow: ask the class, once)
-        fields = _FIELDS[type(event)] = frozenset(type(event).model_fields)
-    if "session_id" not in fields:
-        return None
+            fact = getattr(state, "facts", {}).get(fact_id)
+            scope, subject, obj = (fact.scope, fact.subject, fact.object) if fact else ("org", "", "")
+        if scope != "org":
+            owners = frozenset((f"fact:{fact_id}", scope))
+        else:
+            owners = frozenset([f"fact:{fact_id}"] + [ref for ref in (subject, obj) if ref.startswith("person:")])
+        return ContentKey(f"{tenant}/fact/{fact_id}", owners)
     session_id = event.session_id  # type: ignore[attr-defined]
     key_id = f"{tenant}/session/{session_id}"
     cached = _SESSION_KEYS.get(key_id)
     if cached is not None and cached[0] is state:
         return cached[1]
+    fields = type(event).model_fields  # (pydantic's getattr on a missing field is slow: ask the class)
     serving = event.serving if "serving" in fields else None  # type: ignore[attr-defined]
     parent = event.parent_session_id if "parent_session_id" in fields else None  # type: ignore[attr-defined]
     key = ContentKey(key_id, _session_owners(state, session_id, serving, parent))
@@ -110,7 +133,8 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
 
 
 _SESSION_KEYS: dict[str, tuple[object, ContentKey]] = {}
-_FIELDS: dict[type, frozenset[str]] = {}
+_GRANTS: dict[tuple[str, str, str, str], tuple[ContentKey, ...]] = {}
+_GRANTS_KEPT = 100_000
 
 
 def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
@@ -118,13 +142,20 @@ def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
     object, or by its `person:` scope) becomes theirs too, so "forget me" erases the memories about them."""
     if not isinstance(event, FactAsserted):
         return ()
-    memories = [ref for ref in (event.subject, event.object) if ref.startswith("memory:")]
-    if not memories:
+    subject, obj, scope = event.subject, event.object, event.scope
+    if not (subject.startswith("memory:") or obj.startswith("memory:")):
         return ()
-    people = {ref for ref in (event.subject, event.object, event.scope) if ref.startswith("person:")}
-    if not people:
-        return ()
-    return tuple(ContentKey(f"{event.tenant}/entity/{ref}", frozenset(people | {ref})) for ref in memories)
+    found = (event.tenant, subject, obj, scope)
+    grants = _GRANTS.get(found)  # the same link is asserted again and again: the same keys, made once
+    if grants is None:
+        people = {ref for ref in (subject, obj, scope) if ref.startswith("person:")}
+        memories = [ref for ref in (subject, obj) if ref.startswith("memory:")]
+        grants = tuple(ContentKey(f"{event.tenant}/entity/{ref}", frozenset(people | {ref})) for ref in memories) \
+            if people else ()
+        if len(_GRANTS) >= _GRANTS_KEPT:
+            _GRANTS.clear()
+        _GRANTS[found] = grants
+    return grants
 
 
 def check_subject(subject: str) -> str:

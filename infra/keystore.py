@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from domain.forgetting import ContentKey
@@ -98,67 +99,108 @@ class SQLiteKeyStore:
         self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL, "
                          "owners TEXT NOT NULL)")
         self._lock = threading.Lock()
+        """Held from the start of a write until its commit is done (released by the committer thread)."""
+        self._committer: ThreadPoolExecutor | None = None
         self._cache = _Cached()
 
     def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
-        """Every key asked for, creating missing ones and recording new owners in one committed transaction.
+        """Every key asked for, creating missing ones and recording new owners in one committed transaction."""
+        keys, durable = self.keys_pending(wanted)
+        durable()
+        return keys
+
+    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, bytes], Callable[[], None]]:
+        """Every key asked for, as `keys_for`, but the transaction that stores the new ones is committed (fsync)
+        on a background thread: the caller seals with the keys meanwhile and must call the returned function,
+        which waits for that commit and raises if it failed, before it writes anything sealed with them.
 
         A key id this process has not seen is almost always new (a new fact's key), so it is inserted straight
         away, without reading first; only if some of those inserts find the key already stored (written by
-        another process, or by a batch whose events were never committed) are they read back. Key ids already
-        cached that gain owners are read and updated."""
+        another process, or by a batch whose events were never committed) are they read back: the stored key
+        wins. Key ids already cached that gain owners are read and updated. Until the commit is done the store
+        stays locked, and the cache learns the new keys only once they are committed."""
         wanted = list(wanted)
-        with self._lock:
+        self._lock.acquire()
+        try:
             cache = self._cache
             missing = cache.missing(wanted)
-            if missing:
-                owners: dict[str, set[str]] = {}
-                for k in missing:
-                    known = owners.get(k.key_id)
-                    if known is None:
-                        owners[k.key_id] = set(k.owners)
-                    else:
-                        known.update(k.owners)
-                fresh = [key_id for key_id in owners if key_id not in cache.keys]
-                material = os.urandom(KEY_BYTES * len(fresh))  # one call for every new key of the batch
-                new = {key_id: material[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i, key_id in enumerate(fresh)}
-                db = self._db
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    before = db.total_changes
-                    db.executemany("INSERT INTO data_keys VALUES (?, ?, ?) ON CONFLICT (key_id) DO NOTHING",
-                                   [(key_id, key, _owners_text(owners[key_id])) for key_id, key in new.items()])
-                    if db.total_changes - before == len(new):
-                        check = [key_id for key_id in owners if key_id not in new]
-                    else:  # some were stored already: read every one back, the stored key wins
-                        check = list(owners)
-                    found: dict[str, tuple[bytes, str]] = {}
-                    for start in range(0, len(check), 500):
-                        chunk = check[start:start + 500]
-                        for key_id, key, known in db.execute(
-                                f"SELECT key_id, key, owners FROM data_keys WHERE key_id IN "
-                                f"({','.join('?' * len(chunk))})", chunk):
-                            found[key_id] = (key, known)
-                    gone = {key_id: os.urandom(KEY_BYTES) for key_id in check if key_id not in found}
-                    db.executemany("INSERT INTO data_keys VALUES (?, ?, ?)",
-                                   [(key_id, key, _owners_text(owners[key_id])) for key_id, key in gone.items()])
-                    grown = []
-                    for key_id, (key, known) in found.items():
-                        new[key_id] = key
-                        stored_owners = set(known.split())
-                        if not owners[key_id] <= stored_owners:
-                            grown.append((_owners_text(stored_owners | owners[key_id]), key_id))
-                    db.executemany("UPDATE data_keys SET owners = ? WHERE key_id = ?", grown)
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                new.update(gone)
-                cache.keys.update(new)
-                for key_id, more in owners.items():
-                    cache.owners[key_id] = cache.owners.get(key_id, _NONE) | more
-            keys = cache.keys
-            return {k.key_id: keys[k.key_id] for k in wanted}
+            if not missing:
+                keys = cache.keys
+                result = {k.key_id: keys[k.key_id] for k in wanted}
+                self._lock.release()
+                return result, _durable
+            owners: dict[str, set[str]] = {}
+            for k in missing:
+                known = owners.get(k.key_id)
+                if known is None:
+                    owners[k.key_id] = set(k.owners)
+                else:
+                    known.update(k.owners)
+            new = self._write(owners)
+        except BaseException:
+            self._lock.release()
+            raise
+        result = {k.key_id: new[k.key_id] if k.key_id in new else cache.keys[k.key_id] for k in wanted}
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="noumena-key-commit")
+        return result, self._committer.submit(self._commit, new, owners).result
+
+    def _write(self, owners: dict[str, set[str]]) -> dict[str, bytes]:
+        """Insert the new keys and record new owners in an open transaction (under the lock); return the key
+        of every id in `owners` that this transaction writes or reads."""
+        cache = self._cache
+        fresh = [key_id for key_id in owners if key_id not in cache.keys]
+        material = os.urandom(KEY_BYTES * len(fresh))  # one call for every new key of the batch
+        new = {key_id: material[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i, key_id in enumerate(fresh)}
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            before = db.total_changes
+            db.executemany("INSERT INTO data_keys VALUES (?, ?, ?) ON CONFLICT (key_id) DO NOTHING",
+                           [(key_id, key, _owners_text(owners[key_id])) for key_id, key in new.items()])
+            if db.total_changes - before == len(new):
+                check = [key_id for key_id in owners if key_id not in new]
+            else:  # some were stored already: read every one back, the stored key wins
+                check = list(owners)
+            found: dict[str, tuple[bytes, str]] = {}
+            for start in range(0, len(check), 500):
+                chunk = check[start:start + 500]
+                for key_id, key, known in db.execute(
+                        f"SELECT key_id, key, owners FROM data_keys WHERE key_id IN ({','.join('?' * len(chunk))})",
+                        chunk):
+                    found[key_id] = (key, known)
+            gone = {key_id: os.urandom(KEY_BYTES) for key_id in check if key_id not in found}
+            db.executemany("INSERT INTO data_keys VALUES (?, ?, ?)",
+                           [(key_id, key, _owners_text(owners[key_id])) for key_id, key in gone.items()])
+            grown = []
+            for key_id, (key, known) in found.items():
+                new[key_id] = key
+                stored_owners = set(known.split())
+                if not owners[key_id] <= stored_owners:
+                    grown.append((_owners_text(stored_owners | owners[key_id]), key_id))
+            db.executemany("UPDATE data_keys SET owners = ? WHERE key_id = ?", grown)
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        new.update(gone)
+        return new
+
+    def _commit(self, new: dict[str, bytes], owners: dict[str, set[str]]) -> None:
+        """On the committer thread: commit what `_write` left open, then let the cache know, then unlock."""
+        try:
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            cache = self._cache
+            cache.keys.update(new)
+            for key_id, more in owners.items():
+                cache.owners[key_id] = cache.owners.get(key_id, _NONE) | more
+        finally:
+            self._lock.release()
 
     def get(self, key_id: str) -> bytes | None:
         with self._lock:
@@ -192,7 +234,14 @@ class SQLiteKeyStore:
             self._cache.clear()
 
     def close(self) -> None:
-        self._db.close()
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)
+        with self._lock:
+            self._db.close()
+
+
+def _durable() -> None:
+    """Nothing to wait for: every key was committed before."""
 
 
 def _owners_text(owners: set[str] | frozenset[str]) -> str:

@@ -90,15 +90,22 @@ class EventMapper:
         return self.to_stored_batch([Pending(tenant, version, event)])[0]
 
     def to_stored_batch(self, pending: Sequence[Pending]) -> list[StoredEvent]:
-        """Serialize a batch; every data key it needs is created and committed first, in one transaction."""
+        """Serialize a batch; every data key it needs is created and committed in one transaction before this
+        returns (the key store's commit runs while the batch is sealed), so no event can be written before its
+        key is durable."""
         keys: dict[str, bytes] = {}
+        durable = None
         if self.keys is not None:
             wanted = [p.key for p in pending if p.key is not None]
             for p in pending:
                 if p.grants:
                     wanted += p.grants
             if wanted:
-                keys = self.keys.keys_for(wanted)
+                keys_pending = getattr(self.keys, "keys_pending", None)
+                if keys_pending is not None:  # the key store commits while we seal: waited for below
+                    keys, durable = keys_pending(wanted)
+                else:
+                    keys = self.keys.keys_for(wanted)
             self._check_generation()
         stored = []
         nonces = b""
@@ -109,14 +116,14 @@ class EventMapper:
             serializer = cls.__pydantic_serializer__
             key = p.key
             content = None
-            if key is not None and cls.content_fields and key.key_id in keys:
+            if key is not None and cls.content_fields and self.keys is not None:
                 content = [name for name in cls.content_fields if getattr(event, name) not in _EMPTY]
             if not content:
                 state = serializer.to_json(event)
             else:
                 # The structure as pydantic writes it, then each sealed field spliced in as a JSON string.
                 key_id = key.key_id  # type: ignore[union-attr]
-                cipher = self._cipher_for(key_id, keys[key_id])
+                cipher = self._cipher_for(key_id, keys[key_id])  # (a key not given is an error, never plaintext)
                 quoted_id = key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]
                 head = serializer.to_json(event, exclude=set(content))[:-1]
                 parts = []
@@ -129,6 +136,8 @@ class EventMapper:
                 state = head + (b"," if len(head) > 1 else b"") + b",".join(parts) + b"}"
             stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
                                       topic=cls.stored_topic(), state=state))
+        if durable is not None:
+            durable()  # every key is committed before any event sealed with it can be written
         return stored
 
     def _check_generation(self) -> None:
