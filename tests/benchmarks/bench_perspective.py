@@ -374,6 +374,8 @@ def main() -> None:
 
     base_views = views[:BASELINE_QUERIES]
     exhaustive = p.model_copy(update={"cut_off": False})
+    # back to back: each query right after the previous one of its own kind (a busy server's warm caches)
+    ours_warm = timed(lambda v: index.walk(v, p, NOW), base_views)
     reached_all = [len(index.walk(v, exhaustive, NOW).facts) for v in base_views]
     started = time.perf_counter()
     graph = to_networkx(index)
@@ -383,8 +385,9 @@ def main() -> None:
         for f, t in zip(fact_col.view.tolist(), time_col.view.tolist(), strict=True):
             use_map[agent_id][f].append(t)
     scoped = scoped_ends(index)
-    # index and baseline alternate query by query: the same load, and the index's caches as cold as after
-    # any other work
+    nx_warm = timed(lambda v: networkx_walk(graph, index, use_map, v, p, scoped), base_views)
+    # alternating: index and baseline query by query, the same load, and each one's caches as cold as after
+    # other work (numpy's own code and state included: a numpy walk pays more for a cold cache)
     ours, nx_ms = paired(lambda v: index.walk(v, p, NOW),
                          lambda v: networkx_walk(graph, index, use_map, v, p, scoped), base_views)
     ours_all, nx_all = paired(lambda v: index.walk(v, exhaustive, NOW),
@@ -396,11 +399,14 @@ def main() -> None:
     con = to_duckdb(index, uses)
     print(f"  duckdb tables built in {time.perf_counter() - started:.1f} s")
     db_ms = timed(lambda v: duckdb_walk(con, index, v, p), base_views)
-    print(f"  the same {len(base_views)} queries, with the tau cut-off (served):")
+    print(f"  the same {len(base_views)} queries, with the tau cut-off (served), back to back:")
+    print(line("index:", ours_warm))
+    print(line("baseline A networkx:", nx_warm))
+    print("  ... alternating index and baseline query by query (each after the other's work):")
     print(line("index:", ours))
     print(line("baseline A networkx:", nx_ms) + f"   same facts as the index: {agree}")
     print(line("baseline B duckdb:", db_ms))
-    print(f"  ... and exhaustive (cut_off=False: every fact within depth 3 ranked, median "
+    print(f"  ... and exhaustive, alternating (cut_off=False: every fact within depth 3 ranked, median "
           f"{statistics.median(reached_all):.0f} facts):")
     print(line("index:", ours_all))
     print(line("baseline A networkx:", nx_all))
@@ -409,8 +415,9 @@ def main() -> None:
         return (f"{pct(slow, 50) / pct(fast, 50):.1f}x wall, "
                 f"{pct(CPU_TIMES[id(slow)], 50) / pct(CPU_TIMES[id(fast)], 50):.1f}x cpu")
 
-    print(f"  ratio networkx / index, cut-off:   {ratio(nx_ms, ours)} (goal >= 20x)")
-    print(f"  ratio networkx / index, exhaustive: {ratio(nx_all, ours_all)} (goal >= 20x)")
+    print(f"  ratio networkx / index, cut-off, back to back: {ratio(nx_warm, ours_warm)} (goal >= 20x)")
+    print(f"  ratio networkx / index, cut-off, alternating:  {ratio(nx_ms, ours)} (goal >= 20x)")
+    print(f"  ratio networkx / index, exhaustive, alternating: {ratio(nx_all, ours_all)} (goal >= 20x)")
     print(f"  ratio duckdb / index, cut-off:     {pct(db_ms, 50) / pct(ours, 50):.1f}x wall"
           " (DuckDB runs on its own threads: its cpu is not this thread's)")
 
