@@ -82,3 +82,30 @@ def test_a_key_store_file_from_before_the_rowid_layout_keeps_working(tmp_path):
 def _wal(path: Path) -> bytes:
     wal = path.with_name(path.name + "-wal")
     return wal.read_bytes() if wal.exists() else b""
+
+
+def test_the_mapper_returns_sealed_events_only_once_their_keys_are_committed(tmp_path):
+    from datetime import UTC, datetime
+
+    from domain.facts import FactAsserted
+    from domain.ports import Pending
+    from domain.values import Provenance
+    from infra.mapper import EventMapper
+
+    store = SQLiteKeyStore(tmp_path / "keys.sqlite")
+    mapper = EventMapper(store)
+    pending = []
+    for i in range(300):
+        event = FactAsserted(tenant="t", recorded_at=datetime(2026, 10, 1, tzinfo=UTC), fact_id=f"f{i}",
+                             subject="person:li", relation="knows", object=f"person:p{i}", scope="org",
+                             reason=f"said so {i}", confidence=0.8, provenance=Provenance())
+        pending.append(Pending("t", i + 1, event, _key(f"t/fact/f{i}", f"fact:f{i}", "person:li")))
+    stored = mapper.to_stored_batch(pending)
+    # the keys' commit runs beside the sealing; by the time the events exist, another connection sees every key
+    other = sqlite3.connect(tmp_path / "keys.sqlite")
+    on_disk = dict(other.execute("SELECT key_id, key FROM data_keys"))
+    other.close()
+    assert len(on_disk) == 300
+    assert all(b"said so" not in s.state for s in stored)
+    assert [mapper.to_event(s.topic, s.state).reason for s in stored] == [f"said so {i}" for i in range(300)]
+    store.close()
