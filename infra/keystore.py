@@ -9,6 +9,7 @@ then `VACUUM FULL`, which rewrites the tables into new files. In memory: for tes
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import threading
@@ -83,8 +84,8 @@ class MemoryKeyStore:
 class SQLiteKeyStore:
     """One row per key: its bytes and its owners as a space-delimited list (` person:li fact:ab12 `).
 
-    Writing a key is one row and one entry in the key_id index (no owner table): keys are written with every
-    batch of events. Forgetting, which is rare, scans the owners column."""
+    Writing a key is one row and one entry in the index of key id hashes (no owner table): keys are written
+    with every batch of events. Forgetting, which is rare, scans the owners column."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,11 +94,20 @@ class SQLiteKeyStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA secure_delete=ON")
-        # A rowid table: rows are appended in order and only the small key_id index takes random inserts, so a
-        # batch of new (random) key ids dirties about half the pages a WITHOUT ROWID table would. Stores
-        # created earlier as WITHOUT ROWID keep working unchanged.
-        self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL, "
-                         "owners TEXT NOT NULL)")
+        # Rows are appended in rowid order; the only index is on a 16-byte hash of the key id. A batch of new,
+        # random key ids then dirties few pages: the index entries are small, so many share a page (a key_id
+        # TEXT primary key, the layout of stores created before, dirtied about twice as many; those keep
+        # working unchanged). Forgetting scans the table, which is rare.
+        self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_hash BLOB PRIMARY KEY, key_id TEXT NOT NULL, "
+                         "key BLOB NOT NULL, owners TEXT NOT NULL)")
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(data_keys)")]
+        self._hashed = "key_hash" in columns
+        if self._hashed:
+            self._insert = "INSERT INTO data_keys (key_hash, key_id, key, owners) VALUES (?, ?, ?, ?)"
+            self._where = "key_hash"
+        else:
+            self._insert = "INSERT INTO data_keys (key_id, key, owners) VALUES (?, ?, ?)"
+            self._where = "key_id"
         self._lock = threading.Lock()
         """Held from the start of a write until its commit is done (released by the committer thread)."""
         self._committer: ThreadPoolExecutor | None = None
@@ -118,32 +128,40 @@ class SQLiteKeyStore:
         away, without reading first; only if some of those inserts find the key already stored (written by
         another process, or by a batch whose events were never committed) are they read back: the stored key
         wins. Key ids already cached that gain owners are read and updated. Until the commit is done the store
-        stays locked, and the cache learns the new keys only once they are committed."""
-        wanted = list(wanted)
+        stays locked, so no one else can use the new keys before they are stored."""
         self._lock.acquire()
         try:
             cache = self._cache
-            missing = cache.missing(wanted)
-            if not missing:
-                keys = cache.keys
-                result = {k.key_id: keys[k.key_id] for k in wanted}
-                self._lock.release()
-                return result, _durable
+            keys, known_owners = cache.keys, cache.owners
             owners: dict[str, set[str]] = {}
-            for k in missing:
-                known = owners.get(k.key_id)
-                if known is None:
-                    owners[k.key_id] = set(k.owners)
+            wanted = list(wanted)
+            for k in wanted:
+                key_id = k.key_id
+                if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):
+                    continue
+                more = owners.get(key_id)
+                if more is None:
+                    owners[key_id] = set(k.owners)
                 else:
-                    known.update(k.owners)
-            new = self._write(owners)
+                    more.update(k.owners)
+            if owners:
+                keys.update(self._write(owners))
+                # the cache learns the keys now; if the commit fails, the committer clears it before unlocking
+                for key_id, more in owners.items():
+                    known_owners[key_id] = known_owners.get(key_id, _NONE) | more
+            result = {k.key_id: keys[k.key_id] for k in wanted}
         except BaseException:
+            if self._db.in_transaction:  # nothing of this batch was committed: neither may the cache hold it
+                self._db.execute("ROLLBACK")
+                cache.clear()
             self._lock.release()
             raise
-        result = {k.key_id: new[k.key_id] if k.key_id in new else cache.keys[k.key_id] for k in wanted}
+        if not owners:
+            self._lock.release()
+            return result, _durable
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="noumena-key-commit")
-        return result, self._committer.submit(self._commit, new, owners).result
+        return result, self._committer.submit(self._commit).result
 
     def _write(self, owners: dict[str, set[str]]) -> dict[str, bytes]:
         """Insert the new keys and record new owners in an open transaction (under the lock); return the key
@@ -156,8 +174,8 @@ class SQLiteKeyStore:
         db.execute("BEGIN IMMEDIATE")
         try:
             before = db.total_changes
-            db.executemany("INSERT INTO data_keys VALUES (?, ?, ?) ON CONFLICT (key_id) DO NOTHING",
-                           [(key_id, key, _owners_text(owners[key_id])) for key_id, key in new.items()])
+            db.executemany(f"{self._insert} ON CONFLICT ({self._where}) DO NOTHING",
+                           self._rows((key_id, key, owners[key_id]) for key_id, key in new.items()))
             if db.total_changes - before == len(new):
                 check = [key_id for key_id in owners if key_id not in new]
             else:  # some were stored already: read every one back, the stored key wins
@@ -166,19 +184,18 @@ class SQLiteKeyStore:
             for start in range(0, len(check), 500):
                 chunk = check[start:start + 500]
                 for key_id, key, known in db.execute(
-                        f"SELECT key_id, key, owners FROM data_keys WHERE key_id IN ({','.join('?' * len(chunk))})",
-                        chunk):
+                        f"SELECT key_id, key, owners FROM data_keys WHERE {self._where} IN "
+                        f"({','.join('?' * len(chunk))})", [self._lookup(key_id) for key_id in chunk]):
                     found[key_id] = (key, known)
             gone = {key_id: os.urandom(KEY_BYTES) for key_id in check if key_id not in found}
-            db.executemany("INSERT INTO data_keys VALUES (?, ?, ?)",
-                           [(key_id, key, _owners_text(owners[key_id])) for key_id, key in gone.items()])
+            db.executemany(self._insert, self._rows((key_id, key, owners[key_id]) for key_id, key in gone.items()))
             grown = []
             for key_id, (key, known) in found.items():
                 new[key_id] = key
                 stored_owners = set(known.split())
                 if not owners[key_id] <= stored_owners:
-                    grown.append((_owners_text(stored_owners | owners[key_id]), key_id))
-            db.executemany("UPDATE data_keys SET owners = ? WHERE key_id = ?", grown)
+                    grown.append((_owners_text(stored_owners | owners[key_id]), self._lookup(key_id)))
+            db.executemany(f"UPDATE data_keys SET owners = ? WHERE {self._where} = ?", grown)
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
@@ -186,27 +203,35 @@ class SQLiteKeyStore:
         new.update(gone)
         return new
 
-    def _commit(self, new: dict[str, bytes], owners: dict[str, set[str]]) -> None:
-        """On the committer thread: commit what `_write` left open, then let the cache know, then unlock."""
+    def _commit(self) -> None:
+        """On the committer thread: commit what `_write` left open, then unlock. If the commit fails, the cache
+        (which already holds the batch's keys) is cleared first, so no one can use a key that was not stored."""
         try:
             try:
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
+                self._cache.clear()
                 raise
-            cache = self._cache
-            cache.keys.update(new)
-            for key_id, more in owners.items():
-                cache.owners[key_id] = cache.owners.get(key_id, _NONE) | more
         finally:
             self._lock.release()
+
+    def _lookup(self, key_id: str) -> str | bytes:
+        """What the primary key holds for a key id: its hash, or the id itself in the older layout."""
+        return _key_hash(key_id) if self._hashed else key_id
+
+    def _rows(self, keys: Iterable[tuple[str, bytes, set[str]]]) -> list[tuple[object, ...]]:
+        if self._hashed:
+            return [(_key_hash(key_id), key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
+        return [(key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
 
     def get(self, key_id: str) -> bytes | None:
         with self._lock:
             key = self._cache.keys.get(key_id)
             if key is None:
-                row = self._db.execute("SELECT key FROM data_keys WHERE key_id = ?", (key_id,)).fetchone()
+                row = self._db.execute(f"SELECT key FROM data_keys WHERE {self._where} = ?",
+                                       (self._lookup(key_id),)).fetchone()
                 if row is None:
                     return None
                 key = self._cache.keys[key_id] = row[0]
@@ -242,6 +267,10 @@ class SQLiteKeyStore:
 
 def _durable() -> None:
     """Nothing to wait for: every key was committed before."""
+
+
+def _key_hash(key_id: str) -> bytes:
+    return hashlib.blake2b(key_id.encode(), digest_size=16, person=b"noumena-key").digest()
 
 
 def _owners_text(owners: set[str] | frozenset[str]) -> str:
@@ -282,6 +311,15 @@ class PostgresKeyStore:
 
     def key_for(self, key: ContentKey) -> bytes:
         return self.keys_for([key])[key.key_id]
+
+    def _lookup(self, key_id: str) -> str | bytes:
+        """What the primary key holds for a key id: its hash, or the id itself in the older layout."""
+        return _key_hash(key_id) if self._hashed else key_id
+
+    def _rows(self, keys: Iterable[tuple[str, bytes, set[str]]]) -> list[tuple[object, ...]]:
+        if self._hashed:
+            return [(_key_hash(key_id), key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
+        return [(key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
 
     def get(self, key_id: str) -> bytes | None:
         with self._lock:
