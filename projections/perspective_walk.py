@@ -175,6 +175,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     rec_hop: list[int] = []
     rec_via: list[np.ndarray] = []
     node_ids = [frontier]
+    pending: np.ndarray | None = None  # entries of `received` written and not yet cleared
     try:
         for hop in range(1, p.depth + 1):
             share = shares[frontier]
@@ -228,6 +229,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             if not onward.any():
                 break
             on_nbr, on_x = nbr[onward], x[onward]
+            pending = on_nbr
             np.add.at(received, on_nbr, on_x)
             ordered = np.sort(on_nbr)
             first = np.empty(len(ordered), dtype=bool)
@@ -236,12 +238,15 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             next_nodes = ordered[first].astype(np.int64)
             frontier_act = received[next_nodes]
             received[next_nodes] = 0.0
+            pending = None
             node_ids.append(next_nodes)
             visited[next_nodes] = stamp + hop
             frontier = next_nodes
-    finally:
+    finally:  # the scratch is shared by the index's walks: leave it zero even if this one fails
         if len(extra_ends):
             extra_fan[extra_ends] = 0
+        if pending is not None:
+            received[pending] = 0.0
 
     nodes = node_ids  # the parents are found lazily, for paths only (`Walked.parents`)
     if not rec_rows:
