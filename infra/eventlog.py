@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from eventsourcing.persistence import (
     InfrastructureFactory,
     IntegrityError,
     PersistenceError,
     ProcessRecorder,
+    StoredEvent,
     Tracking,
 )
+from eventsourcing.sqlite import SQLiteProcessRecorder
 from eventsourcing.utils import Environment
 
 from domain.errors import InfrastructureError
@@ -19,12 +22,48 @@ from domain.ports import AlreadyTracked, KeyStore, Logged, Pending, TrackingPosi
 from infra.mapper import EventMapper, stream_id
 
 
+class SQLiteLogRecorder(SQLiteProcessRecorder):
+    """eventsourcing's SQLite process recorder, with a batch written by one `executemany`, and `before_commit`
+    (an optional argument of `insert_events`) run after the batch and its tracking row are written, inside the
+    transaction: a failure there writes nothing."""
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        rows = [(s.originator_id if isinstance(s.originator_id, str) else s.originator_id.hex,
+                 s.originator_version, s.topic, s.state) for s in stored_events]
+        positions: list[int] = []
+        if rows:
+            c.executemany(self.insert_events_statement, rows)
+            c.execute("SELECT last_insert_rowid()")
+            last = c.fetchone()[0]
+            positions = list(range(last - len(rows) + 1, last + 1))
+            # One writer at a time appends rowids max + 1; should SQLite ever have picked others, ask for each.
+            c.execute(f"SELECT originator_id, originator_version FROM {self.events_table_name} WHERE rowid = ?",
+                      (positions[0],))
+            first = c.fetchone()
+            if first is None or tuple(first) != rows[0][:2]:
+                positions = []
+                for row in rows:
+                    c.execute(f"SELECT rowid FROM {self.events_table_name} WHERE originator_id = ? AND "
+                              "originator_version = ?", row[:2])
+                    positions.append(c.fetchone()[0])
+        tracking: Tracking | None = kwargs.get("tracking")
+        if tracking is not None:
+            self._insert_tracking(c, tracking)
+        before_commit: Callable[[], None] | None = kwargs.get("before_commit")
+        if before_commit is not None:
+            before_commit()
+        return positions
+
+
 class EventsourcingLog:
     """Implements domain.ports.EventLog on one eventsourcing process recorder (events + tracking)."""
 
     def __init__(self, env: dict[str, str], keys: KeyStore | None = None) -> None:
+        env = {**env, "ORIGINATOR_ID_TYPE": "text"}
+        if env.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
+            env.setdefault("PROCESS_RECORDER_TOPIC", "infra.eventlog:SQLiteLogRecorder")
         try:
-            self._factory = InfrastructureFactory.construct(Environment(env={**env, "ORIGINATOR_ID_TYPE": "text"}))
+            self._factory = InfrastructureFactory.construct(Environment(env=env))
             recorder = self._factory.process_recorder()
         except PersistenceError as error:
             raise InfrastructureError(f"cannot open the event store: {error}") from error
@@ -38,10 +77,18 @@ class EventsourcingLog:
         return [self.mapper.to_event(s.topic, s.state) for s in stored]
 
     def append(self, pending: Sequence[Pending], tracking: TrackingPosition | None = None) -> list[int]:
-        stored = self.mapper.to_stored_batch(pending)
+        # The batch's new data keys are being committed while it is sealed and written; the events commit only
+        # once they are (the SQLite recorder waits inside its transaction, others before it).
+        stored, keys_durable = self.mapper.to_stored_pending(pending)
         track = Tracking(application_name=tracking.name, notification_id=tracking.position) if tracking else None
+        extra: dict[str, Any] = {}
+        if keys_durable is not None:
+            if isinstance(self.recorder, SQLiteLogRecorder):
+                extra["before_commit"] = keys_durable
+            else:
+                keys_durable()
         try:
-            positions = self.recorder.insert_events(stored, tracking=track)
+            positions = self.recorder.insert_events(stored, tracking=track, **extra)
         except IntegrityError:
             if tracking is not None and self.recorder.has_tracking_id(tracking.name, tracking.position):
                 raise AlreadyTracked(tracking) from None

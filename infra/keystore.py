@@ -133,22 +133,20 @@ class SQLiteKeyStore:
         try:
             cache = self._cache
             keys, known_owners = cache.keys, cache.owners
-            owners: dict[str, set[str]] = {}
+            owners: dict[str, frozenset[str]] = {}
             wanted = list(wanted)
             for k in wanted:
                 key_id = k.key_id
                 if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):
                     continue
                 more = owners.get(key_id)
-                if more is None:
-                    owners[key_id] = set(k.owners)
-                else:
-                    more.update(k.owners)
+                owners[key_id] = k.owners if more is None else more | k.owners
             if owners:
                 keys.update(self._write(owners))
                 # the cache learns the keys now; if the commit fails, the committer clears it before unlocking
                 for key_id, more in owners.items():
-                    known_owners[key_id] = known_owners.get(key_id, _NONE) | more
+                    known = known_owners.get(key_id)
+                    known_owners[key_id] = more if known is None else known | more
             result = {k.key_id: keys[k.key_id] for k in wanted}
         except BaseException:
             if self._db.in_transaction:  # nothing of this batch was committed: neither may the cache hold it
@@ -163,7 +161,7 @@ class SQLiteKeyStore:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="noumena-key-commit")
         return result, self._committer.submit(self._commit).result
 
-    def _write(self, owners: dict[str, set[str]]) -> dict[str, bytes]:
+    def _write(self, owners: dict[str, frozenset[str]]) -> dict[str, bytes]:
         """Insert the new keys and record new owners in an open transaction (under the lock); return the key
         of every id in `owners` that this transaction writes or reads."""
         cache = self._cache
@@ -221,9 +219,9 @@ class SQLiteKeyStore:
         """What the primary key holds for a key id: its hash, or the id itself in the older layout."""
         return _key_hash(key_id) if self._hashed else key_id
 
-    def _rows(self, keys: Iterable[tuple[str, bytes, set[str]]]) -> list[tuple[object, ...]]:
-        if self._hashed:
-            return [(_key_hash(key_id), key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
+    def _rows(self, keys: Iterable[tuple[str, bytes, frozenset[str]]]) -> list[tuple[object, ...]]:
+        if self._hashed:  # in index order: each index page is visited once, in turn
+            return sorted((_key_hash(key_id), key_id, key, _owners_text(owners)) for key_id, key, owners in keys)
         return [(key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
 
     def get(self, key_id: str) -> bytes | None:
@@ -316,9 +314,9 @@ class PostgresKeyStore:
         """What the primary key holds for a key id: its hash, or the id itself in the older layout."""
         return _key_hash(key_id) if self._hashed else key_id
 
-    def _rows(self, keys: Iterable[tuple[str, bytes, set[str]]]) -> list[tuple[object, ...]]:
-        if self._hashed:
-            return [(_key_hash(key_id), key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
+    def _rows(self, keys: Iterable[tuple[str, bytes, frozenset[str]]]) -> list[tuple[object, ...]]:
+        if self._hashed:  # in index order: each index page is visited once, in turn
+            return sorted((_key_hash(key_id), key_id, key, _owners_text(owners)) for key_id, key, owners in keys)
         return [(key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
 
     def get(self, key_id: str) -> bytes | None:

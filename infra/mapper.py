@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -62,16 +62,34 @@ def _json_safe(text: str) -> bool:
     return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
-def _sealed_json(cipher: AESGCM, nonce: bytes, key_id: str, quoted_id: str, name: str, value: Any) -> bytes:
-    """`"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"` as JSON bytes. A 12-byte nonce is 16 base64 characters
-    without padding, so nonce and ciphertext are encoded in one call and split there."""
-    if isinstance(value, str):
-        plain = b"s" + value.encode()  # a text field: no JSON needed
-    else:
-        plain = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
-    sealed = cipher.encrypt(nonce, plain, f"{key_id}|{name}".encode())
-    encoded = binascii.b2a_base64(nonce + sealed, newline=False).translate(_URLSAFE).rstrip(b"=")
-    return b'"%s":"%s%s:%s:%s"' % (name.encode(), SEAL_BYTES, encoded[:16], encoded[16:], quoted_id.encode())
+class _Sealer:
+    """Seals content fields with one data key: each as `,"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"`, the
+    JSON bytes spliced into the event. What depends only on the key and the field name is made once."""
+
+    __slots__ = ("cipher", "key_id", "suffix", "heads", "ads")
+
+    def __init__(self, key_id: str, key: bytes) -> None:
+        self.cipher = AESGCM(key)
+        self.key_id = key_id
+        quoted = key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]
+        self.suffix = f":{quoted}\"".encode()
+        self.heads: dict[str, bytes] = {}
+        self.ads: dict[str, bytes] = {}
+
+    def seal(self, nonce: bytes, name: str, value: Any) -> bytes:
+        """A 12-byte nonce is 16 base64 characters without padding: nonce and ciphertext are encoded in one call
+        and split there."""
+        ad = self.ads.get(name)
+        if ad is None:
+            ad = self.ads[name] = f"{self.key_id}|{name}".encode()
+            self.heads[name] = f',"{name}":"{SEAL}'.encode()
+        if isinstance(value, str):
+            plain = b"s" + value.encode()  # a text field: no JSON needed
+        else:
+            plain = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
+        encoded = binascii.b2a_base64(nonce + self.cipher.encrypt(nonce, plain, ad), newline=False)
+        encoded = encoded.translate(_URLSAFE).rstrip(b"=")
+        return b"".join((self.heads[name], encoded[:16], b":", encoded[16:], self.suffix))
 
 
 def _unb64(text: str) -> bytes:
@@ -82,6 +100,9 @@ class EventMapper:
     def __init__(self, keys: KeyStore | None = None) -> None:
         self.keys = keys
         self._ciphers: dict[str, AESGCM | None] = {}
+        """For opening: by key id (None: the key is gone)."""
+        self._sealers: dict[str, _Sealer] = {}
+        """For sealing: by key id."""
         self._generation = getattr(keys, "generation", 0)
 
     # ------------------------------------------------------------------ writing
@@ -93,6 +114,15 @@ class EventMapper:
         """Serialize a batch; every data key it needs is created and committed in one transaction before this
         returns (the key store's commit runs while the batch is sealed), so no event can be written before its
         key is durable."""
+        stored, keys_durable = self.to_stored_pending(pending)
+        if keys_durable is not None:
+            keys_durable()
+        return stored
+
+    def to_stored_pending(self, pending: Sequence[Pending]) -> tuple[list[StoredEvent], Callable[[], None] | None]:
+        """Serialize a batch, and a function to call before writing it (None: nothing to wait for): the new data
+        keys it is sealed with may still be being committed; the function waits until they are and raises if
+        they could not be. Nothing sealed with a key may be committed before that."""
         keys: dict[str, bytes] = {}
         durable = None
         if self.keys is not None:
@@ -110,49 +140,53 @@ class EventMapper:
         stored = []
         nonces = b""
         used = 0
+        sealing = self.keys is not None
         for p in pending:
             event = p.event
             cls = type(event)
             serializer = cls.__pydantic_serializer__
             key = p.key
-            content = None
-            if key is not None and cls.content_fields and self.keys is not None:
-                content = [name for name in cls.content_fields if getattr(event, name) not in _EMPTY]
+            content: Sequence[str] = ()
+            if key is not None and sealing:
+                fields = cls.content_fields
+                if len(fields) == 1:
+                    content = fields if getattr(event, fields[0]) not in _EMPTY else ()
+                elif fields:
+                    content = [name for name in fields if getattr(event, name) not in _EMPTY]
             if not content:
                 state = serializer.to_json(event)
             else:
                 # The structure as pydantic writes it, then each sealed field spliced in as a JSON string.
                 key_id = key.key_id  # type: ignore[union-attr]
-                cipher = self._cipher_for(key_id, keys[key_id])  # (a key not given is an error, never plaintext)
-                quoted_id = key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]
-                head = serializer.to_json(event, exclude=set(content))[:-1]
-                parts = []
+                sealer = self._sealer_for(key_id, keys[key_id])  # (a key not given is an error, never plaintext)
+                parts = [serializer.to_json(event, exclude=set(content))[:-1]]
                 for name in content:
                     if used + 12 > len(nonces):  # nonces for the rest of the batch, from one call
                         nonces, used = os.urandom(12 * (len(pending) + 8)), 0
-                    nonce = nonces[used:used + 12]
+                    parts.append(sealer.seal(nonces[used:used + 12], name, getattr(event, name)))
                     used += 12
-                    parts.append(_sealed_json(cipher, nonce, key_id, quoted_id, name, getattr(event, name)))
-                state = head + (b"," if len(head) > 1 else b"") + b",".join(parts) + b"}"
+                if len(parts[0]) == 1:  # nothing but the sealed fields
+                    parts[1] = parts[1][1:]
+                parts.append(b"}")
+                state = b"".join(parts)
             stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
                                       topic=cls.stored_topic(), state=state))
-        if durable is not None:
-            durable()  # every key is committed before any event sealed with it can be written
-        return stored
+        return stored, durable
 
     def _check_generation(self) -> None:
         generation = getattr(self.keys, "generation", 0)
         if generation != self._generation:  # the key store dropped keys: so must we
             self._ciphers.clear()
+            self._sealers.clear()
             self._generation = generation
 
-    def _cipher_for(self, key_id: str, key: bytes) -> AESGCM:
-        cipher = self._ciphers.get(key_id)
-        if cipher is None:
-            cipher = AESGCM(key)
+    def _sealer_for(self, key_id: str, key: bytes) -> _Sealer:
+        sealer = self._sealers.get(key_id)
+        if sealer is None:
+            sealer = _Sealer(key_id, key)
             if "/fact/" not in key_id:  # a fact's key seals one fact: caching it would only grow memory
-                self._ciphers[key_id] = cipher
-        return cipher
+                self._sealers[key_id] = sealer
+        return sealer
 
     # ------------------------------------------------------------------ reading
 
