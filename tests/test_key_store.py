@@ -109,3 +109,23 @@ def test_the_mapper_returns_sealed_events_only_once_their_keys_are_committed(tmp
     assert all(b"said so" not in s.state for s in stored)
     assert [mapper.to_event(s.topic, s.state).reason for s in stored] == [f"said so {i}" for i in range(300)]
     store.close()
+
+
+def test_events_are_not_committed_when_their_keys_could_not_be(tmp_path):
+    from eventsourcing.persistence import StoredEvent
+
+    from infra.eventlog import EventsourcingLog, SQLiteLogRecorder
+    from infra.settings import Settings
+
+    log = EventsourcingLog(Settings(home=tmp_path, event_store="sqlite").event_store_env())
+    assert isinstance(log.recorder, SQLiteLogRecorder)
+    rows = [StoredEvent(originator_id="tenant:t", originator_version=v, topic="x.v1", state=b"{}") for v in (1, 2)]
+
+    def keys_not_stored() -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        log.recorder.insert_events(rows, before_commit=keys_not_stored)
+    assert log.max_position() == 0
+    assert log.recorder.insert_events(rows, before_commit=lambda: None) == [1, 2]
+    log.close()
