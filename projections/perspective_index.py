@@ -2,15 +2,19 @@
 
 Layout (all columns are numpy arrays indexed by an int id; no Python object per fact):
 
-- entities: `hub` (bool), `kind` (int16 code), `fan` (int32: current facts touching it); refs and labels are two
-  Python lists (one entry per entity, never touched by the walk) and a ref -> id dict used only to resolve the
-  few refs a query names.
+- entities: `hub` (bool), `kind` (int16 code), `fan` (int32: current facts touching it), `fan_org` (the
+  current org facts among them: the part of the fan every viewer sees), `canonical` (the entity it stands for
+  after merges); refs and labels are two Python lists (one entry per entity, never touched by the walk) and a
+  ref -> id dict used only to resolve the few refs a query names.
 - facts: `src`, `dst` (int32 entity ids), `rel` (int16 code), `scope` (int32 code), `conf` (float32),
-  `status` (int8: 0 current, 1 invalidated, 2 archived), `asserted` (float64 epoch seconds), the id as 32
-  ASCII bytes, a 64-bit hash of the id kept sorted for lookups, and two UTF-8 text blobs (reason, provenance)
-  addressed by int64 offsets.
-- adjacency: CSR over the undirected graph (`indptr`, `deg`, `adj_reach`, `adj_fact`), rebuilt in bulk; facts appended
-  since the last build are a short "delta" tail scanned with vectorized comparisons until the next compaction.
+  `status` (int8: 0 current, 1 invalidated, 2 archived), `live` (scope code + 1 while current, else 0),
+  `asserted` (float64 epoch seconds), the id as 32 ASCII bytes, a 64-bit hash of the id kept sorted for
+  lookups, and two UTF-8 text blobs (reason, provenance) addressed by int64 offsets.
+- adjacency: CSR over the undirected graph (`indptr`, `deg`), its entries packed with what the walk and the
+  ranking read of each fact (`adj_reach`: neighbour and `live`; `adj_fact`: fact, relation weight, confidence;
+  `adj_rank`: assertion time and id hash), so a query reads whole rows instead of scattered fact columns;
+  rebuilt in bulk; facts appended since the last build are a short "delta" tail scanned with vectorized
+  comparisons until the next compaction. Per scope, the (end, fact) pairs of its facts, for the viewer's fan.
 - scopes: per scope code its kind (org / person / session), the person it names, the session's agent and the
   person that session serves.
 - uses: per agent, growable arrays (fact id, time) of its recalls; the assertion is every agent's first use.

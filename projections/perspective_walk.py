@@ -1,9 +1,11 @@
 """The spreading walk over a perspective index: activation from the viewpoint, ranking, and the tiers.
 
-Layered like a breadth-first search over the CSR adjacency (see `perspective_index`), vectorized per hop:
-gather the frontier's facts, keep the current and visible ones not seen yet, spread
-x = activation x fan share x hop factor x relation weight, and pass the sums on to the nodes reached (hubs and,
-for a hub viewer, the other parties it serves are reached but never expanded). Then B per fact for this agent,
+Layered like a breadth-first search over the CSR adjacency (see `perspective_index`), vectorized per hop (one
+set of numpy calls for the whole frontier): gather the frontier's rows, keep the current and visible facts not
+reached from a node expanded at an earlier hop, spread x = activation x fan share x hop factor x relation weight
+(the fan as this viewer sees it), and pass the sums on to the nodes reached (hubs and, for a hub viewer, the
+other parties it serves are reached but never expanded). Nodes are marked with per-walk stamps in a scratch
+array, so nothing is cleared after a walk. Then B per fact for this agent,
 A = B + ln(confidence) + S + ln(x), a ranking, and the tiers (`tier_codes`, the vectorized
 `domain.activation.assign_tiers`).
 """
