@@ -184,6 +184,11 @@ def _describe(error: ValidationError) -> WireError:
 
 def parse_envelope(raw: bytes | str | dict[str, Any]) -> EnvelopeBase:
     """Decode and validate one envelope; raise WireError naming the field that is wrong."""
+    if isinstance(raw, bytes | bytearray | str):
+        try:  # pydantic parses and validates JSON in one pass
+            return _ENVELOPE.validate_json(raw)
+        except ValidationError:
+            pass  # decoded step by step below, so that the error names what is wrong as it always has
     if isinstance(raw, bytes | bytearray):
         try:
             raw = raw.decode("utf-8")

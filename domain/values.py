@@ -14,12 +14,28 @@ REF_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:\S(?:.*\S)?$")
 KNOWN_KINDS = frozenset({"person", "agent", "file", "ticket", "session", "memory", "org", "thing", "topic"})
 
 
+_VALID_REFS: set[str] = set()
+_VALID_RELATIONS: set[str] = set()
+_VALID_TENANTS: set[str] = set()
+"""Values found valid before, one set per check (each check is a pure function of the text, and the same few
+thousand come back with every event). Bounded: past the limit, new values are checked every time."""
+_VALID_KEPT = 100_000
+
+
+def _remember(found: set[str], value: str) -> str:
+    if len(found) < _VALID_KEPT:
+        found.add(value)
+    return value
+
+
 def _check_ref(value: str) -> str:
+    if value in _VALID_REFS:
+        return value
     if len(value) > 512:
         raise ValueError("a ref is at most 512 characters")
     if not REF_PATTERN.match(value):
         raise ValueError(f"{value!r} is not a ref of the form kind:identifier (e.g. person:li)")
-    return value
+    return _remember(_VALID_REFS, value)
 
 
 def _check_scope(value: str) -> str:
@@ -37,16 +53,24 @@ def _check_identifier(value: str) -> str:
     return value
 
 
+RELATION_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
 def _check_relation(value: str) -> str:
-    if not re.match(r"^[a-z][a-z0-9_]{0,63}$", value):
+    if value in _VALID_RELATIONS:
+        return value
+    if not RELATION_PATTERN.match(value):
         raise ValueError(f"relation {value!r} must be snake_case: a-z, 0-9 and _ (at most 64)")
-    return value
+    return _remember(_VALID_RELATIONS, value)
 
 
 def _check_tenant(value: str) -> str:
-    if not re.match(r"^[a-z0-9][a-z0-9_-]{0,62}$", value):
+    if value in _VALID_TENANTS:
+        return value
+    if not TENANT_PATTERN.match(value):
         raise ValueError(f"tenant {value!r} must be 1-63 of a-z, 0-9, '-' or '_'")
-    return value
+    return _remember(_VALID_TENANTS, value)
 
 
 Ref = Annotated[str, AfterValidator(_check_ref)]
