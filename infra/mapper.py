@@ -62,6 +62,10 @@ def _json_safe(text: str) -> bool:
     return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
+_HEADS: dict[str, bytes] = {}
+"""`,"name":"sealed:v1:` by field name."""
+
+
 class _Sealer:
     """Seals content fields with one data key: each as `,"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"`, the
     JSON bytes spliced into the event. What depends only on the key and the field name is made once."""
@@ -73,7 +77,7 @@ class _Sealer:
         self.key_id = key_id
         quoted = key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]
         self.suffix = f":{quoted}\"".encode()
-        self.heads: dict[str, bytes] = {}
+        self.heads: dict[str, bytes] = _HEADS
         self.ads: dict[str, bytes] = {}
 
     def seal(self, nonce: bytes, name: str, value: Any) -> bytes:
@@ -82,7 +86,8 @@ class _Sealer:
         ad = self.ads.get(name)
         if ad is None:
             ad = self.ads[name] = f"{self.key_id}|{name}".encode()
-            self.heads[name] = f',"{name}":"{SEAL}'.encode()
+        if name not in _HEADS:
+            _HEADS[name] = f',"{name}":"{SEAL}'.encode()
         if isinstance(value, str):
             plain = b"s" + value.encode()  # a text field: no JSON needed
         else:
