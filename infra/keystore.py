@@ -20,6 +20,8 @@ from pathlib import Path
 from domain.forgetting import ContentKey
 
 KEY_BYTES = 32  # AES-256
+_COMMIT_BESIDE = 32
+"""From this many new keys in a batch on, their commit runs on a background thread while the batch is sealed."""
 _NONE: frozenset[str] = frozenset()
 
 
@@ -156,6 +158,9 @@ class SQLiteKeyStore:
             raise
         if not owners:
             self._lock.release()
+            return result, _durable
+        if len(owners) < _COMMIT_BESIDE:  # a handful of keys: nothing worth overlapping, commit here
+            self._commit()
             return result, _durable
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="noumena-key-commit")
