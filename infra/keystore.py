@@ -23,6 +23,8 @@ KEY_BYTES = 32  # AES-256
 _COMMIT_BESIDE = 32
 """From this many new keys in a batch on, their commit runs on a background thread while the batch is sealed."""
 _NONE: frozenset[str] = frozenset()
+CACHE_LIMIT = 100_000
+"""Keys a key store keeps in memory (each with its owners) before it starts its cache over."""
 
 
 class _Cached:
@@ -36,6 +38,12 @@ class _Cached:
 
     def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
         return [k for k in wanted if k.key_id not in self.keys or not k.owners <= self.owners.get(k.key_id, _NONE)]
+
+    def bound(self) -> None:
+        """Keep memory flat in a long-running process: past CACHE_LIMIT keys start over (every key is in the
+        store; a dropped one is read back or, if new to this process, found by its insert's conflict)."""
+        if len(self.keys) > CACHE_LIMIT:
+            self.clear()
 
     def clear(self) -> None:
         self.keys.clear()
@@ -133,6 +141,7 @@ class SQLiteKeyStore:
         stays locked, so no one else can use the new keys before they are stored."""
         self._lock.acquire()
         try:
+            self._cache.bound()
             cache = self._cache
             keys, known_owners = cache.keys, cache.owners
             owners: dict[str, frozenset[str]] = {}
@@ -298,6 +307,7 @@ class PostgresKeyStore:
     def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
         wanted = list(wanted)
         with self._lock:
+            self._cache.bound()
             missing = self._cache.missing(wanted)
             if missing:
                 with self._db.transaction(), self._db.cursor() as cursor:
@@ -314,15 +324,6 @@ class PostgresKeyStore:
 
     def key_for(self, key: ContentKey) -> bytes:
         return self.keys_for([key])[key.key_id]
-
-    def _lookup(self, key_id: str) -> str | bytes:
-        """What the primary key holds for a key id: its hash, or the id itself in the older layout."""
-        return _key_hash(key_id) if self._hashed else key_id
-
-    def _rows(self, keys: Iterable[tuple[str, bytes, frozenset[str]]]) -> list[tuple[object, ...]]:
-        if self._hashed:  # in index order: each index page is visited once, in turn
-            return sorted((_key_hash(key_id), key_id, key, _owners_text(owners)) for key_id, key, owners in keys)
-        return [(key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
 
     def get(self, key_id: str) -> bytes | None:
         with self._lock:

@@ -129,3 +129,19 @@ def test_events_are_not_committed_when_their_keys_could_not_be(tmp_path):
     assert log.max_position() == 0
     assert log.recorder.insert_events(rows, before_commit=lambda: None) == [1, 2]
     log.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_key_cache_starts_over_past_its_limit_and_every_key_stays_the_same(backend, tmp_path, monkeypatch):
+    import infra.keystore
+
+    monkeypatch.setattr(infra.keystore, "CACHE_LIMIT", 50)
+    store, _other = _stores(backend, tmp_path)
+    first = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}") for i in range(40)])
+    generation = store.generation
+    second = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}", "person:li") for i in range(30, 80)])
+    assert len(store._cache.keys) <= 90 and store.generation == generation  # 40 + 50 new: not over yet
+    third = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}", "person:li") for i in range(0, 80, 3)])
+    assert store.generation > generation and len(store._cache.keys) <= 50  # started over
+    assert all(third[k] == {**first, **second}[k] for k in third)  # read back, never made anew
+    assert store.forget("t", "person:li") == 50 + sum(1 for i in range(0, 30, 3))  # owners kept across the restart
