@@ -142,6 +142,12 @@ class Ontology:
                 journal.append((_ATTR, obj, name, getattr(obj, name)))
             setattr(obj, name, value)
 
+    def _attr(self, obj: object, name: str, value: object) -> None:
+        """`_attrs` for one attribute, without building keyword arguments (a corroboration's only change)."""
+        if self._journal is not None:
+            self._journal.append((_ATTR, obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+
     def _add(self, container: set, value: object) -> None:  # type: ignore[type-arg]
         if value not in container:
             container.add(value)
@@ -165,8 +171,9 @@ class Ontology:
         return self.relation_types.get(name) or default_relation(name)
 
 
-    def key_for(self, subject: str, relation: str, obj: str, scope: str) -> FactKey:
-        if self.relation(relation).symmetric and obj < subject:
+    def key_for(self, subject: str, relation: str, obj: str, scope: str,
+                known: RelationType | None = None) -> FactKey:
+        if (known or self.relation(relation)).symmetric and obj < subject:
             subject, obj = obj, subject
         return (subject, relation, obj, scope)
 
@@ -194,18 +201,15 @@ class Ontology:
     # ------------------------------------------------------------------ evolving state from events
 
     def apply(self, event: DomainEvent) -> None:
-        self._apply(event)
+        handler = _APPLIERS.get(type(event))
+        if handler is None:
+            raise TypeError(f"no rule to apply {type(event).__name__}")
+        handler(self, event)
         if self._journal is not None:
             self._journal.append((_ATTR, self, "version", self.version))
         self.version += 1
         if event.event_id is not None:
             self._add(self.seen_event_ids, event.event_id)
-
-    def _apply(self, event: DomainEvent) -> None:
-        handler = _APPLIERS.get(type(event))
-        if handler is None:
-            raise TypeError(f"no rule to apply {type(event).__name__}")
-        handler(self, event)
 
     @_applies
     def _(self, e: TenantCreated) -> None:
@@ -242,21 +246,22 @@ class Ontology:
             status=FactStatus.CURRENT, asserted_at=e.recorded_at, provenance=[e.provenance],
             supersedes=e.supersedes,
         )
-        key = self.key_for(e.subject, e.relation, e.object, e.scope)
+        relation = self.relation(e.relation)
+        key = self.key_for(e.subject, e.relation, e.object, e.scope, relation)
         self._set(self.facts, e.fact_id, fact)
         self._set(self.current_by_key, key, e.fact_id)
         self._set(self.generations, key, self.generations.get(key, 0) + 1)
         if e.scope not in self.facts_by_scope:
             self._set(self.facts_by_scope, e.scope, set())
         self._add(self.facts_by_scope[e.scope], e.fact_id)
-        if self.relation(e.relation).functional:
+        if relation.functional:
             self._set(self.functional_current, (e.subject, e.relation, e.scope), e.fact_id)
         self._track_person_scope(fact, current=True)
 
     @_applies
     def _(self, e: FactCorroborated) -> None:
         fact = self.facts[e.fact_id]
-        self._attrs(fact, confidence=e.confidence)
+        self._attr(fact, "confidence", e.confidence)
         self._append(fact.provenance, e.provenance)
 
     @_applies

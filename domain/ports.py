@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from domain.events import DomainEvent
 from domain.forgetting import ContentKey
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """One event to append as version `version` of `tenant`'s stream, its content sealed with `key`."""
+class Pending(NamedTuple):
+    """One event to append as version `version` of `tenant`'s stream, its content sealed with `key`. (A named
+    tuple: one is made per event written, and it is the cheapest immutable record to make.)"""
 
     tenant: str
     version: int

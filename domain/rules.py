@@ -67,7 +67,8 @@ def decide(state: Ontology, command: c.Command, now: datetime) -> list[DomainEve
         return []
     if not isinstance(command, c.CreateTenant) and not state.exists:
         raise UnknownTenant(command.tenant)
-    return _decide(command, state, now)
+    rule = _decide.registry.get(type(command))  # the exact class: skips singledispatch's wrapper (hot path)
+    return (rule or _decide)(command, state, now)
 
 
 def _base(command: c.Command, now: datetime) -> dict[str, object]:
@@ -135,7 +136,8 @@ def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
         state.require_session(cmd.source.session_id, "source.session_id")
     provenance = _provenance(cmd, cmd.source)
     confidence = DEFAULT_CONFIDENCE if cmd.confidence is None else cmd.confidence
-    key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope)
+    relation = state.relation(cmd.relation)
+    key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope, relation)
 
     existing_id = state.current_by_key.get(key)
     if existing_id is not None:
@@ -149,7 +151,7 @@ def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
     events: list[DomainEvent] = []
     supersedes = None
-    if state.relation(cmd.relation).functional:
+    if relation.functional:
         previous_id = state.functional_current.get((cmd.subject, cmd.relation, cmd.scope))
         if previous_id is not None:
             previous = state.facts[previous_id]
