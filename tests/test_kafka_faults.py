@@ -136,7 +136,7 @@ def test_a_consumer_killed_at_random_points_and_restarted_ends_with_the_clean_lo
         # kill after a random amount of progress (not a random time: a fast consumer could finish the whole
         # topic within a fixed delay), plus a random fraction of a batch's time, so kills land mid-batch too
         target = before + rng.randint(1, 3_000)
-        wait_until(lambda: stored_total(observer, topic, ends) >= target or caught_up(observer, topic, ends),
+        wait_until(lambda t=target: stored_total(observer, topic, ends) >= t or caught_up(observer, topic, ends),
                    60, "the restarted consumer to make progress")
         time.sleep(rng.uniform(0.0, 0.05))
         child.send_signal(signal.SIGKILL)
