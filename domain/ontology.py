@@ -256,7 +256,8 @@ class Ontology:
         self._add(self.facts_by_scope[e.scope], e.fact_id)
         if relation.functional:
             self._set(self.functional_current, (e.subject, e.relation, e.scope), e.fact_id)
-        self._track_person_scope(fact, current=True)
+        if e.scope != "org":
+            self._track_person_scope(fact, current=True)
 
     @_applies
     def _(self, e: FactCorroborated) -> None:

@@ -131,7 +131,8 @@ def _check_scope(state: Ontology, scope: str) -> None:
 def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     state.require_entity(cmd.subject, "subject")
     state.require_entity(cmd.object, "object")
-    _check_scope(state, cmd.scope)
+    if cmd.scope != "org":
+        _check_scope(state, cmd.scope)
     if cmd.source and cmd.source.session_id is not None:
         state.require_session(cmd.source.session_id, "source.session_id")
     provenance = _provenance(cmd, cmd.source)

@@ -146,11 +146,15 @@ class OntologyService:
             except DomainError as error:
                 outcomes.append(Outcome(command, error=error))
                 continue
-            for event in events:
-                key = content_key(state, event) if self._seal else None
-                grants = owner_grants(state, event) if self._seal else ()
-                state.apply(event)
-                pending.append(Pending(command.tenant, state.version, event, key, grants))
+            if not self._seal:
+                for event in events:
+                    state.apply(event)
+                    pending.append(Pending(command.tenant, state.version, event))
+            else:
+                for event in events:
+                    key, grants = content_key(state, event), owner_grants(state, event)
+                    state.apply(event)
+                    pending.append(Pending(command.tenant, state.version, event, key, grants))
             outcomes.append(Outcome(command, events))
         return outcomes, pending
 
