@@ -22,6 +22,7 @@ blanked: the other person's own words (the fact's reason) stay, and nothing else
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 from domain.entities import EntityRegistered, EntityUpdated
@@ -121,18 +122,22 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
     session_id = event.session_id  # type: ignore[attr-defined]
     key_id = f"{tenant}/session/{session_id}"
     cached = _SESSION_KEYS.get(key_id)
-    if cached is not None and cached[0] is state:
+    if cached is not None and cached[0]() is state:
         return cached[1]
     fields = type(event).model_fields  # (pydantic's getattr on a missing field is slow: ask the class)
     serving = event.serving if "serving" in fields else None  # type: ignore[attr-defined]
     parent = event.parent_session_id if "parent_session_id" in fields else None  # type: ignore[attr-defined]
     key = ContentKey(key_id, _session_owners(state, session_id, serving, parent))
     if session_id in getattr(state, "sessions", {}):
-        _SESSION_KEYS[key_id] = (state, key)  # a known session's owners do not change
+        if len(_SESSION_KEYS) >= _GRANTS_KEPT:
+            _SESSION_KEYS.clear()
+        # a known session's owners do not change; the state is held weakly, so a state dropped after a forget
+        # (with the content it folded) is not kept alive here
+        _SESSION_KEYS[key_id] = (weakref.ref(state), key)
     return key
 
 
-_SESSION_KEYS: dict[str, tuple[object, ContentKey]] = {}
+_SESSION_KEYS: dict[str, tuple[weakref.ref[object], ContentKey]] = {}
 _GRANTS: dict[tuple[str, str, str, str], tuple[ContentKey, ...]] = {}
 _GRANTS_KEPT = 100_000
 

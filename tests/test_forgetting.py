@@ -182,3 +182,28 @@ def test_forgetting_needs_encryption_to_be_on(tmp_path):
     with pytest.raises(InvalidInput, match="not encrypted"):
         app.forget(T, "person:zhao")
     app.close()
+
+
+def test_a_folded_state_dropped_after_a_forget_is_not_kept_alive_by_the_session_key_cache():
+    """Services drop a tenant's folded state after a forget (it holds content); no cache may keep it alive."""
+    import gc
+    import weakref
+    from datetime import UTC, datetime
+
+    from domain.forgetting import content_key
+    from domain.ontology import Ontology
+    from domain.rules import decide
+
+    now, state = datetime(2026, 3, 1, tzinfo=UTC), Ontology(tenant=T)
+    for command in (c.CreateTenant(tenant=T), c.RegisterEntity(tenant=T, ref="agent:a", label="a"),
+                    c.RegisterEntity(tenant=T, ref="person:li", label="MARKER-LI"),
+                    c.StartSession(tenant=T, session_id="s-li", agent="agent:a", serving="person:li")):
+        for event in decide(state, command, now):
+            state.apply(event)
+    message = decide(state, c.AppendMessage(tenant=T, session_id="s-li", message_id="m1", role="user",
+                                            content="hello"), now)[0]
+    assert content_key(state, message).owners == {"person:li", "session:s-li"}  # type: ignore[union-attr]
+    dropped = weakref.ref(state)
+    del state
+    gc.collect()
+    assert dropped() is None
