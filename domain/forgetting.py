@@ -129,7 +129,7 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
     parent = event.parent_session_id if "parent_session_id" in fields else None  # type: ignore[attr-defined]
     key = ContentKey(key_id, _session_owners(state, session_id, serving, parent))
     if session_id in getattr(state, "sessions", {}):
-        if len(_SESSION_KEYS) >= _GRANTS_KEPT:
+        if len(_SESSION_KEYS) >= _KEPT:
             _SESSION_KEYS.clear()
         # a known session's owners do not change; the state is held weakly, so a state dropped after a forget
         # (with the content it folded) is not kept alive here
@@ -139,7 +139,7 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
 
 _SESSION_KEYS: dict[str, tuple[weakref.ref[object], ContentKey]] = {}
 _GRANTS: dict[tuple[str, str, str, str], tuple[ContentKey, ...]] = {}
-_GRANTS_KEPT = 100_000
+_KEPT = 100_000
 
 
 def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
@@ -157,7 +157,7 @@ def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
         memories = [ref for ref in (subject, obj) if ref.startswith("memory:")]
         grants = tuple(ContentKey(f"{event.tenant}/entity/{ref}", frozenset(people | {ref})) for ref in memories) \
             if people else ()
-        if len(_GRANTS) >= _GRANTS_KEPT:
+        if len(_GRANTS) >= _KEPT:
             _GRANTS.clear()
         _GRANTS[found] = grants
     return grants

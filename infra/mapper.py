@@ -49,10 +49,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
 _EMPTY = (None, "", (), {})
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 
@@ -70,14 +66,13 @@ class _Sealer:
     """Seals content fields with one data key: each as `,"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"`, the
     JSON bytes spliced into the event. What depends only on the key and the field name is made once."""
 
-    __slots__ = ("cipher", "key_id", "suffix", "heads", "ads")
+    __slots__ = ("cipher", "key_id", "suffix", "ads")
 
     def __init__(self, key_id: str, key: bytes) -> None:
         self.cipher = AESGCM(key)
         self.key_id = key_id
         quoted = key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]
         self.suffix = f":{quoted}\"".encode()
-        self.heads: dict[str, bytes] = _HEADS
         self.ads: dict[str, bytes] = {}
 
     def seal(self, nonce: bytes, name: str, value: Any) -> bytes:
@@ -86,15 +81,16 @@ class _Sealer:
         ad = self.ads.get(name)
         if ad is None:
             ad = self.ads[name] = f"{self.key_id}|{name}".encode()
-        if name not in _HEADS:
-            _HEADS[name] = f',"{name}":"{SEAL}'.encode()
+        head = _HEADS.get(name)
+        if head is None:
+            head = _HEADS[name] = f',"{name}":"{SEAL}'.encode()
         if isinstance(value, str):
             plain = b"s" + value.encode()  # a text field: no JSON needed
         else:
             plain = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
         encoded = binascii.b2a_base64(nonce + self.cipher.encrypt(nonce, plain, ad), newline=False)
         encoded = encoded.translate(_URLSAFE).rstrip(b"=")
-        return b"".join((self.heads[name], encoded[:16], b":", encoded[16:], self.suffix))
+        return b"".join((head, encoded[:16], b":", encoded[16:], self.suffix))
 
 
 def _unb64(text: str) -> bytes:
