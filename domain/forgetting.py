@@ -7,10 +7,15 @@ unreadable, and replays show `[forgotten]` with the structure (ids, refs, relati
 
 Who owns which content (`content_key`):
 
-- label and aliases of `person:` and `memory:` entities: the entity's key, owned by the entity, and a memory
-  also by every person a fact links it to;
+- label and aliases of `person:` and `memory:` entities: the entity's key, owned by the entity; a memory's
+  key is also deleted when a person a fact links it to is forgotten (`linked_memories`);
 - a fact's reason (assert, corroborate, invalidate): the fact's key, owned by the fact, by its `person:` or
-  `session:` scope, and, for an org-scoped fact, by a `person:` subject or object;
+  `session:` scope, and, for an org-scoped fact, by a `person:` subject or object. A fact's key is not
+  stored on its own: it is derived from the key of its *group* (the facts with the same owners besides
+  themselves, e.g. every fact scoped to `person:li`; org facts that name no person are spread over
+  `ORG_GROUPS` groups by id). Forgetting an owner of the group deletes the group's key; forgetting one fact
+  first stores its siblings' derived keys on their own, then deletes the group's key (`fact_groups`). So a
+  new fact costs no key write, and forgetting one fact still erases exactly that fact;
 - messages, tasks, worker reports, compaction summaries and payloads, consolidation notes: the session's key,
   owned by the session, its main session (for workers) and the person it serves.
 
@@ -49,8 +54,51 @@ class SubjectForgotten(DomainEvent):
 
 @dataclass(frozen=True, slots=True)
 class ContentKey:
+    """A data key by id, with its owners. With a `group`, the key is derived from the group's key (whose owners
+    are `group_owners`) rather than stored: see the module's docstring."""
+
     key_id: str
     owners: frozenset[str]
+    group: str | None = None
+    group_owners: frozenset[str] = frozenset()
+
+
+ORG_GROUPS = 256
+"""Org-scoped facts that name no person share a group key with 1/256 of their kind (by the first two hex digits
+of the fact id), so forgetting one of them stores at most that share of sibling keys."""
+
+
+def fact_key(tenant: str, fact_id: str, scope: str, subject: str, obj: str) -> ContentKey:
+    """The key of a fact's reason: owned by the fact and by the people or session it belongs to, derived from
+    the key of the group of facts with the same other owners."""
+    if scope != "org":
+        others = frozenset((scope,))
+        group = f"{tenant}/facts/{scope}"
+    else:
+        people = sorted({ref for ref in (subject, obj) if ref.startswith("person:")})
+        others = frozenset(people)
+        group = f"{tenant}/facts/{' '.join(people)}" if people else f"{tenant}/facts/org/{fact_id[:2]}"
+    return ContentKey(f"{tenant}/fact/{fact_id}", others | {f"fact:{fact_id}"}, group, others)
+
+
+def fact_groups(state: object, fact_id: str) -> dict[str, dict[str, frozenset[str]]]:
+    """For forgetting one fact: its group, with every other fact of that group and its owners (their keys are
+    stored on their own before the group's key is deleted)."""
+    tenant = getattr(state, "tenant", "")
+    facts = getattr(state, "facts", {})
+    fact = facts.get(fact_id)
+    if fact is None:
+        return {}
+    group = fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object).group
+    assert group is not None
+    siblings: dict[str, frozenset[str]] = {}
+    for other in facts.values():
+        if other.fact_id == fact_id:  # (a fact without a reason may have had one in a corroboration)
+            continue
+        key = fact_key(tenant, other.fact_id, other.scope, other.subject, other.object)
+        if key.group == group:
+            siblings[key.key_id] = key.owners
+    return {group: siblings}
 
 
 def _session_owners(state: object, session_id: str, serving: str | None = None, parent: str | None = None
@@ -110,15 +158,11 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
             return None
         fact_id = event.fact_id  # type: ignore[attr-defined]
         if kind == _ASSERTED:
-            scope, subject, obj = event.scope, event.subject, event.object  # type: ignore[attr-defined]
-        else:
-            fact = getattr(state, "facts", {}).get(fact_id)
-            scope, subject, obj = (fact.scope, fact.subject, fact.object) if fact else ("org", "", "")
-        if scope != "org":
-            owners = frozenset((f"fact:{fact_id}", scope))
-        else:
-            owners = frozenset([f"fact:{fact_id}"] + [ref for ref in (subject, obj) if ref.startswith("person:")])
-        return ContentKey(f"{tenant}/fact/{fact_id}", owners)
+            return fact_key(tenant, fact_id, event.scope, event.subject, event.object)  # type: ignore[attr-defined]
+        fact = getattr(state, "facts", {}).get(fact_id)
+        if fact is None:
+            return fact_key(tenant, fact_id, "org", "", "")
+        return fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object)
     session_id = event.session_id  # type: ignore[attr-defined]
     key_id = f"{tenant}/session/{session_id}"
     cached = _SESSION_KEYS.get(key_id)
@@ -138,29 +182,24 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
 
 
 _SESSION_KEYS: dict[str, tuple[weakref.ref[object], ContentKey]] = {}
-_GRANTS: dict[tuple[str, str, str, str], tuple[ContentKey, ...]] = {}
 _KEPT = 100_000
 
 
-def owner_grants(state: object, event: DomainEvent) -> tuple[ContentKey, ...]:
-    """Further owners a fact gives a memory: a `memory:` entity linked to a person (by the fact's subject or
-    object, or by its `person:` scope) becomes theirs too, so "forget me" erases the memories about them."""
-    if not isinstance(event, FactAsserted):
-        return ()
-    subject, obj, scope = event.subject, event.object, event.scope
-    if not (subject.startswith("memory:") or obj.startswith("memory:")):
-        return ()
-    found = (event.tenant, subject, obj, scope)
-    grants = _GRANTS.get(found)  # the same link is asserted again and again: the same keys, made once
-    if grants is None:
-        people = {ref for ref in (subject, obj, scope) if ref.startswith("person:")}
-        memories = [ref for ref in (subject, obj) if ref.startswith("memory:")]
-        grants = tuple(ContentKey(f"{event.tenant}/entity/{ref}", frozenset(people | {ref})) for ref in memories) \
-            if people else ()
-        if len(_GRANTS) >= _KEPT:
-            _GRANTS.clear()
-        _GRANTS[found] = grants
-    return grants
+def linked_memories(state: object, person: str) -> list[str]:
+    """The keys of the `memory:` entities a fact links to a person (by the fact's subject or object, or by its
+    `person:` scope): "forget me" erases them too. Found in the ontology when the person is forgotten, so
+    writing a fact records nothing for it."""
+    if not person.startswith("person:"):
+        return []
+    tenant = getattr(state, "tenant", "")
+    found: dict[str, None] = {}
+    for fact in getattr(state, "facts", {}).values():
+        subject, obj = fact.subject, fact.object
+        if (subject.startswith("memory:") or obj.startswith("memory:")) and person in (subject, obj, fact.scope):
+            for ref in (subject, obj):
+                if ref.startswith("memory:"):
+                    found[f"{tenant}/entity/{ref}"] = None
+    return list(found)
 
 
 def check_subject(subject: str) -> str:

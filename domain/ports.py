@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -18,8 +18,6 @@ class Pending(NamedTuple):
     version: int
     event: DomainEvent
     key: ContentKey | None = None
-    grants: tuple[ContentKey, ...] = ()
-    """Owners this event adds to other keys (recorded with the batch's keys, before the events)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +67,21 @@ class KeyStore(Protocol):
         """Each key's bytes by key id, created on first use, new owners recorded; committed before returning."""
         ...
 
-    def get(self, key_id: str) -> bytes | None:
-        """The key's bytes, or None once forgotten."""
+    def keys_pending(self, keys: Iterable[ContentKey]) -> tuple[dict[str, tuple[str, bytes]], Callable[[], None]]:
+        """By key id: the name a sealed field records (the key id, or a derived key's name) and the key's bytes;
+        and a function that returns once the new keys are durable (raising if they could not be stored). Nothing
+        sealed with a key may be written before that."""
         ...
 
-    def forget(self, tenant: str, owner: str) -> int:
-        """Delete, for real, every key of the tenant that `owner` owns; return how many."""
+    def get(self, key_id: str) -> bytes | None:
+        """The key's bytes by id or derived name, or None once forgotten."""
+        ...
+
+    def forget(self, tenant: str, owner: str, splits: Mapping[str, Mapping[str, frozenset[str]]] | None = None,
+               also: Sequence[str] = ()) -> int:
+        """Delete, for real, every key of the tenant that `owner` owns, the keys in `also` (by id), and the key
+        of each group in `splits` once its other members' keys (given by key id with their owners) are stored
+        on their own; return how many keys were deleted."""
         ...
 
     def evict_cache(self) -> None:

@@ -15,7 +15,7 @@ from datetime import datetime
 from domain.commands import Command
 from domain.errors import ConcurrencyError, DomainError
 from domain.events import DomainEvent
-from domain.forgetting import SubjectForgotten, content_key, owner_grants
+from domain.forgetting import SubjectForgotten, content_key
 from domain.ontology import Ontology
 from domain.ports import AlreadyTracked, EventLog, Pending, TrackingPosition, VersionConflict
 from domain.rules import decide
@@ -152,9 +152,9 @@ class OntologyService:
                     pending.append(Pending(command.tenant, state.version, event))
             else:
                 for event in events:
-                    key, grants = content_key(state, event), owner_grants(state, event)
+                    key = content_key(state, event)
                     state.apply(event)
-                    pending.append(Pending(command.tenant, state.version, event, key, grants))
+                    pending.append(Pending(command.tenant, state.version, event, key))
             outcomes.append(Outcome(command, events))
         return outcomes, pending
 

@@ -26,7 +26,7 @@ from domain.consolidation import (
 )
 from domain.errors import DomainError, InvalidInput, UnknownTenant
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactState, FactStatus
-from domain.forgetting import check_subject
+from domain.forgetting import check_subject, fact_groups, linked_memories
 from domain.ontology import Ontology
 from domain.ports import KeyStore
 from domain.recalls import RecallMode
@@ -363,7 +363,10 @@ def forget(service: OntologyService, keys: KeyStore, tenant: str, subject: str) 
         raise UnknownTenant(tenant)
     probe = c.RecordForgetting(tenant=tenant, subject=subject, keys_deleted=0)
     decide(state, probe, datetime.now(UTC))  # the subject must exist: checked before any key is deleted
-    deleted = keys.forget(tenant, subject)
+    # one fact's key is derived from its group's: the group's key goes, its other members' keys are kept; a
+    # person takes the memories linked to them along
+    splits = fact_groups(state, subject.split(":", 1)[1]) if subject.startswith("fact:") else None
+    deleted = keys.forget(tenant, subject, splits, linked_memories(state, subject))
     outcome = service.execute(probe.model_copy(update={"keys_deleted": deleted}))
     service.reload(tenant)
     position = None

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,6 +26,20 @@ _COMMIT_BESIDE = 32
 _NONE: frozenset[str] = frozenset()
 CACHE_LIMIT = 100_000
 """Keys a key store keeps in memory (each with its owners) before it starts its cache over."""
+_DERIVED = re.compile(r"^([a-z0-9][a-z0-9_-]*/root/[0-9a-f]{32})/(.+)$")
+"""A derived key's name: `<tenant>/root/<random hex>/<key id>`, the group key it comes from and its own id."""
+
+Sealing = tuple[str, bytes]
+"""What seals one content key: the name the sealed field records (the key id, or a derived key's name) and the
+key's bytes."""
+Splits = Mapping[str, Mapping[str, frozenset[str]]]
+"""For forgetting one member of a group: by group, every other member's key id and owners (see
+`domain.forgetting.fact_groups`)."""
+
+
+def derive(group_key: bytes, key_id: str) -> bytes:
+    """A member's key from its group's key: keyed BLAKE2b (a pseudorandom function) of the member's key id."""
+    return hashlib.blake2b(key_id.encode(), key=group_key, digest_size=KEY_BYTES, person=b"noumena-derive").digest()
 
 
 class _Cached:
@@ -34,6 +49,8 @@ class _Cached:
     def __init__(self) -> None:
         self.keys: dict[str, bytes] = {}
         self.owners: dict[str, frozenset[str]] = {}
+        self.groups: dict[str, tuple[str, bytes]] = {}
+        """By group: its current key's id and bytes."""
         self.generation = 0
 
     def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
@@ -48,6 +65,7 @@ class _Cached:
     def clear(self) -> None:
         self.keys.clear()
         self.owners.clear()
+        self.groups.clear()
         self.generation += 1
 
 
@@ -69,15 +87,20 @@ class MemoryKeyStore:
                 result[k.key_id] = key
             return result
 
+    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
+        """As `SQLiteKeyStore.keys_pending`; every key is stored on its own (no groups) and at once."""
+        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _durable
+
     def key_for(self, key: ContentKey) -> bytes:
         return self.keys_for([key])[key.key_id]
 
     def get(self, key_id: str) -> bytes | None:
         return self._keys.get(key_id)
 
-    def forget(self, tenant: str, owner: str) -> int:
+    def forget(self, tenant: str, owner: str, splits: Splits | None = None, also: Sequence[str] = ()) -> int:
         with self._lock:
             doomed = [k for k, owners in self._owners.items() if owner in owners and k.startswith(f"{tenant}/")]
+            doomed += [k for k in also if k in self._keys and k not in doomed]
             for key_id in doomed:
                 self._keys.pop(key_id, None)
                 self._owners.pop(key_id, None)
@@ -118,6 +141,7 @@ class SQLiteKeyStore:
         else:
             self._insert = "INSERT INTO data_keys (key_id, key, owners) VALUES (?, ?, ?)"
             self._where = "key_id"
+        self._db.execute("CREATE TABLE IF NOT EXISTS key_groups (group_id TEXT PRIMARY KEY, key_id TEXT NOT NULL)")
         self._lock = threading.Lock()
         """Held from the start of a write until its commit is done (released by the committer thread)."""
         self._committer: ThreadPoolExecutor | None = None
@@ -127,57 +151,73 @@ class SQLiteKeyStore:
         """Every key asked for, creating missing ones and recording new owners in one committed transaction."""
         keys, durable = self.keys_pending(wanted)
         durable()
-        return keys
+        return {key_id: key for key_id, (_name, key) in keys.items()}
 
-    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, bytes], Callable[[], None]]:
-        """Every key asked for, as `keys_for`, but the transaction that stores the new ones is committed (fsync)
-        on a background thread: the caller seals with the keys meanwhile and must call the returned function,
-        which waits for that commit and raises if it failed, before it writes anything sealed with them.
+    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
+        """Every key asked for, as `keys_for`, with the name a sealed field records, but the transaction that
+        stores the new ones is committed (fsync) on a background thread: the caller seals with the keys
+        meanwhile and must call the returned function, which waits for that commit and raises if it failed,
+        before it writes anything sealed with them.
 
-        A key id this process has not seen is almost always new (a new fact's key), so it is inserted straight
-        away, without reading first; only if some of those inserts find the key already stored (written by
-        another process, or by a batch whose events were never committed) are they read back: the stored key
-        wins. Key ids already cached that gain owners are read and updated. Until the commit is done the store
-        stays locked, so no one else can use the new keys before they are stored."""
+        A key with a group is derived from the group's key and named `<group key id>/<key id>`: nothing is
+        written for it unless its group has no key yet (once per group). A key id this process has not seen is
+        almost always new, so it is inserted straight away, without reading first; only if some of those
+        inserts find the key already stored (written by another process, or by a batch whose events were never
+        committed) are they read back: the stored key wins. Key ids already cached that gain owners are read
+        and updated. Until the commit is done the store stays locked, so no one else can use the new keys
+        before they are stored."""
         self._lock.acquire()
         try:
             self._cache.bound()
             cache = self._cache
-            keys, known_owners = cache.keys, cache.owners
+            keys, known_owners, groups = cache.keys, cache.owners, cache.groups
             owners: dict[str, frozenset[str]] = {}
+            new_groups: dict[str, frozenset[str]] = {}
             wanted = list(wanted)
             for k in wanted:
+                if k.group is not None:
+                    if k.group not in groups:
+                        new_groups[k.group] = k.group_owners
+                    continue
                 key_id = k.key_id
                 if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):
                     continue
                 more = owners.get(key_id)
                 owners[key_id] = k.owners if more is None else more | k.owners
-            if owners:
-                keys.update(self._write(owners))
+            if owners or new_groups:
+                keys.update(self._write(owners, new_groups))
                 # the cache learns the keys now; if the commit fails, the committer clears it before unlocking
                 for key_id, more in owners.items():
                     known = known_owners.get(key_id)
                     known_owners[key_id] = more if known is None else known | more
-            result = {k.key_id: keys[k.key_id] for k in wanted}
+            result: dict[str, Sealing] = {}
+            for k in wanted:
+                if k.group is None:
+                    result[k.key_id] = (k.key_id, keys[k.key_id])
+                elif k.key_id not in result:
+                    group_key_id, group_key = groups[k.group]
+                    result[k.key_id] = (f"{group_key_id}/{k.key_id}", derive(group_key, k.key_id))
         except BaseException:
             if self._db.in_transaction:  # nothing of this batch was committed: neither may the cache hold it
                 self._db.execute("ROLLBACK")
                 cache.clear()
             self._lock.release()
             raise
-        if not owners:
+        written = len(owners) + len(new_groups)
+        if not written:
             self._lock.release()
             return result, _durable
-        if len(owners) < _COMMIT_BESIDE:  # a handful of keys: nothing worth overlapping, commit here
+        if written < _COMMIT_BESIDE:  # a handful of keys: nothing worth overlapping, commit here
             self._commit()
             return result, _durable
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="noumena-key-commit")
         return result, self._committer.submit(self._commit).result
 
-    def _write(self, owners: dict[str, frozenset[str]]) -> dict[str, bytes]:
-        """Insert the new keys and record new owners in an open transaction (under the lock); return the key
-        of every id in `owners` that this transaction writes or reads."""
+    def _write(self, owners: dict[str, frozenset[str]], groups: dict[str, frozenset[str]]) -> dict[str, bytes]:
+        """Insert the new keys, record new owners and give each group in `groups` its key (the stored one, or a
+        new one) in an open transaction (under the lock); return the key of every id in `owners` that this
+        transaction writes or reads."""
         cache = self._cache
         fresh = [key_id for key_id in owners if key_id not in cache.keys]
         material = os.urandom(KEY_BYTES * len(fresh))  # one call for every new key of the batch
@@ -192,13 +232,7 @@ class SQLiteKeyStore:
                 check = [key_id for key_id in owners if key_id not in new]
             else:  # some were stored already: read every one back, the stored key wins
                 check = list(owners)
-            found: dict[str, tuple[bytes, str]] = {}
-            for start in range(0, len(check), 500):
-                chunk = check[start:start + 500]
-                for key_id, key, known in db.execute(
-                        f"SELECT key_id, key, owners FROM data_keys WHERE {self._where} IN "
-                        f"({','.join('?' * len(chunk))})", [self._lookup(key_id) for key_id in chunk]):
-                    found[key_id] = (key, known)
+            found = self._select_keys(check)
             gone = {key_id: os.urandom(KEY_BYTES) for key_id in check if key_id not in found}
             db.executemany(self._insert, self._rows((key_id, key, owners[key_id]) for key_id, key in gone.items()))
             grown = []
@@ -208,12 +242,51 @@ class SQLiteKeyStore:
                 if not owners[key_id] <= stored_owners:
                     grown.append((_owners_text(stored_owners | owners[key_id]), self._lookup(key_id)))
             db.executemany(f"UPDATE data_keys SET owners = ? WHERE {self._where} = ?", grown)
+            if groups:
+                new.update(self._group_keys(groups))
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         new.update(gone)
         return new
+
+    def _select_keys(self, key_ids: list[str]) -> dict[str, tuple[bytes, str]]:
+        """Stored keys with their owners text, by key id (missing ones left out)."""
+        found: dict[str, tuple[bytes, str]] = {}
+        for start in range(0, len(key_ids), 500):
+            chunk = key_ids[start:start + 500]
+            for key_id, key, known in self._db.execute(
+                    f"SELECT key_id, key, owners FROM data_keys WHERE {self._where} IN "
+                    f"({','.join('?' * len(chunk))})", [self._lookup(key_id) for key_id in chunk]):
+                found[key_id] = (key, known)
+        return found
+
+    def _group_keys(self, groups: dict[str, frozenset[str]]) -> dict[str, bytes]:
+        """Each group's current key (stored, or made now and recorded), cached; return the new ones by id."""
+        names = list(groups)
+        current: dict[str, str] = {}
+        for start in range(0, len(names), 500):
+            chunk = names[start:start + 500]
+            current.update(self._db.execute(
+                f"SELECT group_id, key_id FROM key_groups WHERE group_id IN ({','.join('?' * len(chunk))})", chunk))
+        stored = self._select_keys(list(current.values()))
+        made: dict[str, bytes] = {}
+        rows, mapped = [], []
+        for group, group_owners in groups.items():
+            key_id = current.get(group)
+            if key_id is not None and key_id in stored:
+                self._cache.groups[group] = (key_id, stored[key_id][0])
+                continue
+            # none yet, or its key was deleted (an owner was forgotten): a new key, under a new id
+            key_id, key = f"{group.split('/', 1)[0]}/root/{os.urandom(16).hex()}", os.urandom(KEY_BYTES)
+            rows.append((key_id, key, group_owners))
+            mapped.append((group, key_id))
+            self._cache.groups[group] = (key_id, key)
+            made[key_id] = key
+        self._db.executemany(self._insert, self._rows(rows))
+        self._db.executemany("INSERT OR REPLACE INTO key_groups (group_id, key_id) VALUES (?, ?)", mapped)
+        return made
 
     def _commit(self) -> None:
         """On the committer thread: commit what `_write` left open, then unlock. If the commit fails, the cache
@@ -239,26 +312,69 @@ class SQLiteKeyStore:
         return [(key_id, key, _owners_text(owners)) for key_id, key, owners in keys]
 
     def get(self, key_id: str) -> bytes | None:
+        """A key's bytes by id or derived name, or None once it is forgotten. A derived key comes from its group's
+        key while that exists; once the group's key is deleted, from the member's own key stored at the time
+        (`forget` with splits), if it was not forgotten itself."""
+        derived = _DERIVED.match(key_id) if "/root/" in key_id else None
         with self._lock:
-            key = self._cache.keys.get(key_id)
-            if key is None:
-                row = self._db.execute(f"SELECT key FROM data_keys WHERE {self._where} = ?",
-                                       (self._lookup(key_id),)).fetchone()
-                if row is None:
-                    return None
-                key = self._cache.keys[key_id] = row[0]
-            return key
+            if derived is not None:
+                group_key = self._get(derived[1])
+                if group_key is not None:
+                    return derive(group_key, derived[2])
+            return self._get(key_id)
 
-    def forget(self, tenant: str, owner: str) -> int:
+    def _get(self, key_id: str) -> bytes | None:
+        key = self._cache.keys.get(key_id)
+        if key is None:
+            row = self._db.execute(f"SELECT key FROM data_keys WHERE {self._where} = ?",
+                                   (self._lookup(key_id),)).fetchone()
+            if row is None:
+                return None
+            key = self._cache.keys[key_id] = row[0]
+        return key
+
+    def forget(self, tenant: str, owner: str, splits: Splits | None = None, also: Sequence[str] = ()) -> int:
+        """Delete every key of the tenant that `owner` owns, the keys in `also`, and the key of every group in
+        `splits` after storing each other member's derived key on its own (with its owners); then rewrite the
+        file so no free page holds a deleted key. Returns the number of keys deleted."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            cursor = self._db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND "
-                                      "instr(owners, ?) > 0", (f"{tenant}/", f"{tenant}0", f" {owner} "))
-            deleted = cursor.rowcount
-            self._db.execute("COMMIT")
-            self._db.execute("VACUUM")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            self._cache.clear()
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                deleted = 0
+                for group, members in (splits or {}).items():
+                    row = db.execute("SELECT key_id FROM key_groups WHERE group_id = ?", (group,)).fetchone()
+                    if row is None:
+                        continue
+                    group_key_id = row[0]
+                    stored = self._select_keys([group_key_id]).get(group_key_id)
+                    if stored is not None:
+                        db.executemany(f"{self._insert} ON CONFLICT ({self._where}) DO NOTHING",
+                                       self._rows((f"{group_key_id}/{member}", derive(stored[0], member), owners)
+                                                  for member, owners in members.items()))
+                        db.execute(f"DELETE FROM data_keys WHERE {self._where} = ?", (self._lookup(group_key_id),))
+                        deleted += 1
+                    db.execute("DELETE FROM key_groups WHERE group_id = ?", (group,))
+                cursor = db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND "
+                                    "instr(owners, ?) > 0", (f"{tenant}/", f"{tenant}0", f" {owner} "))
+                deleted += cursor.rowcount
+                for start in range(0, len(also), 500):
+                    chunk = also[start:start + 500]
+                    marks = ",".join("?" * len(chunk))
+                    deleted += db.execute(f"DELETE FROM data_keys WHERE {self._where} IN ({marks})",
+                                          [self._lookup(key_id) for key_id in chunk]).rowcount
+                # groups whose key went with an owner: their next member makes a new one
+                db.execute("DELETE FROM key_groups WHERE group_id >= ? AND group_id < ? AND key_id NOT IN "
+                           "(SELECT key_id FROM data_keys)", (f"{tenant}/", f"{tenant}0"))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                self._cache.clear()
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return deleted
 
     @property
@@ -322,6 +438,11 @@ class PostgresKeyStore:
                     self._cache.owners[k.key_id] = self._cache.owners.get(k.key_id, frozenset()) | k.owners
             return {k.key_id: self._cache.keys[k.key_id] for k in wanted}
 
+    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
+        """As `SQLiteKeyStore.keys_pending`, but every key is stored on its own (groups are not used) and
+        committed before this returns."""
+        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _durable
+
     def key_for(self, key: ContentKey) -> bytes:
         return self.keys_for([key])[key.key_id]
 
@@ -335,12 +456,14 @@ class PostgresKeyStore:
                 key = self._cache.keys[key_id] = bytes(row[0])
             return key
 
-    def forget(self, tenant: str, owner: str) -> int:
+    def forget(self, tenant: str, owner: str, splits: Splits | None = None, also: Sequence[str] = ()) -> int:
+        """Delete every key of the tenant that `owner` owns and the keys in `also` (`splits` has nothing to do:
+        no groups here)."""
         with self._lock:
             with self._db.transaction():
                 doomed = [r[0] for r in self._db.execute(
-                    f"SELECT key_id FROM {self._owners} WHERE owner = %s AND key_id LIKE %s",
-                    (owner, f"{tenant}/%"))]
+                    f"SELECT key_id FROM {self._keys} WHERE key_id IN (SELECT key_id FROM {self._owners} "
+                    "WHERE owner = %s AND key_id LIKE %s) OR key_id = ANY(%s)", (owner, f"{tenant}/%", list(also)))]
                 self._db.execute(f"DELETE FROM {self._keys} WHERE key_id = ANY(%s)", (doomed,))
                 self._db.execute(f"DELETE FROM {self._owners} WHERE key_id = ANY(%s)", (doomed,))
             self._db.execute(f"VACUUM FULL {self._keys}")

@@ -124,19 +124,12 @@ class EventMapper:
         """Serialize a batch, and a function to call before writing it (None: nothing to wait for): the new data
         keys it is sealed with may still be being committed; the function waits until they are and raises if
         they could not be. Nothing sealed with a key may be committed before that."""
-        keys: dict[str, bytes] = {}
+        keys: dict[str, tuple[str, bytes]] = {}
         durable = None
         if self.keys is not None:
             wanted = [p.key for p in pending if p.key is not None]
-            for p in pending:
-                if p.grants:
-                    wanted += p.grants
-            if wanted:
-                keys_pending = getattr(self.keys, "keys_pending", None)
-                if keys_pending is not None:  # the key store commits while we seal: waited for below
-                    keys, durable = keys_pending(wanted)
-                else:
-                    keys = self.keys.keys_for(wanted)
+            if wanted:  # (a key store commits new keys while we seal: waited for before the events are written)
+                keys, durable = self.keys.keys_pending(wanted)
             self._check_generation()
         stored = []
         nonces = b""
@@ -158,8 +151,9 @@ class EventMapper:
                 state = serializer.to_json(event)
             else:
                 # The structure as pydantic writes it, then each sealed field spliced in as a JSON string.
-                key_id = key.key_id  # type: ignore[union-attr]
-                sealer = self._sealer_for(key_id, keys[key_id])  # (a key not given is an error, never plaintext)
+                # the key's name (its id, or a derived key's name) and bytes; a key not given is an error, never
+                # plaintext
+                sealer = self._sealer_for(*keys[key.key_id])  # type: ignore[union-attr]
                 parts = [serializer.to_json(event, exclude=set(content))[:-1]]
                 for name in content:
                     if used + 12 > len(nonces):  # nonces for the rest of the batch, from one call

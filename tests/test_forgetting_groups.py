@@ -1,0 +1,136 @@
+"""Forgetting is exact although a fact's key is derived from its group's key (the facts with the same other
+owners): hypothesis plays random assertions, corroborations and forgets (of facts, people, sessions and
+memories) on a real SQLite event log and key store, and every content field in the log must read `[forgotten]`
+exactly when one of its owners was forgotten after it was written."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from domain import commands as c
+from domain.entities import EntityRegistered
+from domain.facts import FactAsserted, FactCorroborated
+from domain.forgetting import FORGOTTEN, SubjectForgotten
+from infra.bootstrap import bootstrap
+from infra.keystore import SQLiteKeyStore
+from infra.settings import Settings
+from tests.conftest import TickingClock
+
+T = "acme"
+PEOPLE = ["person:p0", "person:p1", "person:p2"]
+MEMORIES = ["memory:m0", "memory:m1"]
+REFS = PEOPLE + MEMORIES + ["file:x", "agent:a"]
+SCOPES = ["org", "org", "person:p0", "person:p1", "session:s0"]
+
+asserts = st.tuples(st.just("assert"), st.sampled_from(REFS), st.sampled_from(["r0", "r1", "r2"]),
+                    st.sampled_from(REFS), st.sampled_from(SCOPES))
+forgets = st.tuples(st.just("forget"), st.sampled_from(PEOPLE + MEMORIES + ["session:s0", "fact"]),
+                    st.integers(0, 1000))
+programs = st.lists(st.one_of(asserts, asserts, forgets), min_size=1, max_size=24)
+
+
+def _owners(event: FactAsserted) -> set[str]:
+    if event.scope != "org":
+        return {f"fact:{event.fact_id}", event.scope}
+    return {f"fact:{event.fact_id}"} | {ref for ref in (event.subject, event.object) if ref.startswith("person:")}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs)
+def test_every_field_is_forgotten_exactly_when_an_owner_was_forgotten_after_it_was_written(program):
+    with tempfile.TemporaryDirectory() as home:
+        app = bootstrap(Settings(home=Path(home), event_store="sqlite"), clock=TickingClock())
+        run = app.service.execute
+        run(c.CreateTenant(tenant=T))
+        for ref in REFS:
+            run(c.RegisterEntity(tenant=T, ref=ref, label=f"label of {ref}"))
+        run(c.StartSession(tenant=T, session_id="s0", agent="agent:a", serving="person:p0"))
+        for n, step in enumerate(program):
+            if step[0] == "assert":
+                _kind, subject, relation, obj, scope = step
+                app.service.execute_batch([c.AssertFact(tenant=T, subject=subject, relation=relation, object=obj,
+                                                        scope=scope, reason=f"reason {n}")])
+            else:
+                _kind, subject, pick = step
+                if subject == "fact":
+                    facts = sorted(app.service.ontology(T).facts)
+                    if not facts:
+                        continue
+                    subject = f"fact:{facts[pick % len(facts)]}"
+                app.forget(T, subject)
+
+        logged = list(app.log.read(0, 100_000))
+        forgets = [(x.position, x.event.subject) for x in logged if isinstance(x.event, SubjectForgotten)]
+        asserted = {x.event.fact_id: x.event for x in logged if isinstance(x.event, FactAsserted)}
+        links = [(x.position, x.event) for x in logged if isinstance(x.event, FactAsserted)]
+        checked = 0
+        for x in logged:
+            event = x.event
+            if isinstance(event, FactAsserted | FactCorroborated) and event.reason is not None:
+                owners = _owners(asserted[event.fact_id])
+                gone = any(at > x.position and subject in owners for at, subject in forgets)
+                assert (event.reason == FORGOTTEN) == gone, (event, owners, forgets)
+                checked += 1
+            elif isinstance(event, EntityRegistered) and event.ref.startswith(("person:", "memory:")):
+                def owners_at(at: int, ref: str = event.ref) -> set[str]:
+                    # a memory is also erased with a person a fact linked it to before that person was forgotten
+                    linked = {o for p, f in links if p < at and ref in (f.subject, f.object)
+                              for o in (f.subject, f.object, f.scope) if o.startswith("person:")}
+                    return {ref} | (linked if ref.startswith("memory:") else set())
+
+                gone = any(at > x.position and subject in owners_at(at) for at, subject in forgets)
+                assert (event.label == FORGOTTEN) == gone, (event, forgets)
+                checked += 1
+        assert checked >= len(PEOPLE) + len(MEMORIES)
+        app.close()
+
+
+def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_for_real(tmp_path):
+    app = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
+    run = app.service.execute
+    run(c.CreateTenant(tenant=T))
+    for ref in ("person:li", "file:a", "file:b", "file:c"):
+        run(c.RegisterEntity(tenant=T, ref=ref, label=ref))
+    for obj in ("file:a", "file:b", "file:c"):  # three facts of one group: scoped to Li
+        run(c.AssertFact(tenant=T, subject="person:li", relation="reads", object=obj, scope="person:li",
+                         reason=f"Li reads {obj}"))
+    keys = app.log.keys
+    assert isinstance(keys, SQLiteKeyStore)
+    group_key_id = keys._db.execute("SELECT key_id FROM key_groups WHERE group_id = ?",  # noqa: SLF001
+                                    (f"{T}/facts/person:li",)).fetchone()[0]
+    group_key = keys.get(group_key_id)
+    assert group_key is not None and group_key in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
+    rows_before = keys._db.execute("SELECT count(*) FROM data_keys").fetchone()[0]  # noqa: SLF001
+
+    state = app.service.ontology(T)
+    (doomed,) = [f for f in state.facts.values() if f.object == "file:b"]
+    report = app.forget(T, f"fact:{doomed.fact_id}")
+    assert report.keys_deleted == 1  # the group's key; the other two members' keys are now stored on their own
+    assert keys._db.execute("SELECT count(*) FROM data_keys").fetchone()[0] == rows_before + 1  # noqa: SLF001
+    assert group_key not in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
+    reasons = {f.object: f.reason for f in app.service.ontology(T).facts.values()}
+    assert reasons == {"file:a": "Li reads file:a", "file:b": FORGOTTEN, "file:c": "Li reads file:c"}
+
+    # a new member gets a new group key; forgetting Li erases old and new members alike
+    run(c.RegisterEntity(tenant=T, ref="file:d", label="file:d"))
+    run(c.AssertFact(tenant=T, subject="person:li", relation="reads", object="file:d", scope="person:li",
+                     reason="Li reads file:d"))
+    assert app.service.ontology(T).facts[[f.fact_id for f in app.service.ontology(T).facts.values()
+                                          if f.object == "file:d"][0]].reason == "Li reads file:d"
+    app.forget(T, "person:li")
+    assert {f.reason for f in app.service.ontology(T).facts.values()} == {FORGOTTEN}
+    app.close()
+
+    # a fresh process reads the same
+    again = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
+    assert {f.reason for f in again.service.ontology(T).facts.values()} == {FORGOTTEN}
+    again.close()
+
+
+def _wal(home: Path) -> bytes:
+    wal = home / "keys.sqlite-wal"
+    return wal.read_bytes() if wal.exists() else b""
