@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from domain.entities import EntityRegistered, EntityUpdated
 from domain.events import DomainEvent
@@ -52,33 +52,53 @@ class SubjectForgotten(DomainEvent):
     keys_deleted: int
 
 
-@dataclass(frozen=True, slots=True)
-class ContentKey:
-    """A data key by id, with its owners. With a `group`, the key is derived from the group's key (whose owners
-    are `group_owners`) rather than stored: see the module's docstring."""
+class ContentKey(NamedTuple):
+    """A data key by id, with its owners. With a `group`, the key is derived from the group's key and not stored
+    itself: `owners` are then the group's, and the member itself (`fact:<id>`) owns its key too (see the module's
+    docstring). (A named tuple: one is made for every fact written.)"""
 
     key_id: str
     owners: frozenset[str]
     group: str | None = None
-    group_owners: frozenset[str] = frozenset()
 
 
 ORG_GROUPS = 256
 """Org-scoped facts that name no person share a group key with 1/256 of their kind (by the first two hex digits
 of the fact id), so forgetting one of them stores at most that share of sibling keys."""
 
+_GROUPS: dict[tuple[str, str, str, str], tuple[str, frozenset[str]]] = {}
+"""Group id and owners by (tenant, scope, person subject, person object or bucket): made once each."""
+
 
 def fact_key(tenant: str, fact_id: str, scope: str, subject: str, obj: str) -> ContentKey:
-    """The key of a fact's reason: owned by the fact and by the people or session it belongs to, derived from
-    the key of the group of facts with the same other owners."""
+    """The key of a fact's reason: owned by the fact and by the people or session it belongs to (its `person:`
+    or `session:` scope; for an org fact, a `person:` subject or object), derived from the key of the group of
+    facts with the same other owners."""
     if scope != "org":
-        others = frozenset((scope,))
-        group = f"{tenant}/facts/{scope}"
+        found = (tenant, scope, "", "")
     else:
-        people = sorted({ref for ref in (subject, obj) if ref.startswith("person:")})
-        others = frozenset(people)
-        group = f"{tenant}/facts/{' '.join(people)}" if people else f"{tenant}/facts/org/{fact_id[:2]}"
-    return ContentKey(f"{tenant}/fact/{fact_id}", others | {f"fact:{fact_id}"}, group, others)
+        person_subject = subject if subject.startswith("person:") else ""
+        person_object = obj if obj.startswith("person:") else ""
+        found = (tenant, "org", person_subject, person_object) if person_subject or person_object else \
+            (tenant, "org", "", fact_id[:2])
+    group = _GROUPS.get(found)
+    if group is None:
+        if scope != "org":
+            others = frozenset((scope,))
+        else:
+            others = frozenset(ref for ref in found[2:] if ref.startswith("person:"))
+        name = " ".join(sorted(others)) if others else f"org/{fact_id[:2]}"
+        if len(_GROUPS) >= _KEPT:
+            _GROUPS.clear()
+        group = _GROUPS[found] = (f"{tenant}/facts/{name}", others)
+    return ContentKey(f"{tenant}/fact/{fact_id}", group[1], group[0])
+
+
+def own_owners(key: ContentKey) -> frozenset[str]:
+    """Every owner of the key itself: for a group member, the group's owners and the member (`fact:<id>`)."""
+    if key.group is None:
+        return key.owners
+    return key.owners | {"fact:" + key.key_id.rsplit("/fact/", 1)[1]}
 
 
 def fact_groups(state: object, fact_id: str) -> dict[str, dict[str, frozenset[str]]]:
@@ -97,7 +117,7 @@ def fact_groups(state: object, fact_id: str) -> dict[str, dict[str, frozenset[st
             continue
         key = fact_key(tenant, other.fact_id, other.scope, other.subject, other.object)
         if key.group == group:
-            siblings[key.key_id] = key.owners
+            siblings[key.key_id] = own_owners(key)
     return {group: siblings}
 
 

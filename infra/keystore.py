@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from domain.forgetting import ContentKey
+from domain.forgetting import ContentKey, own_owners
 
 KEY_BYTES = 32  # AES-256
 _COMMIT_BESIDE = 32
@@ -39,7 +39,10 @@ Splits = Mapping[str, Mapping[str, frozenset[str]]]
 
 def derive(group_key: bytes, key_id: str) -> bytes:
     """A member's key from its group's key: keyed BLAKE2b (a pseudorandom function) of the member's key id."""
-    return hashlib.blake2b(key_id.encode(), key=group_key, digest_size=KEY_BYTES, person=b"noumena-derive").digest()
+    return _blake2b(key_id.encode(), key=group_key, digest_size=KEY_BYTES, person=b"noumena-derive").digest()
+
+
+_blake2b = hashlib.blake2b
 
 
 class _Cached:
@@ -54,7 +57,7 @@ class _Cached:
         self.generation = 0
 
     def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
-        return [k for k in wanted if k.key_id not in self.keys or not k.owners <= self.owners.get(k.key_id, _NONE)]
+        return [k for k in wanted if k.key_id not in self.keys or not own_owners(k) <= self.owners.get(k.key_id, _NONE)]
 
     def bound(self) -> None:
         """Keep memory flat in a long-running process: past CACHE_LIMIT keys start over (every key is in the
@@ -83,7 +86,7 @@ class MemoryKeyStore:
                 key = self._keys.get(k.key_id)
                 if key is None:
                     key = self._keys[k.key_id] = os.urandom(KEY_BYTES)
-                self._owners.setdefault(k.key_id, set()).update(k.owners)
+                self._owners.setdefault(k.key_id, set()).update(own_owners(k))
                 result[k.key_id] = key
             return result
 
@@ -173,28 +176,35 @@ class SQLiteKeyStore:
             keys, known_owners, groups = cache.keys, cache.owners, cache.groups
             owners: dict[str, frozenset[str]] = {}
             new_groups: dict[str, frozenset[str]] = {}
-            wanted = list(wanted)
+            result: dict[str, Sealing] = {}
+            later: list[ContentKey] = []
             for k in wanted:
-                if k.group is not None:
-                    if k.group not in groups:
-                        new_groups[k.group] = k.group_owners
+                group = k.group
+                if group is not None:  # derived from the group's key
+                    found = groups.get(group)
+                    if found is None:
+                        new_groups[group] = k.owners
+                        later.append(k)
+                    else:
+                        result[k.key_id] = (f"{found[0]}/{k.key_id}", derive(found[1], k.key_id))
                     continue
                 key_id = k.key_id
                 if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):
+                    result[key_id] = (key_id, keys[key_id])
                     continue
                 more = owners.get(key_id)
                 owners[key_id] = k.owners if more is None else more | k.owners
+                later.append(k)
             if owners or new_groups:
                 keys.update(self._write(owners, new_groups))
                 # the cache learns the keys now; if the commit fails, the committer clears it before unlocking
                 for key_id, more in owners.items():
                     known = known_owners.get(key_id)
                     known_owners[key_id] = more if known is None else known | more
-            result: dict[str, Sealing] = {}
-            for k in wanted:
+            for k in later:
                 if k.group is None:
                     result[k.key_id] = (k.key_id, keys[k.key_id])
-                elif k.key_id not in result:
+                else:
                     group_key_id, group_key = groups[k.group]
                     result[k.key_id] = (f"{group_key_id}/{k.key_id}", derive(group_key, k.key_id))
         except BaseException:
@@ -430,12 +440,12 @@ class PostgresKeyStore:
                     cursor.executemany(f"INSERT INTO {self._keys} VALUES (%s, %s) ON CONFLICT DO NOTHING",
                                        [(k.key_id, os.urandom(KEY_BYTES)) for k in missing])
                     cursor.executemany(f"INSERT INTO {self._owners} VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                       [(k.key_id, o) for k in missing for o in k.owners])
+                                       [(k.key_id, o) for k in missing for o in own_owners(k)])
                     cursor.execute(f"SELECT key_id, key FROM {self._keys} WHERE key_id = ANY(%s)",
                                    ([k.key_id for k in missing],))
                     self._cache.keys.update((r[0], bytes(r[1])) for r in cursor.fetchall())
                 for k in missing:
-                    self._cache.owners[k.key_id] = self._cache.owners.get(k.key_id, frozenset()) | k.owners
+                    self._cache.owners[k.key_id] = self._cache.owners.get(k.key_id, frozenset()) | own_owners(k)
             return {k.key_id: self._cache.keys[k.key_id] for k in wanted}
 
     def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:

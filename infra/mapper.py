@@ -62,6 +62,24 @@ _HEADS: dict[str, bytes] = {}
 """`,"name":"sealed:v1:` by field name."""
 
 
+class _Spec:
+    """What the mapper needs of an event class, looked up once."""
+
+    __slots__ = ("serializer", "fields", "single", "exclude", "topic")
+
+    def __init__(self, cls: type[DomainEvent]) -> None:
+        self.serializer = cls.__pydantic_serializer__
+        self.fields = cls.content_fields
+        single = len(self.fields) == 1 and cls.model_fields[self.fields[0]].annotation in (str, str | None)
+        self.single = self.fields[0] if single else None
+        """The content field, when it is the only one and a text."""
+        self.exclude = set(self.fields)
+        self.topic = cls.stored_topic()
+
+
+_SPECS: dict[type, _Spec] = {}
+
+
 class _Sealer:
     """Seals content fields with one data key: each as `,"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"`, the
     JSON bytes spliced into the event. What depends only on the key and the field name is made once."""
@@ -71,8 +89,7 @@ class _Sealer:
     def __init__(self, key_id: str, key: bytes) -> None:
         self.cipher = AESGCM(key)
         self.key_id = key_id
-        quoted = key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]
-        self.suffix = f":{quoted}\"".encode()
+        self.suffix = f":{key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]}\"".encode()
         self.ads: dict[str, bytes] = {}
 
     def seal(self, nonce: bytes, name: str, value: Any) -> bytes:
@@ -135,37 +152,56 @@ class EventMapper:
         nonces = b""
         used = 0
         sealing = self.keys is not None
+        streams: dict[str, str] = {}
+        sealers = self._sealers
         for p in pending:
             event = p.event
             cls = type(event)
-            serializer = cls.__pydantic_serializer__
+            spec = _SPECS.get(cls)
+            if spec is None:
+                spec = _SPECS[cls] = _Spec(cls)
             key = p.key
-            content: Sequence[str] = ()
-            if key is not None and sealing:
-                fields = cls.content_fields
-                if len(fields) == 1:
-                    content = fields if getattr(event, fields[0]) not in _EMPTY else ()
-                elif fields:
-                    content = [name for name in fields if getattr(event, name) not in _EMPTY]
-            if not content:
-                state = serializer.to_json(event)
-            else:
-                # The structure as pydantic writes it, then each sealed field spliced in as a JSON string.
-                # the key's name (its id, or a derived key's name) and bytes; a key not given is an error, never
-                # plaintext
-                sealer = self._sealer_for(*keys[key.key_id])  # type: ignore[union-attr]
-                parts = [serializer.to_json(event, exclude=set(content))[:-1]]
-                for name in content:
-                    if used + 12 > len(nonces):  # nonces for the rest of the batch, from one call
-                        nonces, used = os.urandom(12 * (len(pending) + 8)), 0
-                    parts.append(sealer.seal(nonces[used:used + 12], name, getattr(event, name)))
-                    used += 12
-                if len(parts[0]) == 1:  # nothing but the sealed fields
-                    parts[1] = parts[1][1:]
-                parts.append(b"}")
-                state = b"".join(parts)
-            stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
-                                      topic=cls.stored_topic(), state=state))
+            state = None
+            if key is not None and sealing and spec.fields:
+                # The structure as pydantic writes it, then each sealed field spliced in as a JSON string, sealed
+                # with the key's name (its id, or a derived key's name) and bytes. A key not given is an error,
+                # never plaintext.
+                name, secret = keys[key.key_id]
+                sealer = sealers.get(name)
+                if sealer is None:
+                    sealer = _Sealer(name, secret)
+                    if "/fact/" not in name:  # a fact's key seals one fact: caching it would only grow memory
+                        sealers[name] = sealer
+                if spec.single is not None:  # one content field (most events): no lists, no loops
+                    value = getattr(event, spec.single)
+                    if value is not None and value != "":
+                        if used + 12 > len(nonces):  # nonces for the rest of the batch, from one call
+                            nonces, used = os.urandom(12 * (len(pending) + 8)), 0
+                        sealed = sealer.seal(nonces[used:used + 12], spec.single, value)
+                        used += 12
+                        head = spec.serializer.to_json(event, exclude=spec.exclude)[:-1]
+                        state = b"".join((head, sealed, b"}")) if len(head) > 1 else \
+                            b"".join((b"{", sealed[1:], b"}"))
+                else:
+                    content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
+                    if content:
+                        parts = [spec.serializer.to_json(event, exclude=set(content))[:-1]]
+                        for field in content:
+                            if used + 12 > len(nonces):
+                                nonces, used = os.urandom(12 * (len(pending) + 8)), 0
+                            parts.append(sealer.seal(nonces[used:used + 12], field, getattr(event, field)))
+                            used += 12
+                        if len(parts[0]) == 1:  # nothing but the sealed fields
+                            parts[1] = parts[1][1:]
+                        parts.append(b"}")
+                        state = b"".join(parts)
+            if state is None:
+                state = spec.serializer.to_json(event)
+            stream = streams.get(p.tenant)
+            if stream is None:
+                stream = streams[p.tenant] = stream_id(p.tenant)
+            stored.append(StoredEvent(originator_id=stream, originator_version=p.version, topic=spec.topic,
+                                      state=state))
         return stored, durable
 
     def _check_generation(self) -> None:
@@ -174,14 +210,6 @@ class EventMapper:
             self._ciphers.clear()
             self._sealers.clear()
             self._generation = generation
-
-    def _sealer_for(self, key_id: str, key: bytes) -> _Sealer:
-        sealer = self._sealers.get(key_id)
-        if sealer is None:
-            sealer = _Sealer(key_id, key)
-            if "/fact/" not in key_id:  # a fact's key seals one fact: caching it would only grow memory
-                self._sealers[key_id] = sealer
-        return sealer
 
     # ------------------------------------------------------------------ reading
 
