@@ -1,13 +1,15 @@
 """Forgetting is exact although a fact's key is derived from its group's key (the facts with the same other
 owners): hypothesis plays random assertions, corroborations and forgets (of facts, people, sessions and
-memories) on a real SQLite event log and key store, and every content field in the log must read `[forgotten]`
-exactly when one of its owners was forgotten after it was written."""
+memories) on a real event log and key store, and every content field in the log must read `[forgotten]`
+exactly when one of its owners was forgotten after it was written. On the SQLite file (derived keys), and on
+PostgreSQL and in memory (one key per fact), which must agree."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +20,7 @@ from domain.forgetting import FORGOTTEN, SubjectForgotten
 from infra.bootstrap import bootstrap
 from infra.keystore import SQLiteKeyStore
 from infra.settings import Settings
-from tests.conftest import TickingClock
+from tests.conftest import TickingClock, postgres_settings
 
 T = "acme"
 PEOPLE = ["person:p0", "person:p1", "person:p2"]
@@ -39,11 +41,17 @@ def _owners(event: FactAsserted) -> set[str]:
     return {f"fact:{event.fact_id}"} | {ref for ref in (event.subject, event.object) if ref.startswith("person:")}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs)
-def test_every_field_is_forgotten_exactly_when_an_owner_was_forgotten_after_it_was_written(program):
+@pytest.mark.parametrize("backend", ["sqlite", "popo", "postgres"])
+def test_every_field_is_forgotten_exactly_when_an_owner_was_forgotten_after_it_was_written(backend):
+    settings(max_examples=15 if backend == "postgres" else 40, deadline=None,
+             suppress_health_check=[HealthCheck.too_slow])(given(programs)(_check_program))(backend)
+
+
+def _check_program(backend: str, program: list[tuple]) -> None:
     with tempfile.TemporaryDirectory() as home:
-        app = bootstrap(Settings(home=Path(home), event_store="sqlite"), clock=TickingClock())
+        config = postgres_settings(Path(home)) if backend == "postgres" else \
+            Settings(home=Path(home), event_store=backend)  # type: ignore[arg-type]
+        app = bootstrap(config, clock=TickingClock())
         run = app.service.execute
         run(c.CreateTenant(tenant=T))
         for ref in REFS:
