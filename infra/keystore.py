@@ -118,10 +118,12 @@ class MemoryKeyStore:
 
 
 class SQLiteKeyStore:
-    """One row per key: its bytes and its owners as a space-delimited list (` person:li fact:ab12 `).
+    """One row per stored key: its bytes and its owners as a space-delimited list (` person:li fact:ab12 `); and
+    `key_groups`, each group's current key id. A group member's key (a fact's) is derived from its group's key,
+    not stored, until the group is split by forgetting one member.
 
-    Writing a key is one row and one entry in the index of key id hashes (no owner table): keys are written
-    with every batch of events. Forgetting, which is rare, scans the owners column."""
+    Writing a key is one row and one entry in the index of key id hashes (no owner table). Forgetting, which is
+    rare, scans the owners column."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
