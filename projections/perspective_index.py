@@ -230,6 +230,8 @@ class PerspectiveIndex:
         self._visited_scratch = np.zeros(0, dtype=np.int32)
         self._spread_scratch = np.zeros(0, dtype=np.float64)
         self._extra_scratch = np.zeros(0, dtype=np.int32)
+        self._kernel_scratch: dict[str, np.ndarray] = {}
+        """The compiled walk's buffers (`perspective_walk._spread_kernel`): its outputs and the visible scopes."""
         self._stamp = 0
         self._uses_bulk = False
         self._hubs: np.ndarray | None = None
@@ -563,7 +565,8 @@ class PerspectiveIndex:
             "adjacency": self.indptr.nbytes + self.adj_reach.nbytes + self.adj_fact.nbytes + self.adj_rank.nbytes
             + self.deg.nbytes
             + self.scope_indptr.nbytes + self.scope_ends.nbytes + self.scope_end_facts.nbytes,
-            "scratch": self._visited_scratch.nbytes + self._spread_scratch.nbytes + self._extra_scratch.nbytes,
+            "scratch": self._visited_scratch.nbytes + self._spread_scratch.nbytes + self._extra_scratch.nbytes
+            + sum(a.nbytes for a in self._kernel_scratch.values()),
             "entities": self.hub.nbytes + self.kind.nbytes + self.fan.nbytes + self.fan_org.nbytes + entity_lists,
             "uses": sum(a.nbytes + b.nbytes for a, b in self.uses.values()),
         }
@@ -679,15 +682,19 @@ class PerspectiveIndex:
             found += (hits + self.csr_facts).tolist()
         return found
 
+    def _fresh_weights(self) -> None:
+        """Write the relation weights into `adj_fact` again after a relation's weight changed."""
+        if self._adj_w_stale:
+            self.adj_fact.view(np.int32)[1::4] = self.rel_weight.view[
+                self.rel.view[self.adj_fact.view(np.int32)[0::4]]].view(np.int32)
+            self._adj_w_stale = False
+
     def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, ...]:
         """The CSR entries of the sorted unique `frontier` as (`adj_reach`, `adj_fact`, `adj_rank` values, the
         `out` of each entry's owner, the owner), in order: the rows owner by owner, then the delta tail from the
         subject end, then from the object end (a self-loop once). One set of numpy calls for the whole frontier,
         reading contiguous rows."""
-        if self._adj_w_stale:
-            self.adj_fact.view(np.int32)[1::4] = self.rel_weight.view[
-                self.rel.view[self.adj_fact.view(np.int32)[0::4]]].view(np.int32)
-            self._adj_w_stale = False
+        self._fresh_weights()
         n_csr = len(self.deg)
         if n_csr == len(self.refs) or (len(frontier) and frontier[-1] < n_csr):
             nodes = frontier

@@ -13,8 +13,10 @@ A = B + ln(confidence) + S + ln(x), a ranking, and the tiers (`tier_codes`, the 
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +24,22 @@ from domain.activation import ActivationParameters, Tier
 
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
+
+KERNEL_VERSION = 1
+"""The `VERSION` of `projections/_walk_kernel.c` this module calls; a stale build is not used."""
+_kernel: Any
+try:
+    from projections import _walk_kernel as _kernel  # type: ignore[attr-defined,no-redef]
+except ImportError:  # not built (no compiler at install): the numpy path
+    _kernel = None
+if _kernel is not None and getattr(_kernel, "VERSION", None) != KERNEL_VERSION:
+    warnings.warn("projections/_walk_kernel is a stale build (reinstall: pip install -e .); the walk uses numpy",
+                  RuntimeWarning, stacklevel=1)
+    _kernel = None
+use_kernel = _kernel is not None and os.environ.get("NOUMENA_WALK_KERNEL", "1") != "0"
+"""Whether `walk` runs its hop loop in the compiled kernel (when built; `NOUMENA_WALK_KERNEL=0` turns it off) or
+in numpy. Both give the same values (tests/test_perspective_reference.py runs both)."""
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 STOP = (1 << 10) - 1
 """`perspective_index.STOP`: a stop point's offset from the walk's stamp."""
@@ -125,7 +143,8 @@ def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationPa
     blocked_nodes = _blocked(index, p, hub_sources, serving) if hub_sources else None
     with index._lock:
         stamp = index._scratch(n_entities)
-        return _spread(index, p, now, source_ids, unknown, agent, serving, hub_sources, blocked_nodes, stamp)
+        spread = _spread_kernel if use_kernel and _kernel is not None else _spread
+        return spread(index, p, now, source_ids, unknown, agent, serving, hub_sources, blocked_nodes, stamp)
 
 
 def _blocked(index: PerspectiveIndex, p: ActivationParameters, hub_sources: list[int], serving: int
@@ -252,8 +271,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
 
     nodes = node_ids  # the parents are found lazily, for paths only (`Walked.parents`)
     if not rec_rows:
-        empty = np.zeros(0, dtype=np.int64)
-        return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, source_ids, unknown,
+        return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _EMPTY, source_ids, unknown,
                       nodes, now, p)
     if len(rec_rows) == 1:
         rows, rank, spread, via = rec_rows[0], rec_rank[0], rec_x[0], rec_via[0]
@@ -265,15 +283,93 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
         via = np.concatenate(rec_via)
         hops = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
     columns = rows.view(np.int32)
-    facts = columns[0::4].astype(np.int64)
     ranking = rank.view(np.int64)
-    base = base_levels(index, agent, facts, now, p, ranking[0::2].view(np.float64))
+    return _ranked(index, p, now, agent, columns[0::4].astype(np.int64), columns[2::4].view(np.float32),
+                   ranking[0::2].view(np.float64), ranking[1::2], spread, hops, via, source_ids, unknown, nodes)
+
+
+def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent: int, facts: np.ndarray,
+            conf: np.ndarray, asserted: np.ndarray, hashes: np.ndarray, spread: np.ndarray, hops: np.ndarray,
+            via: np.ndarray, source_ids: list[int], unknown: list[str], nodes: list[np.ndarray]) -> Walked:
+    """Every reached fact's B and A = B + ln(confidence) + S + ln(x), highest first, and the tiers (new arrays:
+    the inputs may be the kernel's buffers)."""
+    base = base_levels(index, agent, facts, now, p, asserted)
     with np.errstate(divide="ignore"):
-        act = base + np.log(columns[2::4].view(np.float32)) + p.associative_strength + np.log(spread)
-    order = _rank(act, ranking[1::2])
+        act = base + np.log(conf) + p.associative_strength + np.log(spread)
+    order = _rank(act, hashes)
     facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
     tiers = tier_codes(p, act, via)
     return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
+
+
+_OUTPUTS = (("fact", np.int64), ("x", np.float64), ("via", np.int64), ("hop", np.int64), ("conf", np.float32),
+            ("asserted", np.float64), ("hash", np.int64))
+
+
+def _kernel_buffers(index: PerspectiveIndex, capacity: int, depth: int) -> dict[str, np.ndarray]:
+    """The index's buffers for the compiled walk, grown to hold `capacity` entries, a node per entity, a size
+    per layer and a flag per scope code."""
+    buffers = index._kernel_scratch
+    if "fact" not in buffers or len(buffers["fact"]) < capacity:
+        size = max(capacity, 1024)
+        for name, dtype in _OUTPUTS:
+            buffers[name] = np.empty(size, dtype=dtype)
+    n_nodes = len(index._visited_scratch)
+    if len(buffers.get("nodes", _EMPTY)) < n_nodes:
+        buffers["nodes"] = np.empty(n_nodes, dtype=np.int64)
+    n_scopes = len(index.scope_names) + 1
+    if len(buffers.get("visible", _EMPTY)) < n_scopes:
+        buffers["visible"] = np.zeros(max(n_scopes * 2, 64), dtype=np.uint8)  # zero outside a walk
+    if len(buffers.get("layers", _EMPTY)) <= depth:
+        buffers["layers"] = np.empty(max(depth + 1, 16), dtype=np.int64)
+    return buffers
+
+
+def _spread_kernel(index: PerspectiveIndex, p: ActivationParameters, now: float, source_ids: list[int],
+                   unknown: list[str], agent: int, serving: int, hub_sources: list[int],
+                   blocked_nodes: np.ndarray | None, stamp: int) -> Walked:
+    """`_spread` with the hop loop in `projections/_walk_kernel.c` (one call per walk), then the same ranking."""
+    index._fresh_weights()
+    counts: dict[int, int] = {}
+    for s in source_ids:
+        counts[s] = counts.get(s, 0) + 1
+    ordered_sources = sorted(counts)
+    share_each = p.source_weight / len(source_ids)
+    sources = np.array(ordered_sources, dtype=np.int64)
+    source_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
+    viewpoint_facts = index.between(agent, serving) if agent >= 0 and serving >= 0 else []
+    floor = spread_floor(index, agent, p)
+    codes = index.visible_codes(agent, serving)
+    capacity = len(index._kernel_scratch.get("fact", _EMPTY))
+    while True:
+        b = _kernel_buffers(index, capacity, p.depth)
+        n, n_layers = _kernel.spread(
+            index.indptr, index.adj_reach, index.adj_fact, index.adj_rank, index.src.view, index.dst.view,
+            index.live.view, index.rel.view, index.rel_weight.view, index.conf.view, index.asserted.view,
+            index.hashes.view, index.fan_org.view, index._visited_scratch, index._spread_scratch,
+            index._extra_scratch, b["visible"], codes, index.scope_indptr, index.scope_ends,
+            index.scope_end_facts, np.array(viewpoint_facts, dtype=np.int64) if viewpoint_facts else _EMPTY,
+            np.array(hub_sources, dtype=np.int64) if hub_sources else _EMPTY,
+            _EMPTY if blocked_nodes is None else blocked_nodes, index._hub_nodes(), sources, source_act,
+            b["fact"], b["x"], b["via"], b["hop"], b["conf"], b["asserted"], b["hash"], b["nodes"], b["layers"],
+            index.csr_facts, stamp, stamp + STOP, p.depth, p.hop_factor, math.exp(p.associative_strength), floor,
+            index.max_weight)
+        if n >= 0:
+            break
+        capacity = max(2 * capacity, -n + -n // 4)  # too small: a fresh stamp and larger buffers
+        stamp = index._scratch(len(index.refs))
+    sizes = b["layers"][:n_layers].tolist()
+    all_nodes = b["nodes"][:sum(sizes)].copy()
+    nodes, start = [], 0
+    for size in sizes:
+        nodes.append(all_nodes[start:start + size])
+        start += size
+    if n == 0:
+        return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _EMPTY, source_ids, unknown,
+                      nodes, now, p)
+    return _ranked(index, p, now, agent, b["fact"][:n], b["conf"][:n], b["asserted"][:n], b["hash"][:n],
+                   b["x"][:n], b["hop"][:n], b["via"][:n], source_ids, unknown, nodes)
+
 
 
 def _rank(act: np.ndarray, hashes: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -22,7 +24,8 @@ from hypothesis import strategies as st
 
 from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Ranked, Tier, assign_tiers
 from domain.relations import BUILTIN_RELATIONS
-from projections.perspective_index import TIER_CODES, Viewpoint, id_hash
+from projections import perspective_walk
+from projections.perspective_index import TIER_CODES, PerspectiveIndex, Viewpoint, id_hash
 from tests.perspective_support import Org
 from tests.test_perspective_property import AGENTS, PERSONS, THINGS, worlds
 
@@ -176,9 +179,27 @@ def reference(world: RefWorld, view: Viewpoint, p: ActivationParameters, now: fl
             for k, (fact_id, a, hop, about) in enumerate(rows)}
 
 
-def walked(org: Org, view: Viewpoint, p: ActivationParameters, incremental: bool = False
-           ) -> dict[str, tuple[float, int, str, str]]:
-    index = org.incremental() if incremental else org.index()
+WALK_PATHS = ["numpy", "kernel"]
+"""The walk's two implementations of the hop loop: numpy, and the compiled kernel (`projections/_walk_kernel.c`,
+built by `pip install -e .`). Every test here runs on both."""
+
+
+@contextmanager
+def walk_path(name: str) -> Iterator[None]:
+    if name == "kernel" and perspective_walk._kernel is None:
+        pytest.skip("the walk kernel is not built (pip install -e . builds it; needs a C compiler)")
+    saved = perspective_walk.use_kernel
+    perspective_walk.use_kernel = name == "kernel"
+    try:
+        yield
+    finally:
+        perspective_walk.use_kernel = saved
+
+
+def walked(org: Org, view: Viewpoint, p: ActivationParameters, incremental: bool = False,
+           index: PerspectiveIndex | None = None) -> dict[str, tuple[float, int, str, str]]:
+    if index is None:
+        index = org.incremental() if incremental else org.index()
     w = index.walk(view, p, org.now.timestamp())
     tiers = {code: tier.value for tier, code in TIER_CODES.items()}
     return {index.fact_id(int(f)): (float(a), int(h), index.refs[int(v)], tiers[int(t)])
@@ -193,22 +214,63 @@ def _equal(got: dict, expected: dict) -> None:
         assert g[1:] == (hop, about, tier), fact_id
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(world=worlds(), data=st.data())
-def test_the_index_walk_equals_the_reference_value_for_value(world, data: st.DataObject):
+def _draw_view(data: st.DataObject) -> tuple[Viewpoint, ActivationParameters]:
     agent = data.draw(st.sampled_from([f"agent:{k}" for k in range(AGENTS)]))
     serving = data.draw(st.none() | st.sampled_from([f"person:{k}" for k in range(PERSONS)]))
     focus = tuple(data.draw(st.lists(st.sampled_from([f"thing:{k}" for k in range(THINGS)] + ["agent:0"]),
                                      max_size=2, unique=True)))
     p = data.draw(st.sampled_from([DEFAULT_PARAMETERS, DEFAULT_PARAMETERS.deeper(),
                                    DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})]))
-    view = Viewpoint(agent, serving, focus)
+    return Viewpoint(agent, serving, focus), p
+
+
+@pytest.mark.parametrize("path", WALK_PATHS)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), data=st.data())
+def test_the_index_walk_equals_the_reference_value_for_value(path: str, world, data: st.DataObject):
+    view, p = _draw_view(data)
     expected = reference(read(world.org), view, p, world.org.now.timestamp())
-    _equal(walked(world.org, view, p), expected)
-    _equal(walked(world.org, view, p, incremental=True), expected)  # the delta tail, never compacted
+    with walk_path(path):
+        _equal(walked(world.org, view, p), expected)
+        _equal(walked(world.org, view, p, incremental=True), expected)  # the delta tail, never compacted
 
 
-def test_the_fan_counts_only_what_the_viewer_may_see():
+def _split(world, cut: int) -> PerspectiveIndex:
+    """The index of the first `cut` records compacted, the rest applied after: a CSR and a delta tail."""
+    index = PerspectiveIndex(world.org.tenant)
+    for position, topic, d in world.org.records[:cut]:
+        index.apply(position, topic, d)
+    index.compact()
+    for position, topic, d in world.org.records[cut:]:
+        index.apply(position, topic, d)
+    return index
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), data=st.data())
+def test_the_kernel_and_numpy_walks_are_equal_bit_for_bit(world, data: st.DataObject):
+    """The compiled hop loop and the numpy one give the same arrays, not just close values (the sums passed to
+    the next hop are added in the same order), with part of the facts in the CSR and the rest in the delta tail;
+    and both equal the reference."""
+    view, p = _draw_view(data)
+    cut = data.draw(st.integers(0, len(world.org.records)))
+    now = world.org.now.timestamp()
+    results = {}
+    for path in WALK_PATHS:
+        with walk_path(path):
+            index = _split(world, cut)
+            results[path] = index.walk(view, p, now), index.walk(view, p, now)  # the second on used scratch
+            _equal(walked(world.org, view, p, index=index), reference(read(world.org), view, p, now))
+    for numpy_walk, kernel_walk in zip(results["numpy"], results["kernel"], strict=True):
+        for name in ("facts", "activation", "spread", "base", "hops", "via", "tiers"):
+            got, expected = getattr(kernel_walk, name), getattr(numpy_walk, name)
+            assert got.dtype == expected.dtype and got.tolist() == expected.tolist(), name
+        assert [a.tolist() for a in kernel_walk.node_layers] == [a.tolist() for a in numpy_walk.node_layers]
+        assert kernel_walk.sources == numpy_walk.sources
+
+
+@pytest.mark.parametrize("path", WALK_PATHS)
+def test_the_fan_counts_only_what_the_viewer_may_see(path: str):
     """A node's fan share is computed from the facts this viewer may see: how many facts about a thing exist in
     another person's scope changes nothing in what this viewer's perspective says (not even the numbers)."""
 
@@ -227,9 +289,10 @@ def test_the_fan_counts_only_what_the_viewer_may_see():
     plain, far = org_with(0)
     crowded, _ = org_with(40)
     view = Viewpoint("agent:a", serving="person:p")
-    assert walked(crowded, view, DEFAULT_PARAMETERS) == walked(plain, view, DEFAULT_PARAMETERS)
-    # two sources of 0.5; thing:x has 2 facts this viewer sees (fan 2 <= e^1.5): 0.5 * 0.5 * 0.5 reach thing:y
-    assert walked(crowded, view, DEFAULT_PARAMETERS)[far][0] == pytest.approx(1.5 + math.log(0.125))
-    # serving q, the 40 are visible and dilute thing:x's share: 42 facts
-    seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), DEFAULT_PARAMETERS)
-    assert seen_by_q[far][0] == pytest.approx(1.5 + math.log(0.125 * math.exp(1.5) / 42))
+    with walk_path(path):
+        assert walked(crowded, view, DEFAULT_PARAMETERS) == walked(plain, view, DEFAULT_PARAMETERS)
+        # two sources of 0.5; thing:x has 2 facts this viewer sees (fan 2 <= e^1.5): 0.5 * 0.5 * 0.5 reach thing:y
+        assert walked(crowded, view, DEFAULT_PARAMETERS)[far][0] == pytest.approx(1.5 + math.log(0.125))
+        # serving q, the 40 are visible and dilute thing:x's share: 42 facts
+        seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), DEFAULT_PARAMETERS)
+        assert seen_by_q[far][0] == pytest.approx(1.5 + math.log(0.125 * math.exp(1.5) / 42))
