@@ -1,22 +1,26 @@
-/* The spreading walk's hop loop in C: the same steps as `perspective_walk._spread_numpy`, value for value.
+/* The spreading walk in C: the same steps as `perspective_walk._spread` (numpy), then the ranking and the tiers
+ * of `perspective_walk._ranked`, in one call per walk.
  *
  * Built by setuptools during `pip install -e .` (setup.py, an optional extension: without a compiler the walk
- * runs its numpy path). Called once per walk from `perspective_walk._spread_kernel` with the index's arrays as
- * buffers; it writes every reached fact (fact, spread, the node it was reached through, hop, confidence,
- * assertion time, id hash) and the nodes expanded per layer into output buffers, and leaves the per-entity
- * scratch (`visited` stamps aside) as it found it: `received`, `extra` and `visible` zero.
+ * runs its numpy path). Called from `perspective_walk._spread_kernel` with the index's arrays as buffers; returns
+ * the ranked facts (fact, activation, spread, base level, hop, the node it was reached through, tier) and the
+ * nodes expanded per layer as new bytearrays, and leaves the per-entity scratch (`visited` stamps aside) as it
+ * found it: `received`, `extra` and `visible` zero.
  *
  * Entries are visited in the numpy path's order (the frontier's CSR rows node by node, then the delta tail from
- * the subject end, then from the object end), so the sums that feed the next hop are added in the same order and
- * come out bit for bit equal.
+ * the subject end, then from the object end), so the sums that feed the next hop are added in the same order:
+ * spreads, hops and reaching nodes come out bit for bit equal; base levels and activations within a last-digit
+ * rounding of numpy's vectorized pow and log (so facts whose activations differ in the last digit only may be
+ * ranked the other way round).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
-#define KERNEL_VERSION 1
+#define KERNEL_VERSION 2
 #define PENDING (-1) /* in `visited` while a hop runs: reached by this hop, expanded at the next */
 
 typedef struct {
@@ -50,12 +54,39 @@ typedef struct {
     int64_t n_hub_sources;
     const int64_t *blocked; /* sorted */
     int64_t n_blocked;
-    /* outputs */
+    /* the entries reached (grown as needed), and the nodes expanded per layer */
     int64_t *o_fact, *o_via, *o_hop, *o_hash;
     double *o_x, *o_asserted;
     float *o_conf;
     int64_t capacity, n_out;
+    int64_t *nodes, n_nodes, *layers, n_layers;
 } Walk;
+
+static int grow(void **array, size_t item, int64_t n) {
+    void *grown = realloc(*array, item * (size_t)n);
+    if (!grown) return -1;
+    *array = grown;
+    return 0;
+}
+
+/* room for `more` entries */
+static int reserve(Walk *w, int64_t more) {
+    if (w->n_out + more <= w->capacity) return 0;
+    int64_t n = w->n_out + more;
+    if (n < 2 * w->capacity) n = 2 * w->capacity;
+    if (n < 256) n = 256;
+    if (grow((void **)&w->o_fact, 8, n) || grow((void **)&w->o_via, 8, n) || grow((void **)&w->o_hop, 8, n)
+        || grow((void **)&w->o_hash, 8, n) || grow((void **)&w->o_x, 8, n) || grow((void **)&w->o_asserted, 8, n)
+        || grow((void **)&w->o_conf, 4, n))
+        return -1;
+    w->capacity = n;
+    return 0;
+}
+
+static void release(Walk *w) {
+    free(w->o_fact); free(w->o_via); free(w->o_hop); free(w->o_hash); free(w->o_x); free(w->o_asserted);
+    free(w->o_conf); free(w->nodes); free(w->layers);
+}
 
 static int is_blocked(const Walk *w, int64_t node) {
     int64_t lo = 0, hi = w->n_blocked;
@@ -101,9 +132,53 @@ static inline double as_f64(int64_t bits) {
     return value;
 }
 
-static int cmp_int64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+/* Sorts `keys` ascending, stably, carrying `values` along (NULL: none); `bytes`: how many low bytes of the keys
+ * can differ. An LSD radix sort (a byte per pass, passes where every key has the same byte skipped), insertion
+ * for a few keys. Returns -1 when out of memory. */
+static int radix_sort(uint64_t *keys, int64_t *values, int64_t n, int bytes) {
+    if (n < 48) {
+        for (int64_t i = 1; i < n; i++) {
+            uint64_t key = keys[i];
+            int64_t value = values ? values[i] : 0, j = i;
+            for (; j > 0 && keys[j - 1] > key; j--) {
+                keys[j] = keys[j - 1];
+                if (values) values[j] = values[j - 1];
+            }
+            keys[j] = key;
+            if (values) values[j] = value;
+        }
+        return 0;
+    }
+    static const int64_t ZERO[256] = {0};
+    int64_t counts[8][256];
+    for (int b = 0; b < bytes; b++) memcpy(counts[b], ZERO, sizeof(ZERO));
+    for (int64_t i = 0; i < n; i++)
+        for (int b = 0; b < bytes; b++) counts[b][(keys[i] >> (8 * b)) & 255]++;
+    uint64_t *key_tmp = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *value_tmp = values ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
+    if (!key_tmp || (values && !value_tmp)) { free(key_tmp); free(value_tmp); return -1; }
+    uint64_t *k_from = keys, *k_to = key_tmp;
+    int64_t *v_from = values, *v_to = value_tmp;
+    for (int b = 0; b < bytes; b++) {
+        int64_t *count = counts[b];
+        if (count[(keys[0] >> (8 * b)) & 255] == n) continue; /* every key has this byte */
+        int64_t at = 0;
+        for (int d = 0; d < 256; d++) { int64_t c = count[d]; count[d] = at; at += c; }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t to = count[(k_from[i] >> (8 * b)) & 255]++;
+            k_to[to] = k_from[i];
+            if (values) v_to[to] = v_from[i];
+        }
+        uint64_t *k_swap = k_from; k_from = k_to; k_to = k_swap;
+        int64_t *v_swap = v_from; v_from = v_to; v_to = v_swap;
+    }
+    if (k_from != keys) {
+        memcpy(keys, k_from, sizeof(uint64_t) * (size_t)n);
+        if (values) memcpy(values, v_from, sizeof(int64_t) * (size_t)n);
+    }
+    free(key_tmp);
+    free(value_tmp);
+    return 0;
 }
 
 /* the viewer's own scopes add their current facts' ends to the org fan (`delta` +1 to add, 0 to reset) */
@@ -165,26 +240,29 @@ static void set_visible(Walk *w, const int32_t *codes, int64_t n_codes, uint8_t 
         }                                                                                                         \
     } while (0)
 
-/* Returns the number of entries written, or -(entries needed) when the output buffers are too small (the
- * scratch is then left clean and the caller retries with a fresh stamp and larger buffers). */
-static int64_t run(Walk *w, const int64_t *sources, const double *source_act, int64_t n_sources,
-                   const int64_t *hubs, int64_t n_hubs, int32_t stamp, int32_t stop, int64_t depth,
-                   double hop_factor, double exp_s, double floor_, double max_weight, int64_t *o_nodes,
-                   int64_t nodes_capacity, int64_t *o_layers, int64_t *n_layers_out) {
+/* The walk: fills the entries and the layers. Returns 0, or -1 when out of memory (the scratch is left clean). */
+static int run(Walk *w, const int64_t *sources, const double *source_act, int64_t n_sources, const int64_t *hubs,
+               int64_t n_hubs, int32_t stamp, int32_t stop, int64_t depth, double hop_factor, double exp_s,
+               double floor_, double max_weight) {
     int64_t n_tail = w->n_facts - w->csr_facts;
+    int id_bytes = 1;
+    while (id_bytes < 8 && (w->n_entities >> (8 * id_bytes)) > 0) id_bytes++;
     int64_t *frontier = malloc(sizeof(int64_t) * (size_t)(n_sources > 0 ? n_sources : 1));
     int64_t *next = NULL;
-    int64_t nf = n_sources, n_next = 0, n_nodes = 0, n_layers = 0, result = 0;
-    if (!frontier) return PY_SSIZE_T_MIN;
+    int64_t nf = n_sources, n_next = 0;
+    int result = 0;
+    w->nodes = malloc(sizeof(int64_t) * (size_t)(w->n_entities > 0 ? w->n_entities : 1));
+    w->layers = malloc(sizeof(int64_t) * (size_t)(depth + 1));
+    if (!frontier || !w->nodes || !w->layers) { free(frontier); return -1; }
     for (int64_t k = 0; k < n_hubs; k++) w->visited[hubs[k]] = stop; /* reached, never expanded */
     for (int64_t k = 0; k < w->n_blocked; k++) w->visited[w->blocked[k]] = stop;
     for (int64_t k = 0; k < n_sources; k++) {
         frontier[k] = sources[k];
         w->received[sources[k]] = source_act[k]; /* the frontier's activation, then its out, in `received` */
         w->visited[sources[k]] = stamp;
-        o_nodes[n_nodes++] = sources[k];
+        w->nodes[w->n_nodes++] = sources[k];
     }
-    o_layers[n_layers++] = n_sources;
+    w->layers[w->n_layers++] = n_sources;
     for (int64_t hop = 1; hop <= depth; hop++) {
         int32_t layer = stamp + (int32_t)hop - 1;
         int64_t m = 0, bound = 2 * n_tail;
@@ -205,14 +283,10 @@ static int64_t run(Walk *w, const int64_t *sources, const double *source_act, in
         }
         nf = m;
         if (nf == 0) break;
-        if (w->n_out + bound > w->capacity) {
-            result = -(w->n_out + bound);
-            goto done;
-        }
         free(next);
-        next = malloc(sizeof(int64_t) * (size_t)(bound > 0 ? bound : 1));
-        if (!next) { result = PY_SSIZE_T_MIN; goto done; }
         n_next = 0;
+        next = malloc(sizeof(int64_t) * (size_t)(bound > 0 ? bound : 1));
+        if (!next || reserve(w, bound)) { result = -1; goto done; }
         int any = 0;
         for (int64_t k = 0; k < nf; k++) {
             int64_t u0 = frontier[k];
@@ -240,19 +314,17 @@ static int64_t run(Walk *w, const int64_t *sources, const double *source_act, in
             nf = 0;
             break;
         }
-        qsort(next, (size_t)n_next, sizeof(int64_t), cmp_int64);
-        if (n_nodes + n_next > nodes_capacity) { result = PY_SSIZE_T_MIN; nf = 0; goto done; }
+        if (radix_sort((uint64_t *)next, NULL, n_next, id_bytes)) { result = -1; goto done; } /* ids >= 0 */
         free(frontier);
         frontier = next;
         next = NULL;
         nf = n_next;
         for (int64_t k = 0; k < nf; k++) {
             w->visited[frontier[k]] = stamp + (int32_t)hop;
-            o_nodes[n_nodes++] = frontier[k];
+            w->nodes[w->n_nodes++] = frontier[k];
         }
-        o_layers[n_layers++] = nf;
+        w->layers[w->n_layers++] = nf;
     }
-    result = w->n_out;
 done:
     /* what is left in `received`: the frontier's activations, the nodes reached by an unfinished hop */
     for (int64_t k = 0; k < nf; k++) w->received[frontier[k]] = 0.0;
@@ -261,8 +333,113 @@ done:
     }
     free(frontier);
     free(next);
-    *n_layers_out = n_layers;
     return result;
+}
+
+
+/* ------------------------------------------------------------------------------------------ ranking and tiers */
+
+typedef struct {
+    double now, min_age, unit, decay, strength, threshold;
+    int64_t full_capacity, gist_capacity, markers_per_neighbour, marker_capacity;
+    const int64_t *used_facts; /* this agent's uses, sorted by (fact, time) */
+    const double *used_at;
+    int64_t n_uses;
+} Ranking;
+
+static double decayed(const Ranking *r, double age) { /* one use's term of B: 0 for a use after `now` */
+    if (!(age >= 0)) return 0.0;
+    return pow((age > r->min_age ? age : r->min_age) / r->unit, -r->decay);
+}
+
+/* a key whose ascending order is the descending order of the activation (-0.0 as 0.0) */
+static uint64_t descending(double value) {
+    if (value == 0.0) value = 0.0;
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof(bits));
+    bits = (bits >> 63) ? ~bits : bits | (UINT64_C(1) << 63); /* ascending */
+    return ~bits;
+}
+
+/* The order of highest activation first; equal activations by id hash, then by entry. */
+static int rank_order(int64_t *order, uint64_t *keys, int64_t n, const double *act, const int64_t *hash) {
+    for (int64_t k = 0; k < n; k++) { order[k] = k; keys[k] = descending(act[k]); }
+    if (radix_sort(keys, order, n, 8)) return -1;
+    for (int64_t lo = 0; lo < n;) { /* runs of equal activations (rare): by hash, stably */
+        int64_t hi = lo + 1;
+        while (hi < n && keys[hi] == keys[lo]) hi++;
+        for (int64_t i = lo + 1; i < hi; i++) {
+            int64_t e = order[i], j = i;
+            for (; j > lo && hash[order[j - 1]] > hash[e]; j--) order[j] = order[j - 1];
+            order[j] = e;
+        }
+        lo = hi;
+    }
+    return 0;
+}
+
+/* B, A = B + ln(c) + S + ln(x), the order, and the tiers (`perspective_walk._ranked`, `tier_codes`), written
+ * ranked into the output arrays. `count` is zero per entity and left zero. Returns -1 when out of memory. */
+static int rank_entries(const Walk *w, const Ranking *r, int32_t *count, int64_t *facts, double *act_out,
+                        double *spread, double *base_out, int64_t *hops, int64_t *via, int8_t *tiers) {
+    int64_t n = w->n_out;
+    double *base = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    double *act = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    int64_t *order = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    uint64_t *tmp = malloc(sizeof(uint64_t) * (size_t)(n ? n : 1));
+    if (!base || !act || !order || !tmp) { free(base); free(act); free(order); free(tmp); return -1; }
+    for (int64_t k = 0; k < n; k++) {
+        double total = decayed(r, r->now - w->o_asserted[k]);
+        if (r->n_uses) {
+            int64_t fact = w->o_fact[k], n_left = r->n_uses;
+            const int64_t *at = r->used_facts; /* the first use of `fact`, if any (a branchless binary search) */
+            while (n_left > 1) {
+                int64_t half = n_left / 2;
+                at = at[half] < fact ? at + half : at;
+                n_left -= half;
+            }
+            int64_t lo = (at - r->used_facts) + (*at < fact);
+            if (lo < r->n_uses && r->used_facts[lo] == fact) {
+                double uses = 0.0;
+                for (; lo < r->n_uses && r->used_facts[lo] == fact; lo++) uses += decayed(r, r->now - r->used_at[lo]);
+                total = total + uses;
+            }
+        }
+        base[k] = log(total);
+        act[k] = base[k] + log((double)w->o_conf[k]) + r->strength + log(w->o_x[k]);
+    }
+    if (rank_order(order, tmp, n, act, w->o_hash)) { free(base); free(act); free(order); free(tmp); return -1; }
+    int64_t above = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t e = order[k];
+        facts[k] = w->o_fact[e];
+        act_out[k] = act[e];
+        spread[k] = w->o_x[e];
+        base_out[k] = base[e];
+        hops[k] = w->o_hop[e];
+        via[k] = w->o_via[e];
+        if (act[e] > r->threshold) above++;
+    }
+    int64_t full_end = r->full_capacity < above ? r->full_capacity : above;
+    int64_t gist_end = r->full_capacity + r->gist_capacity < above ? r->full_capacity + r->gist_capacity : above;
+    int64_t markers = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (k < full_end) tiers[k] = 0;
+        else if (k < gist_end) tiers[k] = 1;
+        else if (k < above) { /* markers while room: at most so many per neighbour; the rest counted */
+            int32_t *seen = &count[via[k]];
+            if (markers < r->marker_capacity && *seen < r->markers_per_neighbour) {
+                tiers[k] = 2;
+                markers++;
+                (*seen)++;
+            } else {
+                tiers[k] = 3;
+            }
+        } else tiers[k] = 4;
+    }
+    for (int64_t k = gist_end; k < above; k++) count[via[k]] = 0;
+    free(base); free(act); free(order); free(tmp);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ the Python side */
@@ -287,8 +464,7 @@ static int get(PyObject *obj, Buf *b, Py_ssize_t itemsize, int writable, const c
 enum {
     A_INDPTR, A_REACH, A_FACT, A_RANK, A_SRC, A_DST, A_LIVE, A_REL, A_RELW, A_CONF, A_ASSERTED, A_HASHES,
     A_FAN_ORG, A_VISITED, A_RECEIVED, A_EXTRA, A_VISIBLE, A_CODES, A_SCOPE_INDPTR, A_SCOPE_ENDS, A_SCOPE_FACTS,
-    A_VIEWPOINT, A_HUB_SOURCES, A_BLOCKED, A_HUBS, A_SOURCES, A_SOURCE_ACT, A_O_FACT, A_O_X, A_O_VIA, A_O_HOP,
-    A_O_CONF, A_O_ASSERTED, A_O_HASH, A_O_NODES, A_O_LAYERS, N_ARRAYS
+    A_VIEWPOINT, A_HUB_SOURCES, A_BLOCKED, A_HUBS, A_SOURCES, A_SOURCE_ACT, A_USED_FACTS, A_USED_AT, N_ARRAYS
 };
 
 static const struct {
@@ -301,10 +477,10 @@ static const struct {
     {"hashes", 8, 0}, {"fan_org", 4, 0}, {"visited", 4, 1}, {"received", 8, 1}, {"extra", 4, 1},
     {"visible", 1, 1}, {"codes", 4, 0}, {"scope_indptr", 8, 0}, {"scope_ends", 4, 0}, {"scope_end_facts", 4, 0},
     {"viewpoint_facts", 8, 0}, {"hub_sources", 8, 0}, {"blocked", 8, 0}, {"hubs", 8, 0}, {"sources", 8, 0},
-    {"source_act", 8, 0}, {"o_fact", 8, 1}, {"o_x", 8, 1}, {"o_via", 8, 1}, {"o_hop", 8, 1}, {"o_conf", 4, 1},
-    {"o_asserted", 8, 1}, {"o_hash", 8, 1}, {"o_nodes", 8, 1}, {"o_layers", 8, 1},
+    {"source_act", 8, 0}, {"used_facts", 8, 0}, {"used_at", 8, 0},
 };
 
+#define N_SCALARS 18
 #define BAD(message) do { PyErr_SetString(PyExc_ValueError, message); goto fail; } while (0)
 
 static int in_range(const int64_t *values, int64_t n, int64_t limit) {
@@ -313,30 +489,35 @@ static int in_range(const int64_t *values, int64_t n, int64_t limit) {
     return 1;
 }
 
-static PyObject *spread(PyObject *self, PyObject *args) {
+static PyObject *new_array(int64_t n, size_t item, char **data) {
+    PyObject *array = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)((size_t)n * item));
+    if (array) *data = PyByteArray_AS_STRING(array);
+    return array;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     Buf b[N_ARRAYS];
     memset(b, 0, sizeof(b));
-    long long csr_facts, stamp, stop, depth;
-    double hop_factor, exp_s, floor_, max_weight;
-    PyObject *objects[N_ARRAYS];
-    PyObject *result = NULL;
-    if (PyTuple_GET_SIZE(args) != N_ARRAYS + 8) {
-        PyErr_Format(PyExc_TypeError, "spread takes %d arguments", N_ARRAYS + 8);
+    long long csr_facts, stamp, stop, depth, full_capacity, gist_capacity, per_neighbour, marker_capacity;
+    double hop_factor, exp_s, floor_, max_weight, now, min_age, unit, decay, strength, threshold;
+    PyObject *result = NULL, *outputs[9] = {NULL};
+    Walk w;
+    memset(&w, 0, sizeof(w));
+    if (PyTuple_GET_SIZE(args) != N_ARRAYS + N_SCALARS) {
+        PyErr_Format(PyExc_TypeError, "walk takes %d arguments", N_ARRAYS + N_SCALARS);
         return NULL;
     }
-    for (int k = 0; k < N_ARRAYS; k++) objects[k] = PyTuple_GET_ITEM(args, k);
-    PyObject *scalars = PyTuple_GetSlice(args, N_ARRAYS, N_ARRAYS + 8);
+    PyObject *scalars = PyTuple_GetSlice(args, N_ARRAYS, N_ARRAYS + N_SCALARS);
     if (!scalars) return NULL;
-    int parsed = PyArg_ParseTuple(scalars, "LLLLdddd", &csr_facts, &stamp, &stop, &depth, &hop_factor, &exp_s,
-                                  &floor_, &max_weight);
+    int parsed = PyArg_ParseTuple(scalars, "LLLLddddddddddLLLL", &csr_facts, &stamp, &stop, &depth, &hop_factor,
+                                  &exp_s, &floor_, &max_weight, &now, &min_age, &unit, &decay, &strength,
+                                  &threshold, &full_capacity, &gist_capacity, &per_neighbour, &marker_capacity);
     Py_DECREF(scalars);
     if (!parsed) return NULL;
     for (int k = 0; k < N_ARRAYS; k++)
-        if (get(objects[k], &b[k], SPEC[k].itemsize, SPEC[k].writable, SPEC[k].name) < 0) goto fail;
+        if (get(PyTuple_GET_ITEM(args, k), &b[k], SPEC[k].itemsize, SPEC[k].writable, SPEC[k].name) < 0) goto fail;
 
-    Walk w;
-    memset(&w, 0, sizeof(w));
     w.indptr = b[A_INDPTR].view.buf;
     w.n_csr = N(b[A_INDPTR], 8) - 1;
     w.reach = b[A_REACH].view.buf;
@@ -366,22 +547,16 @@ static PyObject *spread(PyObject *self, PyObject *args) {
     w.n_hub_sources = N(b[A_HUB_SOURCES], 8);
     w.blocked = b[A_BLOCKED].view.buf;
     w.n_blocked = N(b[A_BLOCKED], 8);
-    w.o_fact = b[A_O_FACT].view.buf;
-    w.o_x = b[A_O_X].view.buf;
-    w.o_via = b[A_O_VIA].view.buf;
-    w.o_hop = b[A_O_HOP].view.buf;
-    w.o_conf = b[A_O_CONF].view.buf;
-    w.o_asserted = b[A_O_ASSERTED].view.buf;
-    w.o_hash = b[A_O_HASH].view.buf;
-    w.capacity = N(b[A_O_FACT], 8);
     const int32_t *codes = b[A_CODES].view.buf;
     int64_t n_codes = N(b[A_CODES], 4);
     const int64_t *scope_indptr = b[A_SCOPE_INDPTR].view.buf;
     int64_t n_scope_rows = N(b[A_SCOPE_INDPTR], 8) - 1;
     const int64_t *sources = b[A_SOURCES].view.buf;
     int64_t n_sources = N(b[A_SOURCES], 8);
+    Ranking r = {now, min_age, unit, decay, strength, threshold, full_capacity, gist_capacity, per_neighbour,
+                 marker_capacity, b[A_USED_FACTS].view.buf, b[A_USED_AT].view.buf, N(b[A_USED_FACTS], 8)};
 
-    /* the shapes the loops rely on (cheap: no per-entry checks in the loops) */
+    /* the shapes the loops rely on (cheap: no per-entry checks of the CSR in the loops) */
     if (w.n_csr < 0 || n_scope_rows < 0) BAD("indptr is empty");
     if (w.n_csr > w.n_entities || N(b[A_REACH], 8) < w.indptr[w.n_csr] || N(b[A_FACT], 16) < w.indptr[w.n_csr]
         || N(b[A_RANK], 16) < w.indptr[w.n_csr])
@@ -392,52 +567,67 @@ static PyObject *spread(PyObject *self, PyObject *args) {
         BAD("the fact columns differ in length");
     if (N(b[A_VISITED], 4) < w.n_entities || N(b[A_RECEIVED], 8) < w.n_entities || N(b[A_EXTRA], 4) < w.n_entities)
         BAD("the scratch is smaller than the entities");
-    if (N(b[A_O_X], 8) != w.capacity || N(b[A_O_VIA], 8) != w.capacity || N(b[A_O_HOP], 8) != w.capacity
-        || N(b[A_O_CONF], 4) != w.capacity || N(b[A_O_ASSERTED], 8) != w.capacity
-        || N(b[A_O_HASH], 8) != w.capacity)
-        BAD("the output buffers differ in length");
-    if (N(b[A_SOURCE_ACT], 8) != n_sources || N(b[A_O_LAYERS], 8) < depth + 1 || N(b[A_O_NODES], 8) < n_sources)
-        BAD("sources or layer buffers");
+    if (N(b[A_SOURCE_ACT], 8) != n_sources || N(b[A_USED_AT], 8) != r.n_uses) BAD("sources or uses");
     if (!in_range(sources, n_sources, w.n_entities) || !in_range(w.blocked, w.n_blocked, w.n_entities)
         || !in_range(b[A_HUBS].view.buf, N(b[A_HUBS], 8), w.n_entities))
         BAD("a node id out of range");
     if (stamp <= 0 || stop <= stamp + depth || stop > INT32_MAX || depth < 0) BAD("stamps");
-    if (n_scope_rows > 0 && N(b[A_SCOPE_ENDS], 4) < scope_indptr[n_scope_rows]) BAD("scope ends");
-    if (N(b[A_O_NODES], 8) < w.n_entities) BAD("the node buffer is smaller than the entities");
+    if (n_scope_rows > 0 && (N(b[A_SCOPE_ENDS], 4) < scope_indptr[n_scope_rows]
+                             || N(b[A_SCOPE_FACTS], 4) < scope_indptr[n_scope_rows]))
+        BAD("scope ends");
     for (int64_t f = csr_facts; f < w.n_facts; f++)
         if (w.src[f] < 0 || w.src[f] >= w.n_entities || w.dst[f] < 0 || w.dst[f] >= w.n_entities || w.rel[f] < 0
             || w.rel[f] >= w.n_rel)
             BAD("a delta fact out of range");
 
-    int64_t n_layers = 0, n_out;
+    int failed;
     Py_BEGIN_ALLOW_THREADS
     set_visible(&w, codes, n_codes, 1);
     extra_fan(&w, codes, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
               b[A_SCOPE_FACTS].view.buf, 1);
-    n_out = run(&w, sources, b[A_SOURCE_ACT].view.buf, n_sources, b[A_HUBS].view.buf, N(b[A_HUBS], 8),
-                (int32_t)stamp, (int32_t)stop, depth, hop_factor, exp_s, floor_, max_weight, b[A_O_NODES].view.buf,
-                N(b[A_O_NODES], 8), b[A_O_LAYERS].view.buf, &n_layers);
+    failed = run(&w, sources, b[A_SOURCE_ACT].view.buf, n_sources, b[A_HUBS].view.buf, N(b[A_HUBS], 8),
+                 (int32_t)stamp, (int32_t)stop, depth, hop_factor, exp_s, floor_, max_weight);
     extra_fan(&w, codes, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
               b[A_SCOPE_FACTS].view.buf, 0);
     set_visible(&w, codes, n_codes, 0);
     Py_END_ALLOW_THREADS
-    if (n_out == PY_SSIZE_T_MIN) {
-        PyErr_NoMemory();
-        goto fail;
+    if (failed) { PyErr_NoMemory(); goto fail; }
+
+    char *data[9];
+    static const size_t ITEM[8] = {8, 8, 8, 8, 8, 8, 1, 8};
+    for (int k = 0; k < 7; k++)
+        if (!(outputs[k] = new_array(w.n_out, ITEM[k], &data[k]))) goto fail;
+    if (!(outputs[7] = new_array(w.n_nodes, 8, &data[7]))) goto fail;
+    if (!(outputs[8] = PyTuple_New((Py_ssize_t)w.n_layers))) goto fail;
+    for (int64_t k = 0; k < w.n_layers; k++) {
+        PyObject *size = PyLong_FromLongLong((long long)w.layers[k]);
+        if (!size) goto fail;
+        PyTuple_SET_ITEM(outputs[8], (Py_ssize_t)k, size);
     }
-    result = Py_BuildValue("LL", (long long)n_out, (long long)n_layers);
+    if (w.n_nodes) memcpy(data[7], w.nodes, sizeof(int64_t) * (size_t)w.n_nodes);
+    Py_BEGIN_ALLOW_THREADS
+    failed = rank_entries(&w, &r, w.extra, (int64_t *)data[0], (double *)data[1], (double *)data[2],
+                          (double *)data[3], (int64_t *)data[4], (int64_t *)data[5], (int8_t *)data[6]);
+    Py_END_ALLOW_THREADS
+    if (failed) { PyErr_NoMemory(); goto fail; }
+    result = PyTuple_New(9);
+    if (result)
+        for (int k = 0; k < 9; k++) { PyTuple_SET_ITEM(result, k, outputs[k]); outputs[k] = NULL; }
 fail:
+    for (int k = 0; k < 9; k++) Py_XDECREF(outputs[k]);
     for (int k = 0; k < N_ARRAYS; k++)
         if (b[k].held) PyBuffer_Release(&b[k].view);
+    release(&w);
     return result;
 }
 
 static PyMethodDef METHODS[] = {
-    {"spread", spread, METH_VARARGS, "The walk's hop loop (see perspective_walk._spread_kernel)."},
+    {"walk", walk, METH_VARARGS, "The walk, its ranking and tiers (see perspective_walk._spread_kernel)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_walk_kernel", NULL, -1, METHODS};
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_walk_kernel", NULL, -1, METHODS, NULL, NULL, NULL,
+                                    NULL};
 
 PyMODINIT_FUNC PyInit__walk_kernel(void) {
     PyObject *module = PyModule_Create(&MODULE);

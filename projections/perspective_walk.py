@@ -25,7 +25,7 @@ from domain.activation import ActivationParameters, Tier
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
 
-KERNEL_VERSION = 1
+KERNEL_VERSION = 2
 """The `VERSION` of `projections/_walk_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 try:
@@ -40,6 +40,8 @@ use_kernel = _kernel is not None and os.environ.get("NOUMENA_WALK_KERNEL", "1") 
 """Whether `walk` runs its hop loop in the compiled kernel (when built; `NOUMENA_WALK_KERNEL=0` turns it off) or
 in numpy. Both give the same values (tests/test_perspective_reference.py runs both)."""
 _EMPTY = np.zeros(0, dtype=np.int64)
+_NO_TIMES = np.zeros(0, dtype=np.float64)
+_NO_TIERS = np.zeros(0, dtype=np.int8)
 
 STOP = (1 << 10) - 1
 """`perspective_index.STOP`: a stop point's offset from the walk's stamp."""
@@ -134,8 +136,7 @@ def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationPa
     serving = index.lookup(viewpoint.serving) if viewpoint.serving else None
     serving = -1 if serving is None else serving
     if not source_ids:
-        empty = np.zeros(0, dtype=np.int64)
-        return Walked(empty, np.zeros(0), np.zeros(0), np.zeros(0), empty, empty, empty, [], unknown,
+        return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _NO_TIERS, [], unknown,
                       [], now, p)
     hub = index.hub.data
     # A hub viewer: the other parties it serves are neither reached from it nor traversed.
@@ -271,8 +272,8 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
 
     nodes = node_ids  # the parents are found lazily, for paths only (`Walked.parents`)
     if not rec_rows:
-        return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _EMPTY, source_ids, unknown,
-                      nodes, now, p)
+        return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _NO_TIERS, source_ids,
+                      unknown, nodes, now, p)
     if len(rec_rows) == 1:
         rows, rank, spread, via = rec_rows[0], rec_rank[0], rec_x[0], rec_via[0]
         hops = np.ones(len(rows), dtype=np.int64)
@@ -295,81 +296,56 @@ def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent:
     the inputs may be the kernel's buffers)."""
     base = base_levels(index, agent, facts, now, p, asserted)
     with np.errstate(divide="ignore"):
-        act = base + np.log(conf) + p.associative_strength + np.log(spread)
+        act = base + np.log(conf, dtype=np.float64) + p.associative_strength + np.log(spread)
     order = _rank(act, hashes)
     facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
     tiers = tier_codes(p, act, via)
     return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
 
 
-_OUTPUTS = (("fact", np.int64), ("x", np.float64), ("via", np.int64), ("hop", np.int64), ("conf", np.float32),
-            ("asserted", np.float64), ("hash", np.int64))
-
-
-def _kernel_buffers(index: PerspectiveIndex, capacity: int, depth: int) -> dict[str, np.ndarray]:
-    """The index's buffers for the compiled walk, grown to hold `capacity` entries, a node per entity, a size
-    per layer and a flag per scope code."""
-    buffers = index._kernel_scratch
-    if "fact" not in buffers or len(buffers["fact"]) < capacity:
-        size = max(capacity, 1024)
-        for name, dtype in _OUTPUTS:
-            buffers[name] = np.empty(size, dtype=dtype)
-    n_nodes = len(index._visited_scratch)
-    if len(buffers.get("nodes", _EMPTY)) < n_nodes:
-        buffers["nodes"] = np.empty(n_nodes, dtype=np.int64)
-    n_scopes = len(index.scope_names) + 1
-    if len(buffers.get("visible", _EMPTY)) < n_scopes:
-        buffers["visible"] = np.zeros(max(n_scopes * 2, 64), dtype=np.uint8)  # zero outside a walk
-    if len(buffers.get("layers", _EMPTY)) <= depth:
-        buffers["layers"] = np.empty(max(depth + 1, 16), dtype=np.int64)
-    return buffers
+def _visible_scratch(index: PerspectiveIndex) -> np.ndarray:
+    """The kernel's flag per scope code + 1 (zero outside a walk), grown with the scopes."""
+    visible = index._kernel_scratch.get("visible")
+    if visible is None or len(visible) < len(index.scope_names) + 1:
+        visible = index._kernel_scratch["visible"] = np.zeros(max(2 * len(index.scope_names), 64), dtype=np.uint8)
+    return visible
 
 
 def _spread_kernel(index: PerspectiveIndex, p: ActivationParameters, now: float, source_ids: list[int],
                    unknown: list[str], agent: int, serving: int, hub_sources: list[int],
                    blocked_nodes: np.ndarray | None, stamp: int) -> Walked:
-    """`_spread` with the hop loop in `projections/_walk_kernel.c` (one call per walk), then the same ranking."""
+    """`_spread` and `_ranked` in `projections/_walk_kernel.c`: one call per walk."""
     index._fresh_weights()
     counts: dict[int, int] = {}
     for s in source_ids:
         counts[s] = counts.get(s, 0) + 1
     ordered_sources = sorted(counts)
     share_each = p.source_weight / len(source_ids)
-    sources = np.array(ordered_sources, dtype=np.int64)
-    source_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
     viewpoint_facts = index.between(agent, serving) if agent >= 0 and serving >= 0 else []
     floor = spread_floor(index, agent, p)
-    codes = index.visible_codes(agent, serving)
-    capacity = len(index._kernel_scratch.get("fact", _EMPTY))
-    while True:
-        b = _kernel_buffers(index, capacity, p.depth)
-        n, n_layers = _kernel.spread(
-            index.indptr, index.adj_reach, index.adj_fact, index.adj_rank, index.src.view, index.dst.view,
-            index.live.view, index.rel.view, index.rel_weight.view, index.conf.view, index.asserted.view,
-            index.hashes.view, index.fan_org.view, index._visited_scratch, index._spread_scratch,
-            index._extra_scratch, b["visible"], codes, index.scope_indptr, index.scope_ends,
-            index.scope_end_facts, np.array(viewpoint_facts, dtype=np.int64) if viewpoint_facts else _EMPTY,
-            np.array(hub_sources, dtype=np.int64) if hub_sources else _EMPTY,
-            _EMPTY if blocked_nodes is None else blocked_nodes, index._hub_nodes(), sources, source_act,
-            b["fact"], b["x"], b["via"], b["hop"], b["conf"], b["asserted"], b["hash"], b["nodes"], b["layers"],
-            index.csr_facts, stamp, stamp + STOP, p.depth, p.hop_factor, math.exp(p.associative_strength), floor,
-            index.max_weight)
-        if n >= 0:
-            break
-        capacity = max(2 * capacity, -n + -n // 4)  # too small: a fresh stamp and larger buffers
-        stamp = index._scratch(len(index.refs))
-    sizes = b["layers"][:n_layers].tolist()
-    all_nodes = b["nodes"][:sum(sizes)].copy()
-    nodes, start = [], 0
-    for size in sizes:
-        nodes.append(all_nodes[start:start + size])
+    uses = index._sorted_uses(agent) if agent >= 0 else None
+    used_facts, used_at = uses if uses is not None else (_EMPTY, _NO_TIMES)
+    facts, act, spread, base, hops, via, tiers, nodes, layers = _kernel.walk(
+        index.indptr, index.adj_reach, index.adj_fact, index.adj_rank, index.src.view, index.dst.view,
+        index.live.view, index.rel.view, index.rel_weight.view, index.conf.view, index.asserted.view,
+        index.hashes.view, index.fan_org.view, index._visited_scratch, index._spread_scratch, index._extra_scratch,
+        _visible_scratch(index), index.visible_codes(agent, serving), index.scope_indptr, index.scope_ends,
+        index.scope_end_facts, np.array(viewpoint_facts, dtype=np.int64) if viewpoint_facts else _EMPTY,
+        np.array(hub_sources, dtype=np.int64) if hub_sources else _EMPTY,
+        _EMPTY if blocked_nodes is None else blocked_nodes, index._hub_nodes(),
+        np.array(ordered_sources, dtype=np.int64),
+        np.array([counts[s] * share_each for s in ordered_sources], dtype=np.float64), used_facts, used_at,
+        index.csr_facts, stamp, stamp + STOP, p.depth, p.hop_factor, math.exp(p.associative_strength), floor,
+        index.max_weight, now, p.minimum_age_seconds, p.time_unit_seconds, p.decay, p.associative_strength,
+        p.threshold, p.full_capacity, p.gist_capacity, p.markers_per_neighbour, p.marker_capacity)
+    all_nodes = np.frombuffer(nodes, dtype=np.int64)
+    node_layers, start = [], 0
+    for size in layers:
+        node_layers.append(all_nodes[start:start + size])
         start += size
-    if n == 0:
-        return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _EMPTY, source_ids, unknown,
-                      nodes, now, p)
-    return _ranked(index, p, now, agent, b["fact"][:n], b["conf"][:n], b["asserted"][:n], b["hash"][:n],
-                   b["x"][:n], b["hop"][:n], b["via"][:n], source_ids, unknown, nodes)
-
+    return Walked(np.frombuffer(facts, dtype=np.int64), np.frombuffer(act), np.frombuffer(spread),
+                  np.frombuffer(base), np.frombuffer(hops, dtype=np.int64), np.frombuffer(via, dtype=np.int64),
+                  np.frombuffer(tiers, dtype=np.int8), source_ids, unknown, node_layers, now, p)
 
 
 def _rank(act: np.ndarray, hashes: np.ndarray) -> np.ndarray:
