@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from domain.entities import EntityRegistered, EntityUpdated
@@ -220,6 +221,20 @@ def linked_memories(state: object, person: str) -> list[str]:
                 if ref.startswith("memory:"):
                     found[f"{tenant}/entity/{ref}"] = None
     return list(found)
+
+
+@dataclass(frozen=True)
+class ForgetPlan:
+    """What forgetting a subject deletes besides the keys it owns, worked out from the ontology: the groups to
+    split (`fact_groups`) and further keys (`linked_memories`)."""
+
+    splits: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
+    also: tuple[str, ...] = ()
+
+
+def forget_plan(state: object, subject: str) -> ForgetPlan:
+    splits = fact_groups(state, subject.split(":", 1)[1]) if subject.startswith("fact:") else {}
+    return ForgetPlan(splits, tuple(linked_memories(state, subject)))
 
 
 def check_subject(subject: str) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from domain.events import DomainEvent
-from domain.forgetting import ContentKey
+from domain.forgetting import ContentKey, ForgetPlan
 
 
 class Pending(NamedTuple):
@@ -40,6 +40,11 @@ class VersionConflict(Exception):
     """Another writer appended to one of the streams first."""
 
 
+class KeysForgotten(VersionConflict):
+    """Keys this batch was sealed with may have been deleted by a forget in another process since they were
+    handed out: decide and seal the batch again."""
+
+
 class AlreadyTracked(Exception):
     """The tracking position was recorded before: this input has already been stored."""
 
@@ -67,21 +72,25 @@ class KeyStore(Protocol):
         """Each key's bytes by key id, created on first use, new owners recorded; committed before returning."""
         ...
 
-    def keys_pending(self, keys: Iterable[ContentKey]) -> tuple[dict[str, tuple[str, bytes]], Callable[[], None]]:
+    def keys_pending(self, keys: Iterable[ContentKey]
+                     ) -> tuple[dict[str, tuple[str, bytes]], Callable[[], Callable[[], None]]]:
         """By key id: the name a sealed field records (the key id, or a derived key's name) and the key's bytes;
-        and a function that returns once the new keys are durable (raising if they could not be stored). Nothing
-        sealed with a key may be written before that."""
+        and `ready`, to call before the sealed events are committed: it waits until the new keys are durable
+        (raising if they could not be stored), then holds off every forget until the function it returns is
+        called, after the events are committed or failed. It raises `KeysForgotten` when a forget may have
+        deleted some of the keys meanwhile (another process): then the batch must be decided again."""
         ...
 
     def get(self, key_id: str) -> bytes | None:
         """The key's bytes by id or derived name, or None once forgotten."""
         ...
 
-    def forget(self, tenant: str, owner: str, splits: Mapping[str, Mapping[str, frozenset[str]]] | None = None,
-               also: Sequence[str] = ()) -> int:
-        """Delete, for real, every key of the tenant that `owner` owns, the keys in `also` (by id), and the key
-        of each group in `splits` once its other members' keys (given by key id with their owners) are stored
-        on their own; return how many keys were deleted."""
+    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
+        """Delete, for real, every key of the tenant that `owner` owns, the keys in the plan's `also` (by id),
+        and the key of each group in its `splits` once the group's other members' keys (by key id, with their
+        owners) are stored on their own; return how many keys were deleted. Where the store can, `plan()` is
+        called with every sealed write held off, so it sees the log as it stays until the keys are gone (it
+        may read keys: the store lets the calling thread)."""
         ...
 
     def evict_cache(self) -> None:

@@ -8,7 +8,8 @@ by optimistic concurrency on the tenant stream version and retried.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -56,15 +57,25 @@ class BatchResult:
 
 
 class OntologyService:
-    def __init__(self, log: EventLog, clock: Callable[[], datetime], seal_content: bool = True) -> None:
+    def __init__(self, log: EventLog, clock: Callable[[], datetime], seal_content: bool = True,
+                 backoff: Callable[[int], None] | None = None) -> None:
         self._log = log
         self._seal = seal_content
         self._clock = clock
+        self._backoff = backoff
+        """Called with the attempt number after a version conflict (e.g. a short random sleep, so that a writer
+        that keeps losing the race to another process's tight loop gets its turn); None: retry at once."""
         self._states: dict[str, Ontology] = {}
         self._lock = threading.RLock()
         self._last_now: datetime | None = None
         self.last_position: int | None = None
         """The log position of this process's latest write."""
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """No write of this service runs meanwhile (e.g. while a forget deletes keys)."""
+        with self._lock:
+            yield
 
     def ontology(self, tenant: str) -> Ontology:
         """The tenant's state as of the latest event in the log (read-only use, please)."""
@@ -119,6 +130,8 @@ class OntologyService:
                     positions = self._log.append(pending, tracking) if pending or tracking else []
                 except VersionConflict:
                     self._rollback(states)
+                    if self._backoff is not None:
+                        self._backoff(_attempt)
                     continue
                 except AlreadyTracked:
                     self._rollback(states)

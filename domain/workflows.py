@@ -26,7 +26,7 @@ from domain.consolidation import (
 )
 from domain.errors import DomainError, InvalidInput, UnknownTenant
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactState, FactStatus
-from domain.forgetting import check_subject, fact_groups, linked_memories
+from domain.forgetting import check_subject, forget_plan
 from domain.ontology import Ontology
 from domain.ports import KeyStore
 from domain.recalls import RecallMode
@@ -363,11 +363,12 @@ def forget(service: OntologyService, keys: KeyStore, tenant: str, subject: str) 
         raise UnknownTenant(tenant)
     probe = c.RecordForgetting(tenant=tenant, subject=subject, keys_deleted=0)
     decide(state, probe, datetime.now(UTC))  # the subject must exist: checked before any key is deleted
-    # one fact's key is derived from its group's: the group's key goes, its other members' keys are kept; a
-    # person takes the memories linked to them along
-    splits = fact_groups(state, subject.split(":", 1)[1]) if subject.startswith("fact:") else None
-    deleted = keys.forget(tenant, subject, splits, linked_memories(state, subject))
-    outcome = service.execute(probe.model_copy(update={"keys_deleted": deleted}))
+    with service.exclusive():  # (no write of this process meanwhile; other processes' wait for the key store)
+        # What to delete besides the subject's own keys comes from the ontology: one fact's group siblings keep
+        # their keys, a person takes the memories linked to them along. The key store works the plan out with
+        # every sealed write held off, so no fact written meanwhile is missed.
+        deleted = keys.forget(tenant, subject, lambda: forget_plan(service.ontology(tenant), subject))
+        outcome = service.execute(probe.model_copy(update={"keys_deleted": deleted}))
     service.reload(tenant)
     position = None
     if outcome.events:

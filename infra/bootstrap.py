@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -97,6 +99,13 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     gc.set_threshold(50_000, 20, 100)
     keys = settings.key_store()
     log = EventsourcingLog(settings.event_store_env(), keys)
-    service = OntologyService(log, clock=clock, seal_content=keys is not None)
+    service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff)
     return Noumena(settings=settings, log=log, service=service,
                    consolidation=ConsolidationWorker(service, extractor_from(settings)))
+
+
+def _backoff(attempt: int) -> None:
+    """After a version conflict: retry at once the first time, then after a random pause that grows with each
+    attempt (up to about 50 ms), so two processes writing one tenant in tight loops both make progress."""
+    if attempt:
+        time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** attempt)))

@@ -78,21 +78,26 @@ class EventsourcingLog:
 
     def append(self, pending: Sequence[Pending], tracking: TrackingPosition | None = None) -> list[int]:
         # The batch's new data keys are being committed while it is sealed and written; the events commit only
-        # once they are (the SQLite recorder waits inside its transaction, others before it).
-        stored, keys_durable = self.mapper.to_stored_pending(pending)
+        # once they are, and while the key store holds off forgets (the SQLite recorder does this inside its
+        # transaction, after the rows are written; other stores before writing).
+        stored, keys_ready = self.mapper.to_stored_pending(pending)
         track = Tracking(application_name=tracking.name, notification_id=tracking.position) if tracking else None
         extra: dict[str, Any] = {}
-        if keys_durable is not None:
+        held: list[Callable[[], None]] = []
+        if keys_ready is not None:
             if isinstance(self.recorder, SQLiteLogRecorder):
-                extra["before_commit"] = keys_durable
+                extra["before_commit"] = lambda: held.append(keys_ready())
             else:
-                keys_durable()
+                held.append(keys_ready())
         try:
             positions = self.recorder.insert_events(stored, tracking=track, **extra)
         except IntegrityError:
             if tracking is not None and self.recorder.has_tracking_id(tracking.name, tracking.position):
                 raise AlreadyTracked(tracking) from None
             raise VersionConflict() from None
+        finally:
+            for let_go in held:
+                let_go()
         return list(positions or [])
 
     def read(self, after_position: int, limit: int) -> Sequence[Logged]:

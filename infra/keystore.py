@@ -14,11 +14,12 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from domain.forgetting import ContentKey, own_owners
+from domain.forgetting import ContentKey, ForgetPlan, own_owners
+from domain.ports import KeysForgotten
 
 KEY_BYTES = 32  # AES-256
 _COMMIT_BESIDE = 32
@@ -32,9 +33,6 @@ _DERIVED = re.compile(r"^([a-z0-9][a-z0-9_-]*/root/[0-9a-f]{32})/(.+)$")
 Sealing = tuple[str, bytes]
 """What seals one content key: the name the sealed field records (the key id, or a derived key's name) and the
 key's bytes."""
-Splits = Mapping[str, Mapping[str, frozenset[str]]]
-"""For forgetting one member of a group: by group, every other member's key id and owners (see
-`domain.forgetting.fact_groups`)."""
 
 
 def derive(group_key: bytes, key_id: str) -> bytes:
@@ -92,7 +90,7 @@ class MemoryKeyStore:
 
     def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
         """As `SQLiteKeyStore.keys_pending`; every key is stored on its own (no groups) and at once."""
-        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _durable
+        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _ready
 
     def key_for(self, key: ContentKey) -> bytes:
         return self.keys_for([key])[key.key_id]
@@ -100,7 +98,8 @@ class MemoryKeyStore:
     def get(self, key_id: str) -> bytes | None:
         return self._keys.get(key_id)
 
-    def forget(self, tenant: str, owner: str, splits: Splits | None = None, also: Sequence[str] = ()) -> int:
+    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
+        also = plan().also if plan else ()  # (no groups here: only the further keys matter)
         with self._lock:
             doomed = [k for k, owners in self._owners.items() if owner in owners and k.startswith(f"{tenant}/")]
             doomed += [k for k in also if k in self._keys and k not in doomed]
@@ -151,18 +150,25 @@ class SQLiteKeyStore:
         """Held from the start of a write until its commit is done (released by the committer thread)."""
         self._committer: ThreadPoolExecutor | None = None
         self._cache = _Cached()
+        self._epoch = self._db.execute("PRAGMA user_version").fetchone()[0]
+        """The store's forget count when the cache was last known good."""
+        self._forgetting: int | None = None
+        """The thread running a forget (holding the lock), while it works out its plan."""
 
     def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
         """Every key asked for, creating missing ones and recording new owners in one committed transaction."""
-        keys, durable = self.keys_pending(wanted)
-        durable()
+        keys, ready = self.keys_pending(wanted)
+        ready()()
         return {key_id: key for key_id, (_name, key) in keys.items()}
 
-    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
+    def keys_pending(self, wanted: Iterable[ContentKey]
+                     ) -> tuple[dict[str, Sealing], Callable[[], Callable[[], None]]]:
         """Every key asked for, as `keys_for`, with the name a sealed field records, but the transaction that
         stores the new ones is committed (fsync) on a background thread: the caller seals with the keys
-        meanwhile and must call the returned function, which waits for that commit and raises if it failed,
-        before it writes anything sealed with them.
+        meanwhile and must call the returned `ready` before it commits anything sealed with them. `ready` waits
+        for that commit and raises if it failed; then it takes the file's write lock, so no forget can run
+        until the function it returns is called (after the events commit or fail), and raises `KeysForgotten`
+        if a forget ran since the keys were handed out.
 
         A key with a group is derived from the group's key and named `<group key id>/<key id>`: nothing is
         written for it unless its group has no key yet (once per group). A key id this process has not seen is
@@ -173,6 +179,10 @@ class SQLiteKeyStore:
         before they are stored."""
         self._lock.acquire()
         try:
+            epoch = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if epoch != self._epoch:  # another process forgot: what is cached may be gone
+                self._cache.clear()
+                self._epoch = epoch
             self._cache.bound()
             cache = self._cache
             keys, known_owners, groups = cache.keys, cache.owners, cache.groups
@@ -218,13 +228,45 @@ class SQLiteKeyStore:
         written = len(owners) + len(new_groups)
         if not written:
             self._lock.release()
-            return result, _durable
+            return result, self._hold
         if written < _COMMIT_BESIDE:  # a handful of keys: nothing worth overlapping, commit here
             self._commit()
-            return result, _durable
+            return result, self._hold
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="noumena-key-commit")
-        return result, self._committer.submit(self._commit).result
+        committed = self._committer.submit(self._commit)
+
+        def ready() -> Callable[[], None]:
+            committed.result()
+            return self._hold()
+
+        return result, ready
+
+    def _hold(self) -> Callable[[], None]:
+        """Hold off forgets, in this process and in others, until the returned function is called: this
+        store's lock and the file's write lock. Raises `KeysForgotten` if a forget ran since the keys were
+        handed out."""
+        self._lock.acquire()
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            epoch = db.execute("PRAGMA user_version").fetchone()[0]
+            if epoch != self._epoch:
+                self._cache.clear()
+                self._epoch = epoch
+                raise KeysForgotten("a subject was forgotten while this batch was sealed")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            self._lock.release()
+            raise
+        return self._let_go
+
+    def _let_go(self) -> None:
+        try:
+            self._db.execute("ROLLBACK")  # (nothing was written)
+        finally:
+            self._lock.release()
 
     def _write(self, owners: dict[str, frozenset[str]], groups: dict[str, frozenset[str]]) -> dict[str, bytes]:
         """Insert the new keys, record new owners and give each group in `groups` its key (the stored one, or a
@@ -328,12 +370,17 @@ class SQLiteKeyStore:
         key while that exists; once the group's key is deleted, from the member's own key stored at the time
         (`forget` with splits), if it was not forgotten itself."""
         derived = _DERIVED.match(key_id) if "/root/" in key_id else None
+        if self._forgetting == threading.get_ident():  # a forget's plan, reading the log: the lock is ours
+            return self._get_derived(key_id, derived)
         with self._lock:
-            if derived is not None:
-                group_key = self._get(derived[1])
-                if group_key is not None:
-                    return derive(group_key, derived[2])
-            return self._get(key_id)
+            return self._get_derived(key_id, derived)
+
+    def _get_derived(self, key_id: str, derived: re.Match[str] | None) -> bytes | None:
+        if derived is not None:
+            group_key = self._get(derived[1])
+            if group_key is not None:
+                return derive(group_key, derived[2])
+        return self._get(key_id)
 
     def _get(self, key_id: str) -> bytes | None:
         key = self._cache.keys.get(key_id)
@@ -345,16 +392,23 @@ class SQLiteKeyStore:
             key = self._cache.keys[key_id] = row[0]
         return key
 
-    def forget(self, tenant: str, owner: str, splits: Splits | None = None, also: Sequence[str] = ()) -> int:
-        """Delete every key of the tenant that `owner` owns, the keys in `also`, and the key of every group in
-        `splits` after storing each other member's derived key on its own (with its owners); then rewrite the
-        file so no free page holds a deleted key. Returns the number of keys deleted."""
+    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
+        """Delete every key of the tenant that `owner` owns, the plan's further keys, and the key of every group
+        it splits after storing each other member's derived key on its own (with its owners); then rewrite the
+        file so no free page holds a deleted key. Returns the number of keys deleted.
+
+        Runs holding the file's write lock, which every sealed write holds while its events commit (`ready`
+        from `keys_pending`), so `plan()` sees the log as it stays until the keys are gone; it may read keys
+        (this thread is let through). The store's forget count (`PRAGMA user_version`) moves on, so that other
+        processes drop the keys they cached and decide again any batch sealed with them."""
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
+            self._forgetting = threading.get_ident()
             try:
+                todo = plan() if plan is not None else ForgetPlan()
                 deleted = 0
-                for group, members in (splits or {}).items():
+                for group, members in todo.splits.items():
                     row = db.execute("SELECT key_id FROM key_groups WHERE group_id = ?", (group,)).fetchone()
                     if row is None:
                         continue
@@ -370,6 +424,7 @@ class SQLiteKeyStore:
                 cursor = db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND "
                                     "instr(owners, ?) > 0", (f"{tenant}/", f"{tenant}0", f" {owner} "))
                 deleted += cursor.rowcount
+                also = list(todo.also)
                 for start in range(0, len(also), 500):
                     chunk = also[start:start + 500]
                     marks = ",".join("?" * len(chunk))
@@ -378,12 +433,16 @@ class SQLiteKeyStore:
                 # groups whose key went with an owner: their next member makes a new one
                 db.execute("DELETE FROM key_groups WHERE group_id >= ? AND group_id < ? AND key_id NOT IN "
                            "(SELECT key_id FROM data_keys)", (f"{tenant}/", f"{tenant}0"))
+                epoch = db.execute("PRAGMA user_version").fetchone()[0] + 1
+                db.execute(f"PRAGMA user_version = {epoch}")
                 db.execute("COMMIT")
+                self._epoch = epoch
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
             finally:
+                self._forgetting = None
                 self._cache.clear()
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -405,8 +464,13 @@ class SQLiteKeyStore:
             self._db.close()
 
 
-def _durable() -> None:
-    """Nothing to wait for: every key was committed before."""
+def _let_go() -> None:
+    """Nothing was held."""
+
+
+def _ready() -> Callable[[], None]:
+    """Every key was committed before, and nothing needs holding."""
+    return _let_go
 
 
 def _key_hash(key_id: str) -> bytes:
@@ -453,7 +517,7 @@ class PostgresKeyStore:
     def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
         """As `SQLiteKeyStore.keys_pending`, but every key is stored on its own (groups are not used) and
         committed before this returns."""
-        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _durable
+        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _ready
 
     def key_for(self, key: ContentKey) -> bytes:
         return self.keys_for([key])[key.key_id]
@@ -468,14 +532,15 @@ class PostgresKeyStore:
                 key = self._cache.keys[key_id] = bytes(row[0])
             return key
 
-    def forget(self, tenant: str, owner: str, splits: Splits | None = None, also: Sequence[str] = ()) -> int:
-        """Delete every key of the tenant that `owner` owns and the keys in `also` (`splits` has nothing to do:
-        no groups here)."""
+    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
+        """Delete every key of the tenant that `owner` owns and the plan's further keys (its splits have nothing
+        to do: no groups here)."""
+        also = list(plan().also) if plan else []
         with self._lock:
             with self._db.transaction():
                 doomed = [r[0] for r in self._db.execute(
                     f"SELECT key_id FROM {self._keys} WHERE key_id IN (SELECT key_id FROM {self._owners} "
-                    "WHERE owner = %s AND key_id LIKE %s) OR key_id = ANY(%s)", (owner, f"{tenant}/%", list(also)))]
+                    "WHERE owner = %s AND key_id LIKE %s) OR key_id = ANY(%s)", (owner, f"{tenant}/%", also))]
                 self._db.execute(f"DELETE FROM {self._keys} WHERE key_id = ANY(%s)", (doomed,))
                 self._db.execute(f"DELETE FROM {self._owners} WHERE key_id = ANY(%s)", (doomed,))
             self._db.execute(f"VACUUM FULL {self._keys}")

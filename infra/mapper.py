@@ -132,21 +132,23 @@ class EventMapper:
         """Serialize a batch; every data key it needs is created and committed in one transaction before this
         returns (the key store's commit runs while the batch is sealed), so no event can be written before its
         key is durable."""
-        stored, keys_durable = self.to_stored_pending(pending)
-        if keys_durable is not None:
-            keys_durable()
+        stored, keys_ready = self.to_stored_pending(pending)
+        if keys_ready is not None:
+            keys_ready()()  # (nothing to hold forgets off for: these events are not written here)
         return stored
 
-    def to_stored_pending(self, pending: Sequence[Pending]) -> tuple[list[StoredEvent], Callable[[], None] | None]:
-        """Serialize a batch, and a function to call before writing it (None: nothing to wait for): the new data
-        keys it is sealed with may still be being committed; the function waits until they are and raises if
-        they could not be. Nothing sealed with a key may be committed before that."""
+    def to_stored_pending(self, pending: Sequence[Pending]
+                          ) -> tuple[list[StoredEvent], Callable[[], Callable[[], None]] | None]:
+        """Serialize a batch, and `ready`, to call before committing it (None: nothing sealed): the new data keys
+        it is sealed with may still be being committed; `ready` waits until they are (raising if they could not
+        be), then holds off forgets until the function it returns is called, after the commit (see
+        `KeyStore.keys_pending`)."""
         keys: dict[str, tuple[str, bytes]] = {}
-        durable = None
+        ready = None
         if self.keys is not None:
             wanted = [p.key for p in pending if p.key is not None]
             if wanted:  # (a key store commits new keys while we seal: waited for before the events are written)
-                keys, durable = self.keys.keys_pending(wanted)
+                keys, ready = self.keys.keys_pending(wanted)
             self._check_generation()
         stored = []
         nonces = b""
@@ -202,7 +204,7 @@ class EventMapper:
                 stream = streams[p.tenant] = stream_id(p.tenant)
             stored.append(StoredEvent(originator_id=stream, originator_version=p.version, topic=spec.topic,
                                       state=state))
-        return stored, durable
+        return stored, ready
 
     def _check_generation(self) -> None:
         generation = getattr(self.keys, "generation", 0)

@@ -142,3 +142,57 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
 def _wal(home: Path) -> bytes:
     wal = home / "keys.sqlite-wal"
     return wal.read_bytes() if wal.exists() else b""
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from domain import commands as c
+from infra.bootstrap import bootstrap
+from infra.settings import Settings
+app = bootstrap(Settings(home=Path(sys.argv[1]), event_store="sqlite"))
+for n in range(int(sys.argv[2])):
+    app.service.execute_batch([c.AssertFact(tenant="acme", subject="person:li", relation=f"r{n}_{i}",
+                                            object="file:x", scope="person:li", reason=f"KEEP {n}-{i}")
+                               for i in range(4)])
+app.close()
+"""
+
+
+def test_a_forget_in_one_process_never_erases_facts_another_process_writes_meanwhile(tmp_path):
+    """Process B keeps writing facts of one group while this process forgets single facts of it: every fact B
+    wrote stays readable unless it was itself forgotten, although B caches the group's key. (B's batches that
+    were sealed with a group key a forget deleted are decided and sealed again; the forget's plan of siblings
+    is checked against the log with every sealed write held off.)"""
+    import subprocess
+    import sys
+    import time
+
+    app = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
+    run = app.service.execute
+    run(c.CreateTenant(tenant=T))
+    for ref in ("person:li", "file:x"):
+        run(c.RegisterEntity(tenant=T, ref=ref, label=ref))
+    run(c.AssertFact(tenant=T, subject="person:li", relation="seed", object="file:x", scope="person:li",
+                     reason="seed"))
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "300"],
+                              cwd=Path(__file__).resolve().parents[1])
+    forgotten = 0
+    while writer.poll() is None:
+        facts = sorted(app.service.ontology(T).facts)
+        app.forget(T, f"fact:{facts[len(facts) // 2]}")
+        forgotten += 1
+        time.sleep(0.01)
+    assert writer.wait() == 0
+    assert forgotten >= 3
+    app.close()
+
+    fresh = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
+    logged = list(fresh.log.read(0, 100_000))
+    forgets = {x.event.subject: x.position for x in logged if isinstance(x.event, SubjectForgotten)}
+    asserted = [x for x in logged if isinstance(x.event, FactAsserted)]
+    assert len(asserted) == 1 + 300 * 4
+    for x in asserted:
+        gone = forgets.get(f"fact:{x.event.fact_id}", 0) > x.position
+        assert (x.event.reason == FORGOTTEN) == gone, (x.event.relation, x.event.reason)
+    fresh.close()
