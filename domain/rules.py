@@ -29,7 +29,7 @@ from domain.errors import (
     UnknownFact,
     UnknownTenant,
 )
-from domain.events import DomainEvent
+from domain.events import DomainEvent, make
 from domain.facts import (
     FactArchived,
     FactAsserted,
@@ -43,7 +43,7 @@ from domain.facts import (
 from domain.forgetting import SubjectForgotten
 from domain.ontology import Ontology, fact_id_for
 from domain.recalls import FactsRecalled
-from domain.relations import RelationTypeDefined
+from domain.relations import RelationTypeDefined, default_relation
 from domain.sessions import (
     MessageAppended,
     SessionCompacted,
@@ -111,13 +111,10 @@ def _(cmd: c.DefineRelation, state: Ontology, now: datetime) -> list[DomainEvent
 
 
 def _provenance(cmd: c.Command, source: c.Source | None) -> Provenance:
-    return Provenance(
-        session_id=source.session_id if source else None,
-        message_ids=source.message_ids if source else (),
-        actor=source.actor if source else None,
-        event_id=cmd.event_id,
-        occurred_at=cmd.occurred_at,
-    )
+    if source is None:
+        return make(Provenance, {"event_id": cmd.event_id, "occurred_at": cmd.occurred_at})
+    return make(Provenance, {"session_id": source.session_id, "message_ids": source.message_ids,
+                             "actor": source.actor, "event_id": cmd.event_id, "occurred_at": cmd.occurred_at})
 
 
 def _check_scope(state: Ontology, scope: str) -> None:
@@ -129,25 +126,29 @@ def _check_scope(state: Ontology, scope: str) -> None:
 
 @_decide.register
 def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
-    state.require_entity(cmd.subject, "subject")
-    state.require_entity(cmd.object, "object")
+    entities = state.entities
+    if cmd.subject not in entities:
+        state.require_entity(cmd.subject, "subject")  # (raises, naming the field)
+    if cmd.object not in entities:
+        state.require_entity(cmd.object, "object")
     if cmd.scope != "org":
         _check_scope(state, cmd.scope)
-    if cmd.source and cmd.source.session_id is not None:
-        state.require_session(cmd.source.session_id, "source.session_id")
-    provenance = _provenance(cmd, cmd.source)
+    source = cmd.source
+    if source is not None and source.session_id is not None:
+        state.require_session(source.session_id, "source.session_id")
+    provenance = _provenance(cmd, source)
     confidence = DEFAULT_CONFIDENCE if cmd.confidence is None else cmd.confidence
-    relation = state.relation(cmd.relation)
+    relation = state.relation_types.get(cmd.relation) or default_relation(cmd.relation)
     key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope, relation)
 
     existing_id = state.current_by_key.get(key)
     if existing_id is not None:
         existing = state.facts[existing_id]
-        return [FactCorroborated(
-            **_base(cmd, now), fact_id=existing_id, provenance=provenance,
-            previous_confidence=existing.confidence,
-            confidence=corroborated_confidence(existing.confidence, confidence), reason=cmd.reason,
-        )]
+        return [make(FactCorroborated, {
+            "tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id, "fact_id": existing_id,
+            "provenance": provenance, "previous_confidence": existing.confidence,
+            "confidence": corroborated_confidence(existing.confidence, confidence), "reason": cmd.reason,
+        })]
 
     new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
     events: list[DomainEvent] = []
@@ -165,11 +166,12 @@ def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
                 valid_to=ends if previous.valid_to is None or (ends and ends < previous.valid_to) else None,
                 superseded_by=new_id, provenance=provenance,
             ))
-    asserted = FactAsserted(
-        **_base(cmd, now), fact_id=new_id, subject=cmd.subject, relation=cmd.relation, object=cmd.object,
-        scope=cmd.scope, reason=cmd.reason, confidence=confidence, valid_from=cmd.valid_from,
-        valid_to=cmd.valid_to, provenance=provenance, supersedes=supersedes,
-    )
+    asserted = make(FactAsserted, {
+        "tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id, "fact_id": new_id,
+        "subject": cmd.subject, "relation": cmd.relation, "object": cmd.object, "scope": cmd.scope,
+        "reason": cmd.reason, "confidence": confidence, "valid_from": cmd.valid_from, "valid_to": cmd.valid_to,
+        "provenance": provenance, "supersedes": supersedes,
+    })
     events.append(asserted)
     if cmd.scope.startswith("person:"):
         persons = state.person_scopes.get(key[:3], set()) | {cmd.scope}
@@ -363,8 +365,9 @@ def _(cmd: c.AppendMessage, state: Ontology, now: datetime) -> list[DomainEvent]
     session = _live_session(state, cmd.session_id)
     if cmd.message_id in session.message_ids:
         return []
-    return [MessageAppended(**_base(cmd, now), session_id=cmd.session_id, message_id=cmd.message_id,
-                            role=cmd.role, content=cmd.content, occurred_at=cmd.occurred_at)]
+    return [make(MessageAppended, {"tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id,
+                                   "session_id": cmd.session_id, "message_id": cmd.message_id, "role": cmd.role,
+                                   "content": cmd.content, "occurred_at": cmd.occurred_at})]
 
 
 @_decide.register
