@@ -20,7 +20,8 @@
 #include <string.h>
 #include <math.h>
 
-#define KERNEL_VERSION 2
+#define KERNEL_VERSION 3
+#define PREFETCH 12 /* entries ahead: the neighbour's stamp is a random read */
 #define PENDING (-1) /* in `visited` while a hop runs: reached by this hop, expanded at the next */
 
 typedef struct {
@@ -48,8 +49,7 @@ typedef struct {
     uint8_t *visible;
     int64_t n_visible;
     /* hop 1 exclusions */
-    const int64_t *viewpoint_facts;
-    int64_t n_viewpoint_facts;
+    int64_t agent, serving; /* -1: none */
     const int64_t *hub_sources;
     int64_t n_hub_sources;
     const int64_t *blocked; /* sorted */
@@ -60,6 +60,7 @@ typedef struct {
     float *o_conf;
     int64_t capacity, n_out;
     int64_t *nodes, n_nodes, *layers, n_layers;
+    int out_of_memory;
 } Walk;
 
 static int grow(void **array, size_t item, int64_t n) {
@@ -97,10 +98,12 @@ static int is_blocked(const Walk *w, int64_t node) {
     return lo < w->n_blocked && w->blocked[lo] == node;
 }
 
-/* the hop-1 rules: the viewpoint's own fact (agent - person served), and a hub viewer's other parties */
-static int excluded(const Walk *w, int64_t via, int64_t nbr, int64_t fact) {
-    for (int64_t k = 0; k < w->n_viewpoint_facts; k++)
-        if (w->viewpoint_facts[k] == fact) return 1;
+/* the hop-1 rules: the viewpoint's own facts (joining the agent and the person served), and a hub viewer's other
+ * parties */
+static int excluded(const Walk *w, int64_t via, int64_t nbr) {
+    if (w->agent >= 0 && w->serving >= 0
+        && ((via == w->agent && nbr == w->serving) || (via == w->serving && nbr == w->agent)))
+        return 1;
     if (w->n_blocked) {
         for (int64_t k = 0; k < w->n_hub_sources; k++)
             if (w->hub_sources[k] == via) return is_blocked(w, nbr);
@@ -110,6 +113,10 @@ static int excluded(const Walk *w, int64_t via, int64_t nbr, int64_t fact) {
 
 static void emit(Walk *w, int64_t fact, double x, int64_t via, int64_t hop, float conf, double asserted,
                  int64_t hash) {
+    if (w->n_out == w->capacity && reserve(w, 1)) {
+        w->out_of_memory = 1;
+        return;
+    }
     int64_t k = w->n_out++;
     w->o_fact[k] = fact;
     w->o_x[k] = x;
@@ -218,13 +225,13 @@ static void set_visible(Walk *w, const int32_t *codes, int64_t n_codes, uint8_t 
         if (lv == 0 || lv >= w->n_visible || !w->visible[lv]) break;                                              \
         int32_t at = w->visited[v];                                                                               \
         if (at >= stamp && at < layer) break; /* expanded at an earlier hop: reached from there already */       \
-        if (hop == 1 && excluded(w, u, v, fact)) break;                                                           \
+        if (hop == 1 && excluded(w, u, v)) break;                                                           \
         double weight = (double)(weight_);                                                                        \
         double x = w->received[u] * weight;                                                                       \
         any = 1;                                                                                                  \
         if (at == layer) { /* both ends in this frontier: one entry, the two spreads summed */                  \
             int64_t via = u;                                                                                      \
-            if (v != u && !(hop == 1 && excluded(w, v, u, fact))) {                                               \
+            if (v != u && !(hop == 1 && excluded(w, v, u))) {                                               \
                 if ((tail_object_) || (!(tail_subject_) && u > v)) break; /* summed at the other end's entry */   \
                 double xv = w->received[v] * weight;                                                              \
                 if (xv > x || (xv == x && v < u)) via = v;                                                        \
@@ -234,7 +241,7 @@ static void set_visible(Walk *w, const int32_t *codes, int64_t n_codes, uint8_t 
             break;                                                                                                \
         }                                                                                                         \
         emit(w, fact, x, u, hop, (conf_), (asserted_), (hash_));                                                  \
-        if (at < stamp) { /* onward: the node passes activation on at the next hop */                           \
+        if (at < stamp && hop < depth) { /* onward: the node passes activation on at the next hop */            \
             if (at != PENDING) { w->visited[v] = PENDING; next[n_next++] = v; }                                   \
             w->received[v] += x;                                                                                  \
         }                                                                                                         \
@@ -251,7 +258,7 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
     int64_t *next = NULL;
     int64_t nf = n_sources, n_next = 0;
     int result = 0;
-    w->nodes = malloc(sizeof(int64_t) * (size_t)(w->n_entities > 0 ? w->n_entities : 1));
+    w->nodes = malloc(sizeof(int64_t) * (size_t)(n_sources > 0 ? n_sources : 1));
     w->layers = malloc(sizeof(int64_t) * (size_t)(depth + 1));
     if (!frontier || !w->nodes || !w->layers) { free(frontier); return -1; }
     for (int64_t k = 0; k < n_hubs; k++) w->visited[hubs[k]] = stop; /* reached, never expanded */
@@ -285,14 +292,19 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
         if (nf == 0) break;
         free(next);
         n_next = 0;
-        next = malloc(sizeof(int64_t) * (size_t)(bound > 0 ? bound : 1));
-        if (!next || reserve(w, bound)) { result = -1; goto done; }
+        if (bound > w->n_entities) bound = w->n_entities; /* nodes reached for the first time: each once */
+        next = hop < depth ? malloc(sizeof(int64_t) * (size_t)(bound > 0 ? bound : 1)) : NULL;
+        if (hop < depth && !next) { result = -1; goto done; }
         int any = 0;
         for (int64_t k = 0; k < nf; k++) {
             int64_t u0 = frontier[k];
             if (u0 >= w->n_csr) continue;
-            for (int64_t e = w->indptr[u0]; e < w->indptr[u0 + 1]; e++) {
+            int64_t row_end = w->indptr[u0 + 1];
+            for (int64_t e = w->indptr[u0]; e < row_end; e++) {
                 const int32_t *f4 = w->fact4 + 4 * e;
+#if defined(__GNUC__)
+                if (e + PREFETCH < row_end) __builtin_prefetch(&w->visited[w->reach[2 * (e + PREFETCH)]]);
+#endif
                 FOLLOW(u0, w->reach[2 * e], w->reach[2 * e + 1], f4[0], as_f32(f4[1]), as_f32(f4[2]),
                        as_f64(w->rank2[2 * e]), w->rank2[2 * e + 1], 0, 0);
             }
@@ -309,12 +321,14 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
             FOLLOW(d, s, w->live[f], f, w->rel_weight[w->rel[f]], w->conf[f], w->asserted[f], w->hashes[f], 0, 1);
         }
         for (int64_t k = 0; k < nf; k++) w->received[frontier[k]] = 0.0;
+        if (w->out_of_memory) { nf = 0; result = -1; goto done; }
         if (!any || hop == depth || n_next == 0) {
             for (int64_t k = 0; k < n_next; k++) { w->received[next[k]] = 0.0; w->visited[next[k]] = 0; }
             nf = 0;
             break;
         }
         if (radix_sort((uint64_t *)next, NULL, n_next, id_bytes)) { result = -1; goto done; } /* ids >= 0 */
+        if (grow((void **)&w->nodes, 8, w->n_nodes + n_next)) { nf = 0; result = -1; goto done; }
         free(frontier);
         frontier = next;
         next = NULL;
@@ -463,8 +477,8 @@ static int get(PyObject *obj, Buf *b, Py_ssize_t itemsize, int writable, const c
 
 enum {
     A_INDPTR, A_REACH, A_FACT, A_RANK, A_SRC, A_DST, A_LIVE, A_REL, A_RELW, A_CONF, A_ASSERTED, A_HASHES,
-    A_FAN_ORG, A_VISITED, A_RECEIVED, A_EXTRA, A_VISIBLE, A_CODES, A_SCOPE_INDPTR, A_SCOPE_ENDS, A_SCOPE_FACTS,
-    A_VIEWPOINT, A_HUB_SOURCES, A_BLOCKED, A_HUBS, A_SOURCES, A_SOURCE_ACT, A_USED_FACTS, A_USED_AT, N_ARRAYS
+    A_FAN_ORG, A_VISITED, A_RECEIVED, A_EXTRA, A_VISIBLE, A_SCOPE_INDPTR, A_SCOPE_ENDS, A_SCOPE_FACTS, A_BLOCKED,
+    A_HUBS, A_USED_FACTS, A_USED_AT, N_ARRAYS
 };
 
 static const struct {
@@ -475,18 +489,35 @@ static const struct {
     {"indptr", 8, 0}, {"adj_reach", 8, 0}, {"adj_fact", 16, 0}, {"adj_rank", 16, 0}, {"src", 4, 0},
     {"dst", 4, 0}, {"live", 4, 0}, {"rel", 2, 0}, {"rel_weight", 4, 0}, {"conf", 4, 0}, {"asserted", 8, 0},
     {"hashes", 8, 0}, {"fan_org", 4, 0}, {"visited", 4, 1}, {"received", 8, 1}, {"extra", 4, 1},
-    {"visible", 1, 1}, {"codes", 4, 0}, {"scope_indptr", 8, 0}, {"scope_ends", 4, 0}, {"scope_end_facts", 4, 0},
-    {"viewpoint_facts", 8, 0}, {"hub_sources", 8, 0}, {"blocked", 8, 0}, {"hubs", 8, 0}, {"sources", 8, 0},
-    {"source_act", 8, 0}, {"used_facts", 8, 0}, {"used_at", 8, 0},
+    {"visible", 1, 1}, {"scope_indptr", 8, 0}, {"scope_ends", 4, 0}, {"scope_end_facts", 4, 0}, {"blocked", 8, 0},
+    {"hubs", 8, 0}, {"used_facts", 8, 0}, {"used_at", 8, 0},
 };
 
-#define N_SCALARS 18
+enum { S_CODES, S_HUB_SOURCES, S_SOURCES, S_SOURCE_ACT, N_SEQUENCES };
+#define N_SCALARS 23
 #define BAD(message) do { PyErr_SetString(PyExc_ValueError, message); goto fail; } while (0)
 
 static int in_range(const int64_t *values, int64_t n, int64_t limit) {
     for (int64_t k = 0; k < n; k++)
         if (values[k] < 0 || values[k] >= limit) return 0;
     return 1;
+}
+
+/* a short list of ints (or floats: `as_double`) as a new C array */
+static int sequence(PyObject *obj, int as_double, void **out, int64_t *n) {
+    PyObject *fast = PySequence_Fast(obj, "expected a sequence");
+    if (!fast) return -1;
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
+    *out = malloc(8 * (size_t)(size ? size : 1));
+    if (!*out) { Py_DECREF(fast); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t k = 0; k < size; k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, k);
+        if (as_double) ((double *)*out)[k] = PyFloat_AsDouble(item);
+        else ((int64_t *)*out)[k] = PyLong_AsLongLong(item);
+    }
+    Py_DECREF(fast);
+    *n = (int64_t)size;
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 static PyObject *new_array(int64_t n, size_t item, char **data) {
@@ -499,24 +530,31 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     Buf b[N_ARRAYS];
     memset(b, 0, sizeof(b));
-    long long csr_facts, stamp, stop, depth, full_capacity, gist_capacity, per_neighbour, marker_capacity;
+    void *seq[N_SEQUENCES] = {NULL};
+    int64_t seq_n[N_SEQUENCES] = {0};
+    long long n_facts, n_entities, n_rel, csr_facts, agent, serving, stamp, stop, depth, full_capacity,
+        gist_capacity, per_neighbour, marker_capacity;
     double hop_factor, exp_s, floor_, max_weight, now, min_age, unit, decay, strength, threshold;
     PyObject *result = NULL, *outputs[9] = {NULL};
+    int32_t *codes_heap = NULL;
     Walk w;
     memset(&w, 0, sizeof(w));
-    if (PyTuple_GET_SIZE(args) != N_ARRAYS + N_SCALARS) {
-        PyErr_Format(PyExc_TypeError, "walk takes %d arguments", N_ARRAYS + N_SCALARS);
+    if (PyTuple_GET_SIZE(args) != N_ARRAYS + N_SEQUENCES + N_SCALARS) {
+        PyErr_Format(PyExc_TypeError, "walk takes %d arguments", N_ARRAYS + N_SEQUENCES + N_SCALARS);
         return NULL;
     }
-    PyObject *scalars = PyTuple_GetSlice(args, N_ARRAYS, N_ARRAYS + N_SCALARS);
+    PyObject *scalars = PyTuple_GetSlice(args, N_ARRAYS + N_SEQUENCES, N_ARRAYS + N_SEQUENCES + N_SCALARS);
     if (!scalars) return NULL;
-    int parsed = PyArg_ParseTuple(scalars, "LLLLddddddddddLLLL", &csr_facts, &stamp, &stop, &depth, &hop_factor,
-                                  &exp_s, &floor_, &max_weight, &now, &min_age, &unit, &decay, &strength,
-                                  &threshold, &full_capacity, &gist_capacity, &per_neighbour, &marker_capacity);
+    int parsed = PyArg_ParseTuple(scalars, "LLLLLLLLLddddddddddLLLL", &n_facts, &n_entities, &n_rel, &csr_facts,
+                                  &agent, &serving, &stamp, &stop, &depth, &hop_factor, &exp_s, &floor_,
+                                  &max_weight, &now, &min_age, &unit, &decay, &strength, &threshold, &full_capacity,
+                                  &gist_capacity, &per_neighbour, &marker_capacity);
     Py_DECREF(scalars);
     if (!parsed) return NULL;
     for (int k = 0; k < N_ARRAYS; k++)
         if (get(PyTuple_GET_ITEM(args, k), &b[k], SPEC[k].itemsize, SPEC[k].writable, SPEC[k].name) < 0) goto fail;
+    for (int k = 0; k < N_SEQUENCES; k++)
+        if (sequence(PyTuple_GET_ITEM(args, N_ARRAYS + k), k == S_SOURCE_ACT, &seq[k], &seq_n[k]) < 0) goto fail;
 
     w.indptr = b[A_INDPTR].view.buf;
     w.n_csr = N(b[A_INDPTR], 8) - 1;
@@ -528,68 +566,78 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     w.live = b[A_LIVE].view.buf;
     w.rel = b[A_REL].view.buf;
     w.rel_weight = b[A_RELW].view.buf;
-    w.n_rel = N(b[A_RELW], 4);
+    w.n_rel = n_rel;
     w.conf = b[A_CONF].view.buf;
     w.asserted = b[A_ASSERTED].view.buf;
     w.hashes = b[A_HASHES].view.buf;
     w.csr_facts = csr_facts;
-    w.n_facts = N(b[A_SRC], 4);
+    w.n_facts = n_facts;
     w.fan_org = b[A_FAN_ORG].view.buf;
-    w.n_entities = N(b[A_FAN_ORG], 4);
+    w.n_entities = n_entities;
     w.visited = b[A_VISITED].view.buf;
     w.received = b[A_RECEIVED].view.buf;
     w.extra = b[A_EXTRA].view.buf;
     w.visible = b[A_VISIBLE].view.buf;
     w.n_visible = N(b[A_VISIBLE], 1);
-    w.viewpoint_facts = b[A_VIEWPOINT].view.buf;
-    w.n_viewpoint_facts = N(b[A_VIEWPOINT], 8);
-    w.hub_sources = b[A_HUB_SOURCES].view.buf;
-    w.n_hub_sources = N(b[A_HUB_SOURCES], 8);
+    w.agent = agent;
+    w.serving = serving;
+    w.hub_sources = seq[S_HUB_SOURCES];
+    w.n_hub_sources = seq_n[S_HUB_SOURCES];
     w.blocked = b[A_BLOCKED].view.buf;
     w.n_blocked = N(b[A_BLOCKED], 8);
-    const int32_t *codes = b[A_CODES].view.buf;
-    int64_t n_codes = N(b[A_CODES], 4);
+    const int32_t *codes32 = NULL;
+    int32_t codes_buf[64];
+    int64_t n_codes = seq_n[S_CODES];
+    if (n_codes > 64 && !(codes_heap = malloc(sizeof(int32_t) * (size_t)n_codes))) { PyErr_NoMemory(); goto fail; }
+    int32_t *codes_to = codes_heap ? codes_heap : codes_buf;
+    for (int64_t k = 0; k < n_codes; k++) {
+        int64_t code = ((int64_t *)seq[S_CODES])[k];
+        codes_to[k] = code < 0 || code > INT32_MAX - 1 ? -1 : (int32_t)code;
+    }
+    codes32 = codes_to;
     const int64_t *scope_indptr = b[A_SCOPE_INDPTR].view.buf;
     int64_t n_scope_rows = N(b[A_SCOPE_INDPTR], 8) - 1;
-    const int64_t *sources = b[A_SOURCES].view.buf;
-    int64_t n_sources = N(b[A_SOURCES], 8);
+    const int64_t *sources = seq[S_SOURCES];
+    int64_t n_sources = seq_n[S_SOURCES];
     Ranking r = {now, min_age, unit, decay, strength, threshold, full_capacity, gist_capacity, per_neighbour,
                  marker_capacity, b[A_USED_FACTS].view.buf, b[A_USED_AT].view.buf, N(b[A_USED_FACTS], 8)};
 
     /* the shapes the loops rely on (cheap: no per-entry checks of the CSR in the loops) */
     if (w.n_csr < 0 || n_scope_rows < 0) BAD("indptr is empty");
-    if (w.n_csr > w.n_entities || N(b[A_REACH], 8) < w.indptr[w.n_csr] || N(b[A_FACT], 16) < w.indptr[w.n_csr]
+    if (n_facts < 0 || n_entities < 0 || n_rel < 0 || N(b[A_RELW], 4) < n_rel) BAD("counts");
+    if (w.n_csr > n_entities || N(b[A_REACH], 8) < w.indptr[w.n_csr] || N(b[A_FACT], 16) < w.indptr[w.n_csr]
         || N(b[A_RANK], 16) < w.indptr[w.n_csr])
         BAD("the CSR does not match its rows");
-    if (N(b[A_DST], 4) != w.n_facts || N(b[A_LIVE], 4) != w.n_facts || N(b[A_REL], 2) != w.n_facts
-        || N(b[A_CONF], 4) != w.n_facts || N(b[A_ASSERTED], 8) != w.n_facts || N(b[A_HASHES], 8) != w.n_facts
-        || csr_facts < 0 || csr_facts > w.n_facts)
-        BAD("the fact columns differ in length");
-    if (N(b[A_VISITED], 4) < w.n_entities || N(b[A_RECEIVED], 8) < w.n_entities || N(b[A_EXTRA], 4) < w.n_entities)
-        BAD("the scratch is smaller than the entities");
-    if (N(b[A_SOURCE_ACT], 8) != n_sources || N(b[A_USED_AT], 8) != r.n_uses) BAD("sources or uses");
-    if (!in_range(sources, n_sources, w.n_entities) || !in_range(w.blocked, w.n_blocked, w.n_entities)
-        || !in_range(b[A_HUBS].view.buf, N(b[A_HUBS], 8), w.n_entities))
+    if (N(b[A_SRC], 4) < n_facts || N(b[A_DST], 4) < n_facts || N(b[A_LIVE], 4) < n_facts
+        || N(b[A_REL], 2) < n_facts || N(b[A_CONF], 4) < n_facts || N(b[A_ASSERTED], 8) < n_facts
+        || N(b[A_HASHES], 8) < n_facts || csr_facts < 0 || csr_facts > n_facts)
+        BAD("the fact columns are shorter than the facts");
+    if (N(b[A_FAN_ORG], 4) < n_entities || N(b[A_VISITED], 4) < n_entities || N(b[A_RECEIVED], 8) < n_entities
+        || N(b[A_EXTRA], 4) < n_entities)
+        BAD("the entity columns or the scratch are shorter than the entities");
+    if (seq_n[S_SOURCE_ACT] != n_sources || N(b[A_USED_AT], 8) != r.n_uses) BAD("sources or uses");
+    if (!in_range(sources, n_sources, n_entities) || !in_range(w.blocked, w.n_blocked, n_entities)
+        || !in_range(b[A_HUBS].view.buf, N(b[A_HUBS], 8), n_entities))
         BAD("a node id out of range");
     if (stamp <= 0 || stop <= stamp + depth || stop > INT32_MAX || depth < 0) BAD("stamps");
     if (n_scope_rows > 0 && (N(b[A_SCOPE_ENDS], 4) < scope_indptr[n_scope_rows]
                              || N(b[A_SCOPE_FACTS], 4) < scope_indptr[n_scope_rows]))
         BAD("scope ends");
-    for (int64_t f = csr_facts; f < w.n_facts; f++)
-        if (w.src[f] < 0 || w.src[f] >= w.n_entities || w.dst[f] < 0 || w.dst[f] >= w.n_entities || w.rel[f] < 0
-            || w.rel[f] >= w.n_rel)
+    for (int64_t f = csr_facts; f < n_facts; f++)
+        if (w.src[f] < 0 || w.src[f] >= n_entities || w.dst[f] < 0 || w.dst[f] >= n_entities || w.rel[f] < 0
+            || w.rel[f] >= n_rel)
             BAD("a delta fact out of range");
 
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    set_visible(&w, codes, n_codes, 1);
-    extra_fan(&w, codes, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
+    set_visible(&w, codes32, n_codes, 1);
+    extra_fan(&w, codes32, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
               b[A_SCOPE_FACTS].view.buf, 1);
-    failed = run(&w, sources, b[A_SOURCE_ACT].view.buf, n_sources, b[A_HUBS].view.buf, N(b[A_HUBS], 8),
+    failed = run(&w, sources, seq[S_SOURCE_ACT], n_sources, b[A_HUBS].view.buf, N(b[A_HUBS], 8),
                  (int32_t)stamp, (int32_t)stop, depth, hop_factor, exp_s, floor_, max_weight);
-    extra_fan(&w, codes, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
+    extra_fan(&w, codes32, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
               b[A_SCOPE_FACTS].view.buf, 0);
-    set_visible(&w, codes, n_codes, 0);
+    set_visible(&w, codes32, n_codes, 0);
     Py_END_ALLOW_THREADS
     if (failed) { PyErr_NoMemory(); goto fail; }
 
@@ -614,6 +662,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     if (result)
         for (int k = 0; k < 9; k++) { PyTuple_SET_ITEM(result, k, outputs[k]); outputs[k] = NULL; }
 fail:
+    free(codes_heap);
+    for (int k = 0; k < N_SEQUENCES; k++) free(seq[k]);
     for (int k = 0; k < 9; k++) Py_XDECREF(outputs[k]);
     for (int k = 0; k < N_ARRAYS; k++)
         if (b[k].held) PyBuffer_Release(&b[k].view);

@@ -592,13 +592,16 @@ class PerspectiveIndex:
     def visible_codes(self, agent: int, serving: int) -> np.ndarray:
         """The scope codes other than org that the viewer may see (few): the served person's scope and the
         scopes of the agent's sessions that serve the same person or no one. Same rule as `visible_scopes`."""
+        return np.array(self._visible_code_list(agent, serving), dtype=np.int32)
+
+    def _visible_code_list(self, agent: int, serving: int) -> list[int]:
         codes: list[int] = []
         if serving >= 0:
             codes.extend(self._person_scopes.get(serving, ()))
         for code in self._agent_scopes.get(agent, ()):
             if int(self.scope_agent.data[code]) == agent and int(self.scope_serving.data[code]) in (-1, serving):
                 codes.append(code)
-        return np.array(codes, dtype=np.int32)
+        return codes
 
     def walk(self, viewpoint: Viewpoint, parameters: ActivationParameters, now: float) -> Walked:
         """Spread activation from the viewpoint, rank every reached fact and cut the ranking into tiers

@@ -25,7 +25,7 @@ from domain.activation import ActivationParameters, Tier
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
 
-KERNEL_VERSION = 2
+KERNEL_VERSION = 3
 """The `VERSION` of `projections/_walk_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 try:
@@ -314,28 +314,26 @@ def _visible_scratch(index: PerspectiveIndex) -> np.ndarray:
 def _spread_kernel(index: PerspectiveIndex, p: ActivationParameters, now: float, source_ids: list[int],
                    unknown: list[str], agent: int, serving: int, hub_sources: list[int],
                    blocked_nodes: np.ndarray | None, stamp: int) -> Walked:
-    """`_spread` and `_ranked` in `projections/_walk_kernel.c`: one call per walk."""
+    """`_spread` and `_ranked` in `projections/_walk_kernel.c`: one call per walk (the index's columns as they
+    are, their lengths given: no numpy call before it)."""
     index._fresh_weights()
     counts: dict[int, int] = {}
     for s in source_ids:
         counts[s] = counts.get(s, 0) + 1
     ordered_sources = sorted(counts)
     share_each = p.source_weight / len(source_ids)
-    viewpoint_facts = index.between(agent, serving) if agent >= 0 and serving >= 0 else []
-    floor = spread_floor(index, agent, p)
     uses = index._sorted_uses(agent) if agent >= 0 else None
     used_facts, used_at = uses if uses is not None else (_EMPTY, _NO_TIMES)
     facts, act, spread, base, hops, via, tiers, nodes, layers = _kernel.walk(
-        index.indptr, index.adj_reach, index.adj_fact, index.adj_rank, index.src.view, index.dst.view,
-        index.live.view, index.rel.view, index.rel_weight.view, index.conf.view, index.asserted.view,
-        index.hashes.view, index.fan_org.view, index._visited_scratch, index._spread_scratch, index._extra_scratch,
-        _visible_scratch(index), index.visible_codes(agent, serving), index.scope_indptr, index.scope_ends,
-        index.scope_end_facts, np.array(viewpoint_facts, dtype=np.int64) if viewpoint_facts else _EMPTY,
-        np.array(hub_sources, dtype=np.int64) if hub_sources else _EMPTY,
-        _EMPTY if blocked_nodes is None else blocked_nodes, index._hub_nodes(),
-        np.array(ordered_sources, dtype=np.int64),
-        np.array([counts[s] * share_each for s in ordered_sources], dtype=np.float64), used_facts, used_at,
-        index.csr_facts, stamp, stamp + STOP, p.depth, p.hop_factor, math.exp(p.associative_strength), floor,
+        index.indptr, index.adj_reach, index.adj_fact, index.adj_rank, index.src.data, index.dst.data,
+        index.live.data, index.rel.data, index.rel_weight.data, index.conf.data, index.asserted.data,
+        index.hashes.data, index.fan_org.data, index._visited_scratch, index._spread_scratch, index._extra_scratch,
+        _visible_scratch(index), index.scope_indptr, index.scope_ends, index.scope_end_facts,
+        _EMPTY if blocked_nodes is None else blocked_nodes, index._hub_nodes(), used_facts, used_at,
+        index._visible_code_list(agent, serving), hub_sources, ordered_sources,
+        [counts[s] * share_each for s in ordered_sources],
+        index.fact_count, len(index.refs), len(index.rel_names), index.csr_facts, agent, serving, stamp,
+        stamp + STOP, p.depth, p.hop_factor, math.exp(p.associative_strength), spread_floor(index, agent, p),
         index.max_weight, now, p.minimum_age_seconds, p.time_unit_seconds, p.decay, p.associative_strength,
         p.threshold, p.full_capacity, p.gist_capacity, p.markers_per_neighbour, p.marker_capacity)
     all_nodes = np.frombuffer(nodes, dtype=np.int64)
