@@ -363,7 +363,8 @@ typedef struct {
 
 static double decayed(const Ranking *r, double age) { /* one use's term of B: 0 for a use after `now` */
     if (!(age >= 0)) return 0.0;
-    return pow((age > r->min_age ? age : r->min_age) / r->unit, -r->decay);
+    double t = (age > r->min_age ? age : r->min_age) / r->unit;
+    return r->decay == 0.5 ? 1.0 / sqrt(t) : pow(t, -r->decay); /* d = 0.5 (ACT-R's): t^-0.5 without pow */
 }
 
 /* a key whose ascending order is the descending order of the activation (-0.0 as 0.0) */
@@ -375,16 +376,36 @@ static uint64_t descending(double value) {
     return ~bits;
 }
 
-/* The order of highest activation first; equal activations by id hash, then by entry. */
+/* The order of highest activation first; equal activations by id hash, then by entry. A radix sort on the
+ * keys' upper 32 bits (the activation to ~6 digits), then the runs that share them (few, short) by insertion. */
 static int rank_order(int64_t *order, uint64_t *keys, int64_t n, const double *act, const int64_t *hash) {
-    for (int64_t k = 0; k < n; k++) { order[k] = k; keys[k] = descending(act[k]); }
-    if (radix_sort(keys, order, n, 8)) return -1;
-    for (int64_t lo = 0; lo < n;) { /* runs of equal activations (rare): by hash, stably */
+    for (int64_t k = 0; k < n; k++) { order[k] = k; keys[k] = descending(act[k]) >> 32; }
+    if (radix_sort(keys, order, n, 4)) return -1;
+    for (int64_t lo = 0; lo < n;) {
         int64_t hi = lo + 1;
         while (hi < n && keys[hi] == keys[lo]) hi++;
-        for (int64_t i = lo + 1; i < hi; i++) {
+        if (hi - lo > 32) { /* a long run (many equal activations): by hash, then by the keys' lower bits */
+            int64_t m = hi - lo;
+            uint64_t *run = malloc(sizeof(uint64_t) * (size_t)m);
+            if (!run) return -1;
+            for (int64_t i = 0; i < m; i++) run[i] = (uint64_t)hash[order[lo + i]] ^ (UINT64_C(1) << 63);
+            int failed = radix_sort(run, order + lo, m, 8);
+            for (int64_t i = 0; i < m; i++) run[i] = descending(act[order[lo + i]]) & UINT64_C(0xffffffff);
+            failed = failed || radix_sort(run, order + lo, m, 4);
+            free(run);
+            if (failed) return -1;
+            lo = hi;
+            continue;
+        }
+        for (int64_t i = lo + 1; i < hi; i++) { /* stable: moves an entry only past ones that rank lower */
             int64_t e = order[i], j = i;
-            for (; j > lo && hash[order[j - 1]] > hash[e]; j--) order[j] = order[j - 1];
+            uint64_t key = descending(act[e]);
+            for (; j > lo; j--) {
+                int64_t d = order[j - 1];
+                uint64_t other = descending(act[d]);
+                if (other < key || (other == key && hash[d] <= hash[e])) break;
+                order[j] = d;
+            }
             order[j] = e;
         }
         lo = hi;
@@ -420,7 +441,7 @@ static int rank_entries(const Walk *w, const Ranking *r, int32_t *count, int64_t
             }
         }
         base[k] = log(total);
-        act[k] = base[k] + log((double)w->o_conf[k]) + r->strength + log(w->o_x[k]);
+        act[k] = base[k] + log((double)w->o_conf[k] * w->o_x[k]) + r->strength; /* ln c + ln x in one log */
     }
     if (rank_order(order, tmp, n, act, w->o_hash)) { free(base); free(act); free(order); free(tmp); return -1; }
     int64_t above = 0;

@@ -306,3 +306,25 @@ def test_the_fan_counts_only_what_the_viewer_may_see(path: str):
         # serving q, the 40 are visible and dilute thing:x's share: 42 facts
         seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), DEFAULT_PARAMETERS)
         assert seen_by_q[far][0] == pytest.approx(1.5 + math.log(0.125 * math.exp(1.5) / 42))
+
+
+@pytest.mark.parametrize("path", WALK_PATHS)
+def test_equal_activations_rank_by_id_hash(path: str):
+    """Many facts with the same activation (one bulk import: same node, relation, confidence and moment) are
+    ranked by their id hash, as the reference ranks them; long runs of ties take the kernel's other sort."""
+    org = Org()
+    for ref in ("agent:a", "thing:x", *(f"thing:h{k}" for k in range(80))):
+        org.entity(ref)
+    org.fact("agent:a", "knows", "thing:x", confidence=1.0)
+    tied = [org.fact("thing:x", "about", f"thing:h{k}", confidence=0.9) for k in range(80)]
+    org.advance(3)
+    view = Viewpoint("agent:a", focus=("thing:x",))
+    p = DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})
+    with walk_path(path):
+        index = org.index()
+        w = index.walk(view, p, org.now.timestamp())
+    ranked = [index.fact_id(int(f)) for f in w.facts]
+    assert [f for f in ranked if f in tied] == sorted(tied, key=id_hash)
+    assert len({float(a) for f, a in zip(ranked, w.activation, strict=True) if f in tied}) == 1
+    expected = reference(read(org), view, p, org.now.timestamp())
+    assert ranked == list(expected)  # the reference's order: activation, then id hash
