@@ -12,6 +12,7 @@ more (the lower entity id on a tie); B over the assertion and this agent's recal
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -187,7 +188,10 @@ built by `pip install -e .`). Every test here runs on both."""
 @contextmanager
 def walk_path(name: str) -> Iterator[None]:
     if name == "kernel" and perspective_walk._kernel is None:
-        pytest.skip("the walk kernel is not built (pip install -e . builds it; needs a C compiler)")
+        message = "the walk kernel is not built (pip install -e . builds it with a C compiler)"
+        if os.environ.get("NOUMENA_WALK_KERNEL") == "0":
+            pytest.skip(message + "; NOUMENA_WALK_KERNEL=0")
+        pytest.fail(message + ": build it, or set NOUMENA_WALK_KERNEL=0 to test the numpy path alone")
     saved = perspective_walk.use_kernel
     perspective_walk.use_kernel = name == "kernel"
     try:
