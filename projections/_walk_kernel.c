@@ -4,8 +4,8 @@
  * Built by setuptools during `pip install -e .` (setup.py, an optional extension: without a compiler the walk
  * runs its numpy path). Called from `perspective_walk._spread_kernel` with the index's arrays as buffers; returns
  * the ranked facts (fact, activation, spread, base level, hop, the node it was reached through, tier) and the
- * nodes expanded per layer as new bytearrays, and leaves the per-entity scratch (`visited` stamps aside) as it
- * found it: `received`, `extra` and `visible` zero.
+ * nodes expanded per layer as new bytearrays, and leaves the per-entity scratch as it found it: `marks`,
+ * `received`, `extra` and `visible` zero.
  *
  * Entries are visited in the numpy path's order (the frontier's CSR rows node by node, then the delta tail from
  * the subject end, then from the object end), so the sums that feed the next hop are added in the same order:
@@ -20,9 +20,15 @@
 #include <string.h>
 #include <math.h>
 
-#define KERNEL_VERSION 3
-#define PREFETCH 12 /* entries ahead: the neighbour's stamp is a random read */
-#define PENDING (-1) /* in `visited` while a hop runs: reached by this hop, expanded at the next */
+#define KERNEL_VERSION 4
+#define PREFETCH 12 /* entries ahead: the neighbour's mark is a random read */
+/* `marks`, a byte per entity (100 kB for 100k entities, where the numpy path's int32 stamps take 400 kB: fewer
+ * cache lines for the walk's random reads): 0 not reached; h + 1 reached at hop h (the sources: 1), expanded at
+ * hop h + 1; PENDING reached by the hop running; STOP reached, never expanded (hubs, blocked parties, nodes
+ * below the floor). Cleared after each walk (the nodes it marked are listed). */
+#define PENDING 254
+#define STOP 255
+#define MAX_DEPTH 200
 
 typedef struct {
     /* the CSR adjacency: rows 0..n_csr-1 */
@@ -43,7 +49,7 @@ typedef struct {
     /* entities and the scratch */
     const int32_t *fan_org;
     int64_t n_entities;
-    int32_t *visited;
+    uint8_t *marks;
     double *received;
     int32_t *extra;
     uint8_t *visible;
@@ -223,8 +229,8 @@ static void set_visible(Walk *w, const int32_t *codes, int64_t n_codes, uint8_t 
         int64_t u = (u_), v = (v_), fact = (fact_);                                                               \
         int32_t lv = (lv_);                                                                                       \
         if (lv == 0 || lv >= w->n_visible || !w->visible[lv]) break;                                              \
-        int32_t at = w->visited[v];                                                                               \
-        if (at >= stamp && at < layer) break; /* expanded at an earlier hop: reached from there already */       \
+        int at = w->marks[v];                                                                                     \
+        if (at != 0 && at < layer) break; /* expanded at an earlier hop: reached from there already */           \
         if (hop == 1 && excluded(w, u, v)) break;                                                           \
         double weight = (double)(weight_);                                                                        \
         double x = w->received[u] * weight;                                                                       \
@@ -241,15 +247,15 @@ static void set_visible(Walk *w, const int32_t *codes, int64_t n_codes, uint8_t 
             break;                                                                                                \
         }                                                                                                         \
         emit(w, fact, x, u, hop, (conf_), (asserted_), (hash_));                                                  \
-        if (at < stamp && hop < depth) { /* onward: the node passes activation on at the next hop */            \
-            if (at != PENDING) { w->visited[v] = PENDING; next[n_next++] = v; }                                   \
+        if ((at == 0 || at == PENDING) && hop < depth) { /* onward: passes activation on at the next hop */    \
+            if (at == 0) { w->marks[v] = PENDING; next[n_next++] = v; }                                           \
             w->received[v] += x;                                                                                  \
         }                                                                                                         \
     } while (0)
 
 /* The walk: fills the entries and the layers. Returns 0, or -1 when out of memory (the scratch is left clean). */
 static int run(Walk *w, const int64_t *sources, const double *source_act, int64_t n_sources, const int64_t *hubs,
-               int64_t n_hubs, int32_t stamp, int32_t stop, int64_t depth, double hop_factor, double exp_s,
+               int64_t n_hubs, int64_t depth, double hop_factor, double exp_s,
                double floor_, double max_weight) {
     int64_t n_tail = w->n_facts - w->csr_facts;
     int id_bytes = 1;
@@ -261,17 +267,17 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
     w->nodes = malloc(sizeof(int64_t) * (size_t)(n_sources > 0 ? n_sources : 1));
     w->layers = malloc(sizeof(int64_t) * (size_t)(depth + 1));
     if (!frontier || !w->nodes || !w->layers) { free(frontier); return -1; }
-    for (int64_t k = 0; k < n_hubs; k++) w->visited[hubs[k]] = stop; /* reached, never expanded */
-    for (int64_t k = 0; k < w->n_blocked; k++) w->visited[w->blocked[k]] = stop;
+    for (int64_t k = 0; k < n_hubs; k++) w->marks[hubs[k]] = STOP; /* reached, never expanded */
+    for (int64_t k = 0; k < w->n_blocked; k++) w->marks[w->blocked[k]] = STOP;
     for (int64_t k = 0; k < n_sources; k++) {
         frontier[k] = sources[k];
         w->received[sources[k]] = source_act[k]; /* the frontier's activation, then its out, in `received` */
-        w->visited[sources[k]] = stamp;
+        w->marks[sources[k]] = 1;
         w->nodes[w->n_nodes++] = sources[k];
     }
     w->layers[w->n_layers++] = n_sources;
     for (int64_t hop = 1; hop <= depth; hop++) {
-        int32_t layer = stamp + (int32_t)hop - 1;
+        int layer = (int)hop; /* the mark of this hop's frontier */
         int64_t m = 0, bound = 2 * n_tail;
         for (int64_t k = 0; k < nf; k++) {
             int64_t u = frontier[k];
@@ -281,7 +287,7 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
             double out = w->received[u] * share * hop_factor;
             if (hop > 1 && !((max_weight == 1.0 ? out : out * max_weight) >= floor_)) {
                 w->received[u] = 0.0;
-                w->visited[u] = stop; /* reached, not expanded */
+                w->marks[u] = STOP; /* reached, not expanded */
                 continue;
             }
             w->received[u] = out;
@@ -303,7 +309,7 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
             for (int64_t e = w->indptr[u0]; e < row_end; e++) {
                 const int32_t *f4 = w->fact4 + 4 * e;
 #if defined(__GNUC__)
-                if (e + PREFETCH < row_end) __builtin_prefetch(&w->visited[w->reach[2 * (e + PREFETCH)]]);
+                if (e + PREFETCH < row_end) __builtin_prefetch(&w->marks[w->reach[2 * (e + PREFETCH)]]);
 #endif
                 FOLLOW(u0, w->reach[2 * e], w->reach[2 * e + 1], f4[0], as_f32(f4[1]), as_f32(f4[2]),
                        as_f64(w->rank2[2 * e]), w->rank2[2 * e + 1], 0, 0);
@@ -311,19 +317,19 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
         }
         for (int64_t f = w->csr_facts; f < w->n_facts; f++) { /* the delta tail, from the subject end */
             int32_t s = w->src[f];
-            if (w->visited[s] != layer) continue;
+            if (w->marks[s] != layer) continue;
             FOLLOW(s, w->dst[f], w->live[f], f, w->rel_weight[w->rel[f]], w->conf[f], w->asserted[f], w->hashes[f],
                    1, 0);
         }
         for (int64_t f = w->csr_facts; f < w->n_facts; f++) { /* ... and from the object end (a self-loop once) */
             int32_t s = w->src[f], d = w->dst[f];
-            if (s == d || w->visited[d] != layer) continue;
+            if (s == d || w->marks[d] != layer) continue;
             FOLLOW(d, s, w->live[f], f, w->rel_weight[w->rel[f]], w->conf[f], w->asserted[f], w->hashes[f], 0, 1);
         }
         for (int64_t k = 0; k < nf; k++) w->received[frontier[k]] = 0.0;
         if (w->out_of_memory) { nf = 0; result = -1; goto done; }
         if (!any || hop == depth || n_next == 0) {
-            for (int64_t k = 0; k < n_next; k++) { w->received[next[k]] = 0.0; w->visited[next[k]] = 0; }
+            for (int64_t k = 0; k < n_next; k++) { w->received[next[k]] = 0.0; w->marks[next[k]] = 0; }
             nf = 0;
             break;
         }
@@ -334,7 +340,7 @@ static int run(Walk *w, const int64_t *sources, const double *source_act, int64_
         next = NULL;
         nf = n_next;
         for (int64_t k = 0; k < nf; k++) {
-            w->visited[frontier[k]] = stamp + (int32_t)hop;
+            w->marks[frontier[k]] = (uint8_t)(hop + 1);
             w->nodes[w->n_nodes++] = frontier[k];
         }
         w->layers[w->n_layers++] = nf;
@@ -343,8 +349,11 @@ done:
     /* what is left in `received`: the frontier's activations, the nodes reached by an unfinished hop */
     for (int64_t k = 0; k < nf; k++) w->received[frontier[k]] = 0.0;
     if (result < 0 && next) {
-        for (int64_t k = 0; k < n_next; k++) { w->received[next[k]] = 0.0; w->visited[next[k]] = 0; }
+        for (int64_t k = 0; k < n_next; k++) { w->received[next[k]] = 0.0; w->marks[next[k]] = 0; }
     }
+    for (int64_t k = 0; k < n_hubs; k++) w->marks[hubs[k]] = 0;
+    for (int64_t k = 0; k < w->n_blocked; k++) w->marks[w->blocked[k]] = 0;
+    for (int64_t k = 0; k < w->n_nodes; k++) w->marks[w->nodes[k]] = 0; /* the sources and every layer */
     free(frontier);
     free(next);
     return result;
@@ -498,7 +507,7 @@ static int get(PyObject *obj, Buf *b, Py_ssize_t itemsize, int writable, const c
 
 enum {
     A_INDPTR, A_REACH, A_FACT, A_RANK, A_SRC, A_DST, A_LIVE, A_REL, A_RELW, A_CONF, A_ASSERTED, A_HASHES,
-    A_FAN_ORG, A_VISITED, A_RECEIVED, A_EXTRA, A_VISIBLE, A_SCOPE_INDPTR, A_SCOPE_ENDS, A_SCOPE_FACTS, A_BLOCKED,
+    A_FAN_ORG, A_MARKS, A_RECEIVED, A_EXTRA, A_VISIBLE, A_SCOPE_INDPTR, A_SCOPE_ENDS, A_SCOPE_FACTS, A_BLOCKED,
     A_HUBS, A_USED_FACTS, A_USED_AT, N_ARRAYS
 };
 
@@ -509,13 +518,13 @@ static const struct {
 } SPEC[N_ARRAYS] = {
     {"indptr", 8, 0}, {"adj_reach", 8, 0}, {"adj_fact", 16, 0}, {"adj_rank", 16, 0}, {"src", 4, 0},
     {"dst", 4, 0}, {"live", 4, 0}, {"rel", 2, 0}, {"rel_weight", 4, 0}, {"conf", 4, 0}, {"asserted", 8, 0},
-    {"hashes", 8, 0}, {"fan_org", 4, 0}, {"visited", 4, 1}, {"received", 8, 1}, {"extra", 4, 1},
+    {"hashes", 8, 0}, {"fan_org", 4, 0}, {"marks", 1, 1}, {"received", 8, 1}, {"extra", 4, 1},
     {"visible", 1, 1}, {"scope_indptr", 8, 0}, {"scope_ends", 4, 0}, {"scope_end_facts", 4, 0}, {"blocked", 8, 0},
     {"hubs", 8, 0}, {"used_facts", 8, 0}, {"used_at", 8, 0},
 };
 
 enum { S_CODES, S_HUB_SOURCES, S_SOURCES, S_SOURCE_ACT, N_SEQUENCES };
-#define N_SCALARS 23
+#define N_SCALARS 21
 #define BAD(message) do { PyErr_SetString(PyExc_ValueError, message); goto fail; } while (0)
 
 static int in_range(const int64_t *values, int64_t n, int64_t limit) {
@@ -553,7 +562,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     memset(b, 0, sizeof(b));
     void *seq[N_SEQUENCES] = {NULL};
     int64_t seq_n[N_SEQUENCES] = {0};
-    long long n_facts, n_entities, n_rel, csr_facts, agent, serving, stamp, stop, depth, full_capacity,
+    long long n_facts, n_entities, n_rel, csr_facts, agent, serving, depth, full_capacity,
         gist_capacity, per_neighbour, marker_capacity;
     double hop_factor, exp_s, floor_, max_weight, now, min_age, unit, decay, strength, threshold;
     PyObject *result = NULL, *outputs[9] = {NULL};
@@ -566,8 +575,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     PyObject *scalars = PyTuple_GetSlice(args, N_ARRAYS + N_SEQUENCES, N_ARRAYS + N_SEQUENCES + N_SCALARS);
     if (!scalars) return NULL;
-    int parsed = PyArg_ParseTuple(scalars, "LLLLLLLLLddddddddddLLLL", &n_facts, &n_entities, &n_rel, &csr_facts,
-                                  &agent, &serving, &stamp, &stop, &depth, &hop_factor, &exp_s, &floor_,
+    int parsed = PyArg_ParseTuple(scalars, "LLLLLLLddddddddddLLLL", &n_facts, &n_entities, &n_rel, &csr_facts,
+                                  &agent, &serving, &depth, &hop_factor, &exp_s, &floor_,
                                   &max_weight, &now, &min_age, &unit, &decay, &strength, &threshold, &full_capacity,
                                   &gist_capacity, &per_neighbour, &marker_capacity);
     Py_DECREF(scalars);
@@ -595,7 +604,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     w.n_facts = n_facts;
     w.fan_org = b[A_FAN_ORG].view.buf;
     w.n_entities = n_entities;
-    w.visited = b[A_VISITED].view.buf;
+    w.marks = b[A_MARKS].view.buf;
     w.received = b[A_RECEIVED].view.buf;
     w.extra = b[A_EXTRA].view.buf;
     w.visible = b[A_VISIBLE].view.buf;
@@ -633,14 +642,14 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         || N(b[A_REL], 2) < n_facts || N(b[A_CONF], 4) < n_facts || N(b[A_ASSERTED], 8) < n_facts
         || N(b[A_HASHES], 8) < n_facts || csr_facts < 0 || csr_facts > n_facts)
         BAD("the fact columns are shorter than the facts");
-    if (N(b[A_FAN_ORG], 4) < n_entities || N(b[A_VISITED], 4) < n_entities || N(b[A_RECEIVED], 8) < n_entities
+    if (N(b[A_FAN_ORG], 4) < n_entities || N(b[A_MARKS], 1) < n_entities || N(b[A_RECEIVED], 8) < n_entities
         || N(b[A_EXTRA], 4) < n_entities)
         BAD("the entity columns or the scratch are shorter than the entities");
     if (seq_n[S_SOURCE_ACT] != n_sources || N(b[A_USED_AT], 8) != r.n_uses) BAD("sources or uses");
     if (!in_range(sources, n_sources, n_entities) || !in_range(w.blocked, w.n_blocked, n_entities)
         || !in_range(b[A_HUBS].view.buf, N(b[A_HUBS], 8), n_entities))
         BAD("a node id out of range");
-    if (stamp <= 0 || stop <= stamp + depth || stop > INT32_MAX || depth < 0) BAD("stamps");
+    if (depth < 0 || depth > MAX_DEPTH) BAD("depth");
     if (n_scope_rows > 0 && (N(b[A_SCOPE_ENDS], 4) < scope_indptr[n_scope_rows]
                              || N(b[A_SCOPE_FACTS], 4) < scope_indptr[n_scope_rows]))
         BAD("scope ends");
@@ -655,7 +664,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     extra_fan(&w, codes32, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
               b[A_SCOPE_FACTS].view.buf, 1);
     failed = run(&w, sources, seq[S_SOURCE_ACT], n_sources, b[A_HUBS].view.buf, N(b[A_HUBS], 8),
-                 (int32_t)stamp, (int32_t)stop, depth, hop_factor, exp_s, floor_, max_weight);
+                 depth, hop_factor, exp_s, floor_, max_weight);
     extra_fan(&w, codes32, n_codes, scope_indptr, n_scope_rows, b[A_SCOPE_ENDS].view.buf,
               b[A_SCOPE_FACTS].view.buf, 0);
     set_visible(&w, codes32, n_codes, 0);

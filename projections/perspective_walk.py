@@ -25,7 +25,7 @@ from domain.activation import ActivationParameters, Tier
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
 
-KERNEL_VERSION = 3
+KERNEL_VERSION = 4
 """The `VERSION` of `projections/_walk_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 try:
@@ -303,12 +303,12 @@ def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent:
     return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
 
 
-def _visible_scratch(index: PerspectiveIndex) -> np.ndarray:
-    """The kernel's flag per scope code + 1 (zero outside a walk), grown with the scopes."""
-    visible = index._kernel_scratch.get("visible")
-    if visible is None or len(visible) < len(index.scope_names) + 1:
-        visible = index._kernel_scratch["visible"] = np.zeros(max(2 * len(index.scope_names), 64), dtype=np.uint8)
-    return visible
+def _kernel_scratch(index: PerspectiveIndex, name: str, size: int) -> np.ndarray:
+    """A byte array of the kernel's, zero outside a walk: "marks" (per entity), "visible" (per scope code + 1)."""
+    scratch = index._kernel_scratch.get(name)
+    if scratch is None or len(scratch) < size:
+        scratch = index._kernel_scratch[name] = np.zeros(max(2 * size, 64), dtype=np.uint8)
+    return scratch
 
 
 def _spread_kernel(index: PerspectiveIndex, p: ActivationParameters, now: float, source_ids: list[int],
@@ -327,13 +327,14 @@ def _spread_kernel(index: PerspectiveIndex, p: ActivationParameters, now: float,
     facts, act, spread, base, hops, via, tiers, nodes, layers = _kernel.walk(
         index.indptr, index.adj_reach, index.adj_fact, index.adj_rank, index.src.data, index.dst.data,
         index.live.data, index.rel.data, index.rel_weight.data, index.conf.data, index.asserted.data,
-        index.hashes.data, index.fan_org.data, index._visited_scratch, index._spread_scratch, index._extra_scratch,
-        _visible_scratch(index), index.scope_indptr, index.scope_ends, index.scope_end_facts,
+        index.hashes.data, index.fan_org.data, _kernel_scratch(index, "marks", len(index._visited_scratch)),
+        index._spread_scratch, index._extra_scratch, _kernel_scratch(index, "visible", len(index.scope_names) + 1),
+        index.scope_indptr, index.scope_ends, index.scope_end_facts,
         _EMPTY if blocked_nodes is None else blocked_nodes, index._hub_nodes(), used_facts, used_at,
         index._visible_code_list(agent, serving), hub_sources, ordered_sources,
         [counts[s] * share_each for s in ordered_sources],
-        index.fact_count, len(index.refs), len(index.rel_names), index.csr_facts, agent, serving, stamp,
-        stamp + STOP, p.depth, p.hop_factor, math.exp(p.associative_strength), spread_floor(index, agent, p),
+        index.fact_count, len(index.refs), len(index.rel_names), index.csr_facts, agent, serving, p.depth,
+        p.hop_factor, math.exp(p.associative_strength), spread_floor(index, agent, p),
         index.max_weight, now, p.minimum_age_seconds, p.time_unit_seconds, p.decay, p.associative_strength,
         p.threshold, p.full_capacity, p.gist_capacity, p.markers_per_neighbour, p.marker_capacity)
     all_nodes = np.frombuffer(nodes, dtype=np.int64)

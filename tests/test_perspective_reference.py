@@ -266,6 +266,9 @@ def test_the_kernel_and_numpy_walks_agree(world, data: st.DataObject):
             index = _split(world, cut)
             results[path] = index.walk(view, p, now), index.walk(view, p, now)  # the second on used scratch
             _equal(walked(world.org, view, p, index=index), reference(read(world.org), view, p, now))
+            # the scratch is left as found (zero; the numpy path's stamps aside)
+            for scratch in (index._spread_scratch, index._extra_scratch, *index._kernel_scratch.values()):
+                assert not scratch.any()
     for numpy_walk, kernel_walk in zip(results["numpy"], results["kernel"], strict=True):
         def by_fact(w: perspective_walk.Walked) -> dict[int, tuple]:
             return {f: rest for f, *rest in zip(w.facts.tolist(), w.spread.tolist(), w.hops.tolist(),
