@@ -8,6 +8,11 @@ other parties it serves are reached but never expanded). Nodes are marked with p
 array, so nothing is cleared after a walk. Then B per fact for this agent,
 A = B + ln(confidence) + S + ln(x), a ranking, and the tiers (`tier_codes`, the vectorized
 `domain.activation.assign_tiers`).
+
+Two implementations of the same steps: `_spread` + `_ranked` in numpy (above), and `_spread_kernel`, one call
+of the C extension `projections/_walk_kernel.c` (built by `pip install -e .`; entry by entry, in the numpy
+path's order, so the results agree: bit for bit but for the last digits of B and A). `use_kernel` picks the
+kernel when it is built; tests/test_perspective_reference.py holds both to the plain-Python reference.
 """
 
 from __future__ import annotations
