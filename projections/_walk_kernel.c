@@ -194,7 +194,7 @@ static int radix_sort(uint64_t *keys, int64_t *values, int64_t n, int bytes) {
     return 0;
 }
 
-/* the viewer's own scopes add their current facts' ends to the org fan (`delta` +1 to add, 0 to reset) */
+/* the viewer's own scopes add their current facts' ends to the org fan (`add`: 1 to add, 0 to reset) */
 static void extra_fan(Walk *w, const int32_t *codes, int64_t n_codes, const int64_t *scope_indptr,
                       int64_t n_scope_rows, const int32_t *scope_ends, const int32_t *scope_end_facts, int add) {
     for (int64_t c = 0; c < n_codes; c++) {
@@ -224,33 +224,33 @@ static void set_visible(Walk *w, const int32_t *codes, int64_t n_codes, uint8_t 
         if (codes[c] >= 0 && codes[c] + 1 < w->n_visible) w->visible[codes[c] + 1] = value;
 }
 
-#define FOLLOW(u_, v_, lv_, fact_, weight_, conf_, asserted_, hash_, tail_subject_, tail_object_)                  \
-    do {                                                                                                          \
-        int64_t u = (u_), v = (v_), fact = (fact_);                                                               \
-        int32_t lv = (lv_);                                                                                       \
-        if (lv == 0 || lv >= w->n_visible || !w->visible[lv]) break;                                              \
-        int at = w->marks[v];                                                                                     \
-        if (at != 0 && at < layer) break; /* expanded at an earlier hop: reached from there already */           \
-        if (hop == 1 && excluded(w, u, v)) break;                                                           \
-        double weight = (double)(weight_);                                                                        \
-        double x = w->received[u] * weight;                                                                       \
-        any = 1;                                                                                                  \
-        if (at == layer) { /* both ends in this frontier: one entry, the two spreads summed */                  \
-            int64_t via = u;                                                                                      \
-            if (v != u && !(hop == 1 && excluded(w, v, u))) {                                               \
-                if ((tail_object_) || (!(tail_subject_) && u > v)) break; /* summed at the other end's entry */   \
-                double xv = w->received[v] * weight;                                                              \
-                if (xv > x || (xv == x && v < u)) via = v;                                                        \
-                x = x + xv;                                                                                       \
-            }                                                                                                     \
-            emit(w, fact, x, via, hop, (conf_), (asserted_), (hash_));                                            \
-            break;                                                                                                \
-        }                                                                                                         \
-        emit(w, fact, x, u, hop, (conf_), (asserted_), (hash_));                                                  \
-        if ((at == 0 || at == PENDING) && hop < depth) { /* onward: passes activation on at the next hop */    \
-            if (at == 0) { w->marks[v] = PENDING; next[n_next++] = v; }                                           \
-            w->received[v] += x;                                                                                  \
-        }                                                                                                         \
+#define FOLLOW(u_, v_, lv_, fact_, weight_, conf_, asserted_, hash_, tail_subject_, tail_object_)                     \
+    do {                                                                                                              \
+        int64_t u = (u_), v = (v_), fact = (fact_);                                                                   \
+        int32_t lv = (lv_);                                                                                           \
+        if (lv == 0 || lv >= w->n_visible || !w->visible[lv]) break;                                                  \
+        int at = w->marks[v];                                                                                         \
+        if (at != 0 && at < layer) break; /* expanded at an earlier hop: reached from there already */                \
+        if (hop == 1 && excluded(w, u, v)) break;                                                                     \
+        double weight = (double)(weight_);                                                                            \
+        double x = w->received[u] * weight;                                                                           \
+        any = 1;                                                                                                      \
+        if (at == layer) { /* both ends in this frontier: one entry, the two spreads summed */                        \
+            int64_t via = u;                                                                                          \
+            if (v != u && !(hop == 1 && excluded(w, v, u))) {                                                         \
+                if ((tail_object_) || (!(tail_subject_) && u > v)) break; /* summed at the other end's entry */       \
+                double xv = w->received[v] * weight;                                                                  \
+                if (xv > x || (xv == x && v < u)) via = v;                                                            \
+                x = x + xv;                                                                                           \
+            }                                                                                                         \
+            emit(w, fact, x, via, hop, (conf_), (asserted_), (hash_));                                                \
+            break;                                                                                                    \
+        }                                                                                                             \
+        emit(w, fact, x, u, hop, (conf_), (asserted_), (hash_));                                                      \
+        if ((at == 0 || at == PENDING) && hop < depth) { /* onward: passes activation on at the next hop */           \
+            if (at == 0) { w->marks[v] = PENDING; next[n_next++] = v; }                                               \
+            w->received[v] += x;                                                                                      \
+        }                                                                                                             \
     } while (0)
 
 /* The walk: fills the entries and the layers. Returns 0, or -1 when out of memory (the scratch is left clean). */
