@@ -112,10 +112,19 @@ class OntologyService:
                     stored = self._log.tracked_position(tracking.name)
                     if stored is not None and stored >= tracking.position:
                         return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
-                states = {tenant: self._caught_up(tenant) for tenant in dict.fromkeys(cmd.tenant for cmd in commands)}
+                # The first attempt decides on the state as this service last left it, without reading the log
+                # (one query less per batch for a process that is the only writer). If another writer appended
+                # meanwhile, whatever this batch writes conflicts on the stream version and the retry catches up;
+                # what it would not write (a rejection, a no-op) is decided again on the caught-up state.
+                tenants = dict.fromkeys(cmd.tenant for cmd in commands)
+                unread = not _attempt and all(tenant in self._states for tenant in tenants)
+                states = {tenant: self._states[tenant] if unread else self._caught_up(tenant) for tenant in tenants}
                 for state in states.values():
                     state.begin()
                 outcomes, pending = self._decide_all(commands, states)
+                if unread and any(o.error is not None or not o.events for o in outcomes):
+                    self._rollback(states)
+                    continue
                 if then is not None:
                     final = then(outcomes)
                     if final.tenant not in states:

@@ -152,6 +152,24 @@ def test_two_writers_on_one_store_never_lose_an_event(make_noumena, backend_name
     assert a.service.ontology(T).version == b.service.ontology(T).version
 
 
+@pytest.mark.parametrize("backend_name", ["sqlite", "postgres"])
+def test_a_writer_decides_on_what_another_writer_wrote_since_its_last_write(make_noumena, backend_name, tmp_path):
+    """A writer decides a batch on its state as it left it, without reading the log first; what the other writer
+    appended meanwhile must still count: a rejection or a no-op is decided again on the caught-up state."""
+    home = tmp_path / "shared"
+    a = make_noumena(backend_name, home=home)
+    b = make_noumena(backend_name, home=home)
+    _seed(a.service)
+    b.service.execute(c.RegisterEntity(tenant=T, ref="thing:b", label="b's"))  # b's state is now its own
+    a.service.execute(c.RegisterEntity(tenant=T, ref="thing:a", label="a's"))
+    a.service.execute(c.RegisterEntity(tenant=T, ref="person:li", label="李总 (Li)"))  # renamed by a
+    fact = b.service.execute(c.AssertFact(tenant=T, subject="thing:a", relation="owned_by", object="person:li"))
+    assert isinstance(fact.events[0], FactAsserted)  # not UnknownEntity: b saw a's entity
+    again = b.service.execute(c.RegisterEntity(tenant=T, ref="person:li", label="李总"))
+    assert again.events  # not a no-op on b's old state: the name a gave is replaced
+    assert a.service.ontology(T).entities["person:li"].label == "李总"
+
+
 def test_timestamps_need_a_zone_and_valid_time_must_move_forward():
     with pytest.raises(ValueError, match="timezone"):
         c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:wang",
