@@ -9,7 +9,8 @@ path with NOUMENA_ENCRYPT_CONTENT=false. Two workloads:
   messages (facts come from consolidating a session's turns, so they are the fewer).
 
 The two modes alternate for NOUMENA_BENCH_ROUNDS rounds (default 5), so both see the same machine (single runs on
-a busy two-core machine scatter by ±20%); prints each workload's median ratio and its range. Goal: ratio >= 0.8.
+a busy two-core machine scatter by ±20%); prints each workload's median ratio, its range, and the ratio of each
+side's fastest round (the least disturbed by other work). Goal: ratio >= 0.8.
 Sizes: NOUMENA_BENCH_EVENTS (default 20000), NOUMENA_BENCH_BATCH (default 500).
 """
 
@@ -85,8 +86,10 @@ def main() -> None:
         rounds = [(run(False, envelopes), run(True, envelopes)) for _ in range(ROUNDS)]
         plain, sealed = statistics.median(p for p, _ in rounds), statistics.median(s for _, s in rounds)
         ratios = sorted(s / p for p, s in rounds)
+        best = max(s for _, s in rounds) / max(p for p, _ in rounds)
         print(f"  {name} without encryption (baseline) {plain:8,.0f} events/s, with {sealed:8,.0f} events/s: "
-              f"ratio {statistics.median(ratios):.2f} (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; goal >= 0.80)")
+              f"ratio {statistics.median(ratios):.2f} (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; best rounds "
+              f"{best:.2f}; goal >= 0.80)")
 
 
 if __name__ == "__main__":
