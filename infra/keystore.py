@@ -43,6 +43,11 @@ def derive(group_key: bytes, key_id: str) -> bytes:
 _blake2b = hashlib.blake2b
 
 
+def _member(group: tuple[str, bytes], key_id: str) -> Sealing:
+    """A group member's key name (`<group key id>/<key id>`) and bytes, from the group's key id and bytes."""
+    return f"{group[0]}/{key_id}", derive(group[1], key_id)
+
+
 class _Cached:
     """Keys already read or written by this process, with the owners known to be recorded. `generation` moves on
     every clear, so holders of derived objects (the mapper's ciphers) know to drop theirs too."""
@@ -198,7 +203,7 @@ class SQLiteKeyStore:
                         new_groups[group] = k.owners
                         later.append(k)
                     else:
-                        result[k.key_id] = (f"{found[0]}/{k.key_id}", derive(found[1], k.key_id))
+                        result[k.key_id] = _member(found, k.key_id)
                     continue
                 key_id = k.key_id
                 if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):
@@ -214,11 +219,7 @@ class SQLiteKeyStore:
                     known = known_owners.get(key_id)
                     known_owners[key_id] = more if known is None else known | more
             for k in later:
-                if k.group is None:
-                    result[k.key_id] = (k.key_id, keys[k.key_id])
-                else:
-                    group_key_id, group_key = groups[k.group]
-                    result[k.key_id] = (f"{group_key_id}/{k.key_id}", derive(group_key, k.key_id))
+                result[k.key_id] = (k.key_id, keys[k.key_id]) if k.group is None else _member(groups[k.group], k.key_id)
         except BaseException:
             if self._db.in_transaction:  # nothing of this batch was committed: neither may the cache hold it
                 self._db.execute("ROLLBACK")
