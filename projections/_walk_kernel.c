@@ -1,8 +1,8 @@
 /* The spreading walk in C: the same steps as `perspective_walk._spread` (numpy), then the ranking and the tiers
  * of `perspective_walk._ranked`, in one call per walk.
  *
- * Built by setuptools during `pip install -e .` (setup.py, an optional extension: without a compiler the walk
- * runs its numpy path). Called from `perspective_walk._spread_kernel` with the index's arrays as buffers; returns
+ * Built by setuptools during `pip install -e .` (declared in pyproject.toml, an optional extension: without a
+ * compiler the walk runs its numpy path). Called from `perspective_walk._spread_kernel` with the index's arrays as buffers; returns
  * the ranked facts (fact, activation, spread, base level, hop, the node it was reached through, tier) and the
  * nodes expanded per layer as new bytearrays, and leaves the per-entity scratch as it found it: `marks`,
  * `received`, `extra` and `visible` zero.
