@@ -3,8 +3,12 @@
 SQLite (default, `<home>/keys.sqlite`, WAL with synchronous=FULL, so a key is durable before any event it
 seals is appended): `secure_delete` overwrites deleted content with zeros, `VACUUM` after each forget rewrites
 the file so no free page still holds a key, and a truncating WAL checkpoint empties the WAL of old page copies.
-PostgreSQL (`noumena_data_keys` tables in the event store's schema): `DELETE`
-then `VACUUM FULL`, which rewrites the tables into new files. In memory: for tests (POPO).
+The SQLite store derives a fact's key from its group's key (`domain.forgetting.fact_key`), so writing a fact
+writes no key; forgetting one fact first stores the group's other members' keys on their own. Sealed writes
+hold its write lock while their events commit, and a forget moves its forget count (`PRAGMA user_version`) on,
+so a writer in another process never commits events sealed with a key a forget deleted.
+PostgreSQL (`noumena_data_keys` tables in the event store's schema): one key per fact; `DELETE` then
+`VACUUM FULL`, which rewrites the tables into new files. In memory: for tests (POPO), one key per fact.
 """
 
 from __future__ import annotations
