@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,21 @@ import domain.tenants  # noqa: F401
 from domain.events import DomainEvent, event_class_for, upcast
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN, SubjectForgotten
 from domain.ports import KeyStore, Pending
+
+SEAL_KERNEL_VERSION = 1
+"""The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
+_kernel: Any
+try:
+    from infra import _seal_kernel as _kernel  # type: ignore[attr-defined,no-redef]
+except ImportError:  # not built (no compiler or OpenSSL headers at install): sealing in Python
+    _kernel = None
+if _kernel is not None and getattr(_kernel, "VERSION", None) != SEAL_KERNEL_VERSION:
+    warnings.warn("infra/_seal_kernel is a stale build (reinstall: pip install -e .); sealing runs in Python",
+                  RuntimeWarning, stacklevel=1)
+    _kernel = None
+use_kernel = _kernel is not None and os.environ.get("NOUMENA_SEAL_KERNEL", "1") != "0"
+"""Whether new sealers seal in the compiled kernel (when built; `NOUMENA_SEAL_KERNEL=0` turns it off) or with
+`cryptography`'s AESGCM. Both write the same bytes (tests/test_seal_kernel.py)."""
 
 SEAL = "sealed:v1:"
 SEAL_BYTES = SEAL.encode()
@@ -82,12 +98,14 @@ _SPECS: dict[type, _Spec] = {}
 
 class _Sealer:
     """Seals content fields with one data key: each as `,"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"`, the
-    JSON bytes spliced into the event. What depends only on the key and the field name is made once."""
+    JSON bytes spliced into the event. What depends only on the key and the field name is made once. With the
+    compiled kernel (`cipher` None) one call seals a field and writes its text."""
 
-    __slots__ = ("cipher", "key_id", "suffix", "ads")
+    __slots__ = ("cipher", "key", "key_id", "suffix", "ads")
 
     def __init__(self, key_id: str, key: bytes) -> None:
-        self.cipher = AESGCM(key)
+        self.cipher = None if use_kernel and isinstance(key, bytes) and len(key) == 32 else AESGCM(key)
+        self.key = key
         self.key_id = key_id
         self.suffix = f":{key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]}\"".encode()
         self.ads: dict[str, bytes] = {}
@@ -101,6 +119,10 @@ class _Sealer:
         head = _HEADS.get(name)
         if head is None:
             head = _HEADS[name] = f',"{name}":"{SEAL}'.encode()
+        if self.cipher is None:  # the kernel: a text as b"s" + its UTF-8, bytes as they are
+            if not isinstance(value, str):
+                value = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
+            return _kernel.seal_field(self.key, nonce, value, ad, head, self.suffix)  # type: ignore[no-any-return]
         if isinstance(value, str):
             plain = b"s" + value.encode()  # a text field: no JSON needed
         else:
