@@ -170,13 +170,23 @@ static PyObject *seal_field(PyObject *self, PyObject *const *args, Py_ssize_t na
         check_bytes(args[3], "ad", -1) < 0 || check_bytes(args[4], "head", -1) < 0 ||
         check_bytes(args[5], "suffix", -1) < 0)
         return NULL;
-    PyObject *value = args[2];
+    PyObject *value = args[2], *encoded = NULL, *result;
     const char *plain, *prefix;
     Py_ssize_t n;
     if (PyUnicode_Check(value)) {
-        plain = PyUnicode_AsUTF8AndSize(value, &n); /* (lone surrogates raise, as str.encode does) */
-        if (!plain)
-            return NULL;
+        /* ASCII: the str's own bytes. Otherwise a temporary UTF-8 copy, as str.encode makes (not
+         * PyUnicode_AsUTF8AndSize, which would keep one attached to the str for its lifetime); lone surrogates
+         * raise UnicodeEncodeError, as str.encode does. */
+        if (PyUnicode_IS_READY(value) && PyUnicode_IS_ASCII(value)) {
+            plain = (const char *)PyUnicode_DATA(value);
+            n = PyUnicode_GET_LENGTH(value);
+        } else {
+            encoded = PyUnicode_AsUTF8String(value);
+            if (!encoded)
+                return NULL;
+            plain = PyBytes_AS_STRING(encoded);
+            n = PyBytes_GET_SIZE(encoded);
+        }
         prefix = "s";
     } else if (PyBytes_Check(value)) {
         plain = PyBytes_AS_STRING(value);
@@ -186,8 +196,10 @@ static PyObject *seal_field(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "value must be str or bytes");
         return NULL;
     }
-    return sealed(args[0], args[1], prefix, plain, n, args[3], PyBytes_AS_STRING(args[4]), PyBytes_GET_SIZE(args[4]),
-                  PyBytes_AS_STRING(args[5]), PyBytes_GET_SIZE(args[5]), 1);
+    result = sealed(args[0], args[1], prefix, plain, n, args[3], PyBytes_AS_STRING(args[4]),
+                    PyBytes_GET_SIZE(args[4]), PyBytes_AS_STRING(args[5]), PyBytes_GET_SIZE(args[5]), 1);
+    Py_XDECREF(encoded);
+    return result;
 }
 
 PyDoc_STRVAR(derive_doc, "derive(group_key, key_id) -> bytes\n\n"

@@ -1,0 +1,147 @@
+"""The compiled seal kernel (`infra/_seal_kernel.c`) writes exactly the bytes of the Python path, and what it
+seals opens with the Python `_open`.
+
+The kernel is built by `pip install -e .`; without it these tests fail (so CI cannot lose them silently), unless
+`NOUMENA_SEAL_KERNEL=0` says to test the Python path alone, as tests/test_perspective_reference.py does for the
+walk kernel.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from domain.entities import EntityRegistered
+from domain.facts import FactAsserted
+from domain.forgetting import FORGOTTEN, ContentKey
+from domain.ports import Pending
+from infra import keystore, mapper
+from infra.keystore import MemoryKeyStore
+from infra.mapper import EventMapper, _Sealer
+
+pytestmark = pytest.mark.skipif(mapper._kernel is None and os.environ.get("NOUMENA_SEAL_KERNEL") == "0",
+                                reason="NOUMENA_SEAL_KERNEL=0 and the seal kernel is not built: the Python path alone")
+
+
+def _kernel() -> Any:
+    if mapper._kernel is None:
+        pytest.fail("the seal kernel is not built (pip install -e . builds it with a C compiler and the OpenSSL "
+                    "headers): build it, or set NOUMENA_SEAL_KERNEL=0 to test the Python path alone")
+    return mapper._kernel
+
+
+@contextmanager
+def _sealing(kernel: bool) -> Iterator[None]:
+    """New sealers (and mappers) made inside seal with the kernel, or in Python."""
+    if kernel:
+        _kernel()
+    saved = mapper.use_kernel
+    mapper.use_kernel = kernel
+    try:
+        yield
+    finally:
+        mapper.use_kernel = saved
+
+
+def _python_seal(key: bytes, nonce: bytes, plain: bytes, ad: bytes) -> bytes:
+    encoded = binascii.b2a_base64(nonce + AESGCM(key).encrypt(nonce, plain, ad), newline=False)
+    return encoded.translate(bytes.maketrans(b"+/", b"-_")).rstrip(b"=")
+
+
+keys = st.binary(min_size=32, max_size=32)
+nonces = st.binary(min_size=12, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=keys, nonce=nonces, plain=st.binary(max_size=3000), ad=st.binary(max_size=200))
+def test_the_kernel_seals_as_aesgcm_and_base64url(key: bytes, nonce: bytes, plain: bytes, ad: bytes) -> None:
+    assert _kernel().seal(key, nonce, plain, ad) == _python_seal(key, nonce, plain, ad)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                           max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=keys, nonce=nonces, key_id=st.text(min_size=1, max_size=80), field=st.sampled_from(["reason", "label",
+       "aliases", "content", "rejections"]), value=st.text(max_size=2000) | st.lists(st.text(), max_size=5) | json_values)
+def test_a_kernel_sealer_writes_the_python_sealers_bytes(key: bytes, nonce: bytes, key_id: str, field: str,
+                                                         value: Any) -> None:
+    with _sealing(True):
+        in_c = _Sealer(key_id, key)
+    with _sealing(False):
+        in_python = _Sealer(key_id, key)
+    assert in_c.cipher is None and in_python.cipher is not None
+    assert in_c.seal(nonce, field, value) == in_python.seal(nonce, field, value)
+
+
+def test_a_text_that_cannot_be_utf8_fails_both_ways_alike() -> None:
+    key, nonce = os.urandom(32), os.urandom(12)
+    for kernel in (True, False):
+        with _sealing(kernel), pytest.raises(UnicodeEncodeError):
+            _Sealer("k", key).seal(nonce, "reason", "lone \udc80 surrogate")
+
+
+def test_the_kernel_refuses_what_it_cannot_seal() -> None:
+    kernel = _kernel()
+    with pytest.raises(ValueError):
+        kernel.seal(b"k" * 16, b"n" * 12, b"p", b"")  # AES-256 only (the mapper keeps AESGCM for other sizes)
+    with pytest.raises(ValueError):
+        kernel.seal(b"k" * 32, b"n" * 16, b"p", b"")
+    with pytest.raises(TypeError):
+        kernel.seal_field(b"k" * 32, b"n" * 12, 3, b"", b"", b"")
+    with _sealing(True):
+        assert _Sealer("k", b"k" * 16).cipher is not None
+
+
+def _events() -> list[Pending]:
+    at = datetime(2026, 10, 1, tzinfo=UTC)
+    out = []
+    for i in range(40):
+        reason = ["said so", "王总说按月结 ✓", "quote \" and \\ backslash", "𝄞 " * 50][i % 4] + f" {i}"
+        event: Any = FactAsserted(tenant="t", recorded_at=at, fact_id=f"f{i}", subject="person:li", relation="knows",
+                                  object=f"person:p{i}", scope="org", reason=reason, confidence=0.8,
+                                  provenance={})
+        out.append(Pending("t", 2 * i + 1, event, ContentKey(f"t/fact/f{i}", frozenset({f"fact:f{i}", "person:li"}))))
+        event = EntityRegistered(tenant="t", recorded_at=at, ref=f"person:p{i}", label=f"P {i} 李",
+                                 aliases=(f"p{i}", "“别名”"))
+        out.append(Pending("t", 2 * i + 2, event, ContentKey(f"t/person/p{i}", frozenset({f"person:p{i}"}))))
+    return out
+
+
+def test_fields_the_kernel_sealed_open_with_the_python_path() -> None:
+    store = MemoryKeyStore()
+    pending = _events()
+    with _sealing(True):
+        stored = EventMapper(store).to_stored_batch(pending)
+    with _sealing(False):
+        python_stored = EventMapper(store).to_stored_batch(pending)
+    assert all(b"sealed:v1:" in s.state for s in stored)
+    assert all(b"said so" not in s.state and "王".encode() not in s.state for s in stored)
+    # the same layout as the Python path's (nonces differ: compared field by field without them)
+    assert [len(s.state) for s in stored] == [len(s.state) for s in python_stored]
+    reader = EventMapper(store)  # `_open` is the Python path, whatever sealed
+    assert [reader.to_event(s.topic, s.state) for s in stored] == [p.event for p in pending]
+    store.forget("t", "person:li")
+    forgotten = EventMapper(store)
+    assert {forgotten.to_event(s.topic, s.state).reason for s in stored[::2]} == {FORGOTTEN}
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_key=st.binary(min_size=1, max_size=64), key_id=st.text(max_size=100))
+def test_the_kernel_derives_member_keys_as_the_key_store(group_key: bytes, key_id: str) -> None:
+    expected = hashlib.blake2b(key_id.encode(), key=group_key, digest_size=32, person=b"noumena-derive").digest()
+    assert _kernel().derive(group_key, key_id.encode()) == expected
+    if len(group_key) == 32:
+        assert keystore.derive(group_key, key_id) == expected
