@@ -74,8 +74,9 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text()
 
 
 @settings(max_examples=300, deadline=None)
-@given(key=keys, nonce=nonces, key_id=st.text(min_size=1, max_size=80), field=st.sampled_from(["reason", "label",
-       "aliases", "content", "rejections"]), value=st.text(max_size=2000) | st.lists(st.text(), max_size=5) | json_values)
+@given(key=keys, nonce=nonces, key_id=st.text(min_size=1, max_size=80),
+       field=st.sampled_from(["reason", "label", "aliases", "content", "rejections"]),
+       value=st.text(max_size=2000) | st.lists(st.text(), max_size=5) | json_values)
 def test_a_kernel_sealer_writes_the_python_sealers_bytes(key: bytes, nonce: bytes, key_id: str, field: str,
                                                          value: Any) -> None:
     with _sealing(True):
