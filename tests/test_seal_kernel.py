@@ -9,7 +9,6 @@ walk kernel.
 from __future__ import annotations
 
 import binascii
-import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from domain.entities import EntityRegistered
 from domain.facts import FactAsserted
 from domain.forgetting import FORGOTTEN, ContentKey
 from domain.ports import Pending
-from infra import keystore, mapper
+from infra import mapper
 from infra.keystore import MemoryKeyStore
 from infra.mapper import EventMapper, _Sealer
 
@@ -137,12 +136,3 @@ def test_fields_the_kernel_sealed_open_with_the_python_path() -> None:
     store.forget("t", "person:li")
     forgotten = EventMapper(store)
     assert {forgotten.to_event(s.topic, s.state).reason for s in stored[::2]} == {FORGOTTEN}
-
-
-@settings(max_examples=200, deadline=None)
-@given(group_key=st.binary(min_size=1, max_size=64), key_id=st.text(max_size=100))
-def test_the_kernel_derives_member_keys_as_the_key_store(group_key: bytes, key_id: str) -> None:
-    expected = hashlib.blake2b(key_id.encode(), key=group_key, digest_size=32, person=b"noumena-derive").digest()
-    assert _kernel().derive(group_key, key_id.encode()) == expected
-    if len(group_key) == 32:
-        assert keystore.derive(group_key, key_id) == expected
