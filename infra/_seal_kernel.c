@@ -8,7 +8,7 @@
  * holds it to the Python path.
  *
  * One cipher context serves every call: the GIL is held throughout (nothing here releases it), so no two calls
- * use it at once.
+ * use it at once. After each call its key schedule is overwritten with an all-zero key's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <openssl/evp.h>
 
-#define KERNEL_VERSION 1
+#define KERNEL_VERSION 2
 #define KEY_BYTES 32
 #define NONCE_BYTES 12
 #define TAG_BYTES 16
@@ -57,6 +57,16 @@ static int openssl_error(const char *what) {
     return -1;
 }
 
+static const unsigned char ZERO_KEY[KEY_BYTES];
+
+/* Overwrite the context's key schedule with an all-zero key's, so the last data key sealed with does not stay in
+ * memory after the call (its key may be forgotten meanwhile: crypto-shredding). */
+static int wipe(void) {
+    if (!EVP_EncryptInit_ex2(cipher_ctx, NULL, ZERO_KEY, NULL, NULL))
+        return openssl_error("EVP_EncryptInit_ex2 (wipe)");
+    return 0;
+}
+
 /* nonce || ciphertext || tag into `out` (12 + 1 + n + 16 bytes for a prefix, 12 + n + 16 without) */
 static int encrypt(const char *key, const char *nonce, const char *prefix, const char *plain, Py_ssize_t n,
                    const char *ad, Py_ssize_t ad_n, unsigned char *out) {
@@ -86,7 +96,7 @@ static int encrypt(const char *key, const char *nonce, const char *prefix, const
     at += len;
     if (!EVP_CIPHER_CTX_ctrl(cipher_ctx, EVP_CTRL_AEAD_GET_TAG, TAG_BYTES, at))
         return openssl_error("EVP_CTRL_AEAD_GET_TAG");
-    return 0;
+    return wipe();
 }
 
 static int check_bytes(PyObject *arg, const char *name, Py_ssize_t size) {

@@ -31,7 +31,7 @@ from domain.events import DomainEvent, event_class_for, upcast
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN, SubjectForgotten
 from domain.ports import KeyStore, Pending
 
-SEAL_KERNEL_VERSION = 1
+SEAL_KERNEL_VERSION = 2
 """The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 try:
