@@ -12,7 +12,6 @@ import base64
 import binascii
 import json
 import os
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,19 +29,13 @@ import domain.tenants  # noqa: F401
 from domain.events import DomainEvent, event_class_for, upcast
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN, SubjectForgotten
 from domain.ports import KeyStore, Pending
+from infra.kernels import load
 
 SEAL_KERNEL_VERSION = 2
 """The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
-try:
-    from infra import _seal_kernel as _kernel  # type: ignore[attr-defined,no-redef]
-except ImportError:  # not built (no compiler or OpenSSL headers at install): sealing in Python
-    _kernel = None
-if _kernel is not None and getattr(_kernel, "VERSION", None) != SEAL_KERNEL_VERSION:
-    warnings.warn("infra/_seal_kernel is a stale build (reinstall: pip install -e .); sealing runs in Python",
-                  RuntimeWarning, stacklevel=1)
-    _kernel = None
-use_kernel = _kernel is not None and os.environ.get("NOUMENA_SEAL_KERNEL", "1") != "0"
+_kernel, use_kernel = load("infra._seal_kernel", SEAL_KERNEL_VERSION, "NOUMENA_SEAL_KERNEL",
+                           "sealing runs in Python")
 """Whether new sealers seal in the compiled kernel (when built; `NOUMENA_SEAL_KERNEL=0` turns it off) or with
 `cryptography`'s AESGCM. Both write the same bytes (tests/test_seal_kernel.py)."""
 

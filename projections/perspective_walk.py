@@ -18,14 +18,13 @@ kernel when it is built; tests/test_perspective_reference.py holds both to the p
 from __future__ import annotations
 
 import math
-import os
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from domain.activation import ActivationParameters, Tier
+from infra.kernels import load
 
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
@@ -33,15 +32,8 @@ if TYPE_CHECKING:
 KERNEL_VERSION = 4
 """The `VERSION` of `projections/_walk_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
-try:
-    from projections import _walk_kernel as _kernel  # type: ignore[attr-defined,no-redef]
-except ImportError:  # not built (no compiler at install): the numpy path
-    _kernel = None
-if _kernel is not None and getattr(_kernel, "VERSION", None) != KERNEL_VERSION:
-    warnings.warn("projections/_walk_kernel is a stale build (reinstall: pip install -e .); the walk uses numpy",
-                  RuntimeWarning, stacklevel=1)
-    _kernel = None
-use_kernel = _kernel is not None and os.environ.get("NOUMENA_WALK_KERNEL", "1") != "0"
+_kernel, use_kernel = load("projections._walk_kernel", KERNEL_VERSION, "NOUMENA_WALK_KERNEL",
+                           "the walk uses numpy")
 """Whether `walk` runs its hop loop in the compiled kernel (when built; `NOUMENA_WALK_KERNEL=0` turns it off) or
 in numpy. Both give the same values (tests/test_perspective_reference.py runs both)."""
 _EMPTY = np.zeros(0, dtype=np.int64)
