@@ -34,9 +34,10 @@ CACHE_LIMIT = 100_000
 _DERIVED = re.compile(r"^([a-z0-9][a-z0-9_-]*/root/[0-9a-f]{32})/(.+)$")
 """A derived key's name: `<tenant>/root/<random hex>/<key id>`, the group key it comes from and its own id."""
 
-Sealing = tuple[str, bytes]
-"""What seals one content key: the name the sealed field records (the key id, or a derived key's name) and the
-key's bytes."""
+Sealing = tuple[str, bytes] | tuple[str, bytes, str]
+"""What seals one content key: the name the sealed field records and the key's bytes; for a group member (a
+derived key), its name, its group's key and its own key id, which `sealing_key` derives the member's key from (the
+mapper's seal kernel derives it itself, so the member's key never becomes a Python object)."""
 
 
 def derive(group_key: bytes, key_id: str) -> bytes:
@@ -48,8 +49,13 @@ _blake2b = hashlib.blake2b
 
 
 def _member(group: tuple[str, bytes], key_id: str) -> Sealing:
-    """A group member's key name (`<group key id>/<key id>`) and bytes, from the group's key id and bytes."""
-    return f"{group[0]}/{key_id}", derive(group[1], key_id)
+    """A group member's key name (`<group key id>/<key id>`), its group's key and its key id."""
+    return f"{group[0]}/{key_id}", group[1], key_id
+
+
+def sealing_key(sealing: Sealing) -> bytes:
+    """The bytes of the key a `Sealing` names (a member's derived from its group's)."""
+    return derive(sealing[1], sealing[2]) if len(sealing) == 3 else sealing[1]
 
 
 class _Cached:
@@ -168,7 +174,7 @@ class SQLiteKeyStore:
         """Every key asked for, creating missing ones and recording new owners in one committed transaction."""
         keys, ready = self.keys_pending(wanted)
         ready()()
-        return {key_id: key for key_id, (_name, key) in keys.items()}
+        return {key_id: sealing_key(sealing) for key_id, sealing in keys.items()}
 
     def keys_pending(self, wanted: Iterable[ContentKey]
                      ) -> tuple[dict[str, Sealing], Callable[[], Callable[[], None]]]:

@@ -30,14 +30,15 @@ from domain.events import DomainEvent, event_class_for, upcast
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN, SubjectForgotten
 from domain.ports import KeyStore, Pending
 from infra.kernels import load
+from infra.keystore import derive
 
-SEAL_KERNEL_VERSION = 2
+SEAL_KERNEL_VERSION = 3
 """The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 _kernel, use_kernel = load("infra._seal_kernel", SEAL_KERNEL_VERSION, "NOUMENA_SEAL_KERNEL",
                            "sealing runs in Python")
-"""Whether new sealers seal in the compiled kernel (when built; `NOUMENA_SEAL_KERNEL=0` turns it off) or with
-`cryptography`'s AESGCM. Both write the same bytes (tests/test_seal_kernel.py)."""
+"""Whether a batch's fields are sealed in the compiled kernel (when built; `NOUMENA_SEAL_KERNEL=0` turns it off)
+or with `cryptography`'s AESGCM. Both write the same bytes (tests/test_seal_kernel.py)."""
 
 SEAL = "sealed:v1:"
 SEAL_BYTES = SEAL.encode()
@@ -89,40 +90,40 @@ class _Spec:
 _SPECS: dict[type, _Spec] = {}
 
 
-class _Sealer:
-    """Seals content fields with one data key: each as `,"name":"sealed:v1:<nonce>:<ciphertext>:<key id>"`, the
-    JSON bytes spliced into the event. What depends only on the key and the field name is made once. With the
-    compiled kernel (`cipher` None) one call seals a field and writes its text."""
+Job = tuple[bytes, bytes | None, Any, bytes, bytes, bytes]
+"""One field to seal: (key, member id, value, associated data, head, suffix). With a member id (UTF-8), `key` is
+its group's key and the field's key is derived from it (`keystore.derive`). The value is a text (sealed as b"s" + its
+UTF-8) or bytes (sealed as they are: b"j" + JSON)."""
 
-    __slots__ = ("cipher", "key", "key_id", "suffix", "ads")
 
-    def __init__(self, key_id: str, key: bytes) -> None:
-        self.cipher = None if use_kernel and isinstance(key, bytes) and len(key) == 32 else AESGCM(key)
-        self.key = key
-        self.key_id = key_id
-        self.suffix = f":{key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]}\"".encode()
-        self.ads: dict[str, bytes] = {}
+def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
+    """Each job sealed as `head + base64url(nonce) + ":" + base64url(ciphertext + tag) + suffix` (no padding),
+    job i with nonces[12 * i:12 * i + 12]: in the kernel, one call for them all, or else in Python. Both write the
+    same bytes (tests/test_seal_kernel.py)."""
+    if use_kernel:
+        return _kernel.seal_batch(nonces, jobs)  # type: ignore[no-any-return]
+    return _seal_jobs_python(nonces, jobs)
 
-    def seal(self, nonce: bytes, name: str, value: Any) -> bytes:
-        """A 12-byte nonce is 16 base64 characters without padding: nonce and ciphertext are encoded in one call
-        and split there."""
-        ad = self.ads.get(name)
-        if ad is None:
-            ad = self.ads[name] = f"{self.key_id}|{name}".encode()
-        head = _HEADS.get(name)
-        if head is None:
-            head = _HEADS[name] = f',"{name}":"{SEAL}'.encode()
-        if self.cipher is None:  # the kernel: a text as b"s" + its UTF-8, bytes as they are
-            if not isinstance(value, str):
-                value = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
-            return _kernel.seal_field(self.key, nonce, value, ad, head, self.suffix)  # type: ignore[no-any-return]
-        if isinstance(value, str):
-            plain = b"s" + value.encode()  # a text field: no JSON needed
-        else:
-            plain = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
-        encoded = binascii.b2a_base64(nonce + self.cipher.encrypt(nonce, plain, ad), newline=False)
+
+def _seal_jobs_python(nonces: bytes, jobs: list[Job]) -> list[bytes]:
+    out = []
+    ciphers: dict[bytes, AESGCM] = {}
+    for i, (key, member, value, ad, head, suffix) in enumerate(jobs):
+        if member is not None:
+            key = derive(key, member.decode())
+        cipher = ciphers.get(key)
+        if cipher is None:
+            cipher = ciphers[key] = AESGCM(key)
+        nonce = nonces[12 * i:12 * i + 12]
+        plain = b"s" + value.encode() if isinstance(value, str) else value
+        encoded = binascii.b2a_base64(nonce + cipher.encrypt(nonce, plain, ad), newline=False)
         encoded = encoded.translate(_URLSAFE).rstrip(b"=")
-        return b"".join((head, encoded[:16], b":", encoded[16:], self.suffix))
+        out.append(b"".join((head, encoded[:16], b":", encoded[16:], suffix)))
+    return out
+
+
+def _suffix(key_id: str) -> bytes:
+    return f":{key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]}\"".encode()
 
 
 def _unb64(text: str) -> bytes:
@@ -134,8 +135,8 @@ class EventMapper:
         self.keys = keys
         self._ciphers: dict[str, AESGCM | None] = {}
         """For opening: by key id (None: the key is gone)."""
-        self._sealers: dict[str, _Sealer] = {}
-        """For sealing: by key id."""
+        self._sealers: dict[str, tuple[bytes, dict[str, bytes]]] = {}
+        """For sealing: by key name, its suffix and its associated data by field (not kept for a fact's key)."""
         self._generation = getattr(keys, "generation", 0)
 
     # ------------------------------------------------------------------ writing
@@ -165,12 +166,27 @@ class EventMapper:
             if wanted:  # (a key store commits new keys while we seal: waited for before the events are written)
                 keys, ready = self.keys.keys_pending(wanted)
             self._check_generation()
-        stored = []
-        nonces = b""
-        used = 0
-        sealing = self.keys is not None
-        streams: dict[str, str] = {}
-        sealers = self._sealers
+        if not keys:  # nothing to seal
+            stored = []
+            streams: dict[str, str] = {}
+            for p in pending:
+                event = p.event
+                cls = type(event)
+                spec = _SPECS.get(cls)
+                if spec is None:
+                    spec = _SPECS[cls] = _Spec(cls)
+                stream = streams.get(p.tenant)
+                if stream is None:
+                    stream = streams[p.tenant] = stream_id(p.tenant)
+                stored.append(StoredEvent(originator_id=stream, originator_version=p.version, topic=spec.topic,
+                                          state=spec.serializer.to_json(event)))
+            return stored, ready
+        # Sealed: a first pass writes each event's structure as pydantic does and lists the fields to seal (one
+        # job each); the jobs are sealed together (`_seal_jobs`: one kernel call for the batch); a second pass
+        # splices each sealed field into its event as a JSON string. A key not given is an error, never plaintext.
+        jobs: list[tuple[bytes, bytes | None, Any, bytes, bytes, bytes]] = []
+        recipes: list[tuple[Pending, _Spec, bytes, int]] = []
+        cached = self._sealers
         for p in pending:
             event = p.event
             cls = type(event)
@@ -178,42 +194,56 @@ class EventMapper:
             if spec is None:
                 spec = _SPECS[cls] = _Spec(cls)
             key = p.key
-            state = None
-            if key is not None and sealing and spec.fields:
-                # The structure as pydantic writes it, then each sealed field spliced in as a JSON string, sealed
-                # with the key's name (its id, or a derived key's name) and bytes. A key not given is an error,
-                # never plaintext.
-                name, secret = keys[key.key_id]
-                sealer = sealers.get(name)
-                if sealer is None:
-                    sealer = _Sealer(name, secret)
-                    if "/fact/" not in name:  # a fact's key seals one fact: caching it would only grow memory
-                        sealers[name] = sealer
-                if spec.single is not None:  # one content field (most events): no lists, no loops
-                    value = getattr(event, spec.single)
-                    if value is not None and value != "":
-                        if used + 12 > len(nonces):  # nonces for the rest of the batch, from one call
-                            nonces, used = os.urandom(12 * (len(pending) + 8)), 0
-                        sealed = sealer.seal(nonces[used:used + 12], spec.single, value)
-                        used += 12
-                        head = spec.serializer.to_json(event, exclude=spec.exclude)[:-1]
-                        state = b"".join((head, sealed, b"}")) if len(head) > 1 else \
-                            b"".join((b"{", sealed[1:], b"}"))
+            if key is None or not spec.fields:
+                recipes.append((p, spec, spec.serializer.to_json(event), 0))
+                continue
+            sealing = keys[key.key_id]
+            name, secret = sealing[0], sealing[1]
+            member = sealing[2].encode() if len(sealing) == 3 else None  # type: ignore[misc]
+            known = cached.get(name)
+            if known is None:
+                known = (_suffix(name), {})
+                if member is None and "/fact/" not in name:  # (a fact's key seals one fact: not kept)
+                    cached[name] = known
+            suffix, ads = known
+            if spec.single is not None:  # one content field (most events): no lists, no loops
+                content: tuple[str, ...] | list[str] = spec.fields
+                value = getattr(event, spec.single)
+                if value is None or value == "":
+                    recipes.append((p, spec, spec.serializer.to_json(event), 0))
+                    continue
+                head = spec.serializer.to_json(event, exclude=spec.exclude)[:-1]
+            else:
+                content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
+                if not content:
+                    recipes.append((p, spec, spec.serializer.to_json(event), 0))
+                    continue
+                head = spec.serializer.to_json(event, exclude=set(content))[:-1]
+            for field in content:
+                value = getattr(event, field)
+                if not isinstance(value, str):  # a text is sealed as b"s" + its UTF-8, anything else as b"j" + JSON
+                    value = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
+                ad = ads.get(field)
+                if ad is None:
+                    ad = ads[field] = f"{name}|{field}".encode()
+                field_head = _HEADS.get(field)
+                if field_head is None:
+                    field_head = _HEADS[field] = f',"{field}":"{SEAL}'.encode()
+                jobs.append((secret, member, value, ad, field_head, suffix))
+            recipes.append((p, spec, head, len(content)))
+        sealed = _seal_jobs(os.urandom(12 * len(jobs)), jobs)
+        stored = []
+        streams = {}
+        at = 0
+        for p, spec, state, fields in recipes:
+            if fields:
+                if len(state) == 1:  # nothing but the sealed fields: no comma before the first
+                    state = b"".join((b"{", sealed[at][1:], *sealed[at + 1:at + fields], b"}"))
+                elif fields == 1:
+                    state = b"".join((state, sealed[at], b"}"))
                 else:
-                    content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
-                    if content:
-                        parts = [spec.serializer.to_json(event, exclude=set(content))[:-1]]
-                        for field in content:
-                            if used + 12 > len(nonces):
-                                nonces, used = os.urandom(12 * (len(pending) + 8)), 0
-                            parts.append(sealer.seal(nonces[used:used + 12], field, getattr(event, field)))
-                            used += 12
-                        if len(parts[0]) == 1:  # nothing but the sealed fields
-                            parts[1] = parts[1][1:]
-                        parts.append(b"}")
-                        state = b"".join(parts)
-            if state is None:
-                state = spec.serializer.to_json(event)
+                    state = b"".join((state, *sealed[at:at + fields], b"}"))
+                at += fields
             stream = streams.get(p.tenant)
             if stream is None:
                 stream = streams[p.tenant] = stream_id(p.tenant)

@@ -9,6 +9,7 @@ collection (nothing is skipped), as tests/test_perspective_reference.py leaves o
 from __future__ import annotations
 
 import binascii
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,8 +26,8 @@ from domain.facts import FactAsserted
 from domain.forgetting import FORGOTTEN, ContentKey
 from domain.ports import Pending
 from infra import mapper
-from infra.keystore import MemoryKeyStore
-from infra.mapper import EventMapper, _Sealer
+from infra.keystore import MemoryKeyStore, derive
+from infra.mapper import EventMapper, _seal_jobs_python
 
 
 def _kernel() -> Any:
@@ -38,7 +39,7 @@ def _kernel() -> Any:
 
 @contextmanager
 def _sealing(kernel: bool) -> Iterator[None]:
-    """New sealers (and mappers) made inside seal with the kernel, or in Python."""
+    """Sealing inside runs in the kernel, or in Python."""
     if kernel:
         _kernel()
     saved = mapper.use_kernel
@@ -69,37 +70,60 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text()
                            max_leaves=10)
 
 
+def _job(key: bytes, member: str | None, value: Any, key_id: str, field: str) -> tuple[Any, ...]:
+    if not isinstance(value, str):
+        value = b"j" + json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    return (key, None if member is None else member.encode(), value, f"{key_id}|{field}".encode(),
+            f',"{field}":"sealed:v1:'.encode(), f':{key_id}"'.encode())
+
+
+jobs = st.lists(st.tuples(keys, st.none() | st.text(min_size=1, max_size=60), st.text(max_size=2000) | json_values,
+                          st.text(min_size=1, max_size=80),
+                          st.sampled_from(["reason", "label", "aliases", "content", "rejections"])), max_size=12)
+
+
 @settings(max_examples=300, deadline=None)
-@given(key=keys, nonce=nonces, key_id=st.text(min_size=1, max_size=80),
-       field=st.sampled_from(["reason", "label", "aliases", "content", "rejections"]),
-       value=st.text(max_size=2000) | st.lists(st.text(), max_size=5) | json_values)
-def test_a_kernel_sealer_writes_the_python_sealers_bytes(key: bytes, nonce: bytes, key_id: str, field: str,
-                                                         value: Any) -> None:
-    with _sealing(True):
-        in_c = _Sealer(key_id, key)
-    with _sealing(False):
-        in_python = _Sealer(key_id, key)
-    assert in_c.cipher is None and in_python.cipher is not None
-    assert in_c.seal(nonce, field, value) == in_python.seal(nonce, field, value)
+@given(batch=jobs, data=st.data())
+def test_a_kernel_batch_writes_the_python_paths_bytes(batch: list[tuple[Any, ...]], data: st.DataObject) -> None:
+    """Every job of a batch, with a data key or a group's key and a member id (the key derived in C), sealed by
+    the kernel as the Python path seals it (the same nonces)."""
+    prepared = [_job(*job) for job in batch]
+    nonce_block = data.draw(st.binary(min_size=12 * len(prepared), max_size=12 * len(prepared)))
+    assert _kernel().seal_batch(nonce_block, prepared) == _seal_jobs_python(nonce_block, prepared)
+
+
+def test_a_member_key_is_derived_in_the_kernel_as_in_python() -> None:
+    group, nonce = os.urandom(32), os.urandom(12)
+    member = "t/fact/f1"
+    by_member = _kernel().seal_batch(nonce, [(group, member.encode(), "why", b"ad", b"H", b"S")])[0]
+    by_key = _kernel().seal_batch(nonce, [(derive(group, member), None, "why", b"ad", b"H", b"S")])[0]
+    assert by_member == by_key
+    encoded = _python_seal(derive(group, member), nonce, b"swhy", b"ad")
+    assert by_member == b"H" + encoded[:16] + b":" + encoded[16:] + b"S"
 
 
 def test_a_text_that_cannot_be_utf8_fails_both_ways_alike() -> None:
-    key, nonce = os.urandom(32), os.urandom(12)
-    for kernel in (True, False):
-        with _sealing(kernel), pytest.raises(UnicodeEncodeError):
-            _Sealer("k", key).seal(nonce, "reason", "lone \udc80 surrogate")
+    job = [_job(os.urandom(32), None, "lone \udc80 surrogate", "k", "reason")]
+    with pytest.raises(UnicodeEncodeError):
+        _kernel().seal_batch(os.urandom(12), job)
+    with pytest.raises(UnicodeEncodeError):
+        _seal_jobs_python(os.urandom(12), job)
 
 
 def test_the_kernel_refuses_what_it_cannot_seal() -> None:
     kernel = _kernel()
     with pytest.raises(ValueError):
-        kernel.seal(b"k" * 16, b"n" * 12, b"p", b"")  # AES-256 only (the mapper keeps AESGCM for other sizes)
+        kernel.seal(b"k" * 16, b"n" * 12, b"p", b"")  # AES-256 only
     with pytest.raises(ValueError):
         kernel.seal(b"k" * 32, b"n" * 16, b"p", b"")
     with pytest.raises(TypeError):
-        kernel.seal_field(b"k" * 32, b"n" * 12, 3, b"", b"", b"")
-    with _sealing(True):
-        assert _Sealer("k", b"k" * 16).cipher is not None
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, None, 3, b"", b"", b"")])
+    with pytest.raises(TypeError):
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, None, "v")])
+    with pytest.raises(ValueError):
+        kernel.seal_batch(b"n" * 11, [(b"k" * 32, None, "v", b"", b"", b"")])
+    with pytest.raises(ValueError):
+        kernel.seal_batch(b"n" * 12, [(b"k" * 31, None, "v", b"", b"", b"")])
 
 
 def _events() -> list[Pending]:
