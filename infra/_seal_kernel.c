@@ -22,7 +22,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#define KERNEL_VERSION 3
+#define KERNEL_VERSION 4
 #define KEY_BYTES 32
 #define NONCE_BYTES 12
 #define TAG_BYTES 16
@@ -238,7 +238,7 @@ static int derive(const char *group_key, const char *member, Py_ssize_t member_n
 
 PyDoc_STRVAR(seal_batch_doc,
              "seal_batch(nonces, jobs) -> list[bytes]\n\n"
-             "Seals each job in the list `jobs`, each a tuple (key, member_id, value, ad, head, suffix), as "
+             "Seals each job in the list `jobs`, each a tuple (key, member_id, value, (ad, head, suffix)), as "
              "head + base64url(nonce) + b':' + base64url(ciphertext + tag) + suffix (no padding); value a str is "
              "sealed as b's' + its UTF-8, bytes as they are. With member_id None, key is the data key; with "
              "member_id bytes, key is its group's key and the member's key is derived as infra/keystore.derive "
@@ -270,11 +270,13 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
     batching = 1;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *job = PyList_GET_ITEM(jobs, i);
-        if (!PyTuple_Check(job) || PyTuple_GET_SIZE(job) != 6) {
-            PyErr_Format(PyExc_TypeError, "job %zd must be a tuple (key, member_id, value, ad, head, suffix)", i);
+        if (!PyTuple_Check(job) || PyTuple_GET_SIZE(job) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(job, 3)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(job, 3)) != 3) {
+            PyErr_Format(PyExc_TypeError, "job %zd must be a tuple (key, member_id, value, (ad, head, suffix))", i);
             goto failed;
         }
         PyObject *const *item = &PyTuple_GET_ITEM(job, 0);
+        PyObject *const *extras = &PyTuple_GET_ITEM(item[3], 0);
         if (check_bytes(item[0], "key", KEY_BYTES) < 0)
             goto failed;
         const char *key = PyBytes_AS_STRING(item[0]);
@@ -287,7 +289,7 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyObject *nonce = PyBytes_FromStringAndSize(PyBytes_AS_STRING(args[0]) + i * NONCE_BYTES, NONCE_BYTES);
         if (!nonce)
             goto failed;
-        PyObject *field[5] = {nonce, item[2], item[3], item[4], item[5]};
+        PyObject *field[5] = {nonce, item[2], extras[0], extras[1], extras[2]};
         PyObject *one = seal_field_with(key, field);
         Py_DECREF(nonce);
         if (!one)

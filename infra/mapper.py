@@ -32,7 +32,7 @@ from domain.ports import KeyStore, Pending
 from infra.kernels import load
 from infra.keystore import derive
 
-SEAL_KERNEL_VERSION = 3
+SEAL_KERNEL_VERSION = 4
 """The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 _kernel, use_kernel = load("infra._seal_kernel", SEAL_KERNEL_VERSION, "NOUMENA_SEAL_KERNEL",
@@ -90,10 +90,19 @@ class _Spec:
 _SPECS: dict[type, _Spec] = {}
 
 
-Job = tuple[bytes, bytes | None, Any, bytes, bytes, bytes]
-"""One field to seal: (key, member id, value, associated data, head, suffix). With a member id (UTF-8), `key` is
+Job = tuple[bytes, bytes | None, Any, tuple[bytes, bytes, bytes]]
+"""One field to seal: (key, member id, value, (associated data, head, suffix)). With a member id (UTF-8), `key` is
 its group's key and the field's key is derived from it (`keystore.derive`). The value is a text (sealed as b"s" + its
-UTF-8) or bytes (sealed as they are: b"j" + JSON)."""
+UTF-8) or bytes (sealed as they are: b"j" + JSON). The last three depend only on the key's name and the field
+(`_extras`), so the mapper makes them once per name and field."""
+
+
+def _extras(name: str, field: str) -> tuple[bytes, bytes, bytes]:
+    """A field's associated data (`<key name>|<field>`), its JSON head and the suffix naming its key."""
+    head = _HEADS.get(field)
+    if head is None:
+        head = _HEADS[field] = f',"{field}":"{SEAL}'.encode()
+    return f"{name}|{field}".encode(), head, _suffix(name)
 
 
 def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
@@ -108,7 +117,7 @@ def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
 def _seal_jobs_python(nonces: bytes, jobs: list[Job]) -> list[bytes]:
     out = []
     ciphers: dict[bytes, AESGCM] = {}
-    for i, (key, member, value, ad, head, suffix) in enumerate(jobs):
+    for i, (key, member, value, (ad, head, suffix)) in enumerate(jobs):
         if member is not None:
             key = derive(key, member.decode())
         cipher = ciphers.get(key)
@@ -135,8 +144,8 @@ class EventMapper:
         self.keys = keys
         self._ciphers: dict[str, AESGCM | None] = {}
         """For opening: by key id (None: the key is gone)."""
-        self._sealers: dict[str, tuple[bytes, dict[str, bytes]]] = {}
-        """For sealing: by key name, its suffix and its associated data by field (not kept for a fact's key)."""
+        self._sealers: dict[str, dict[str, tuple[bytes, bytes, bytes]]] = {}
+        """For sealing: by key name, `_extras` by field (not kept for a fact's key)."""
         self._generation = getattr(keys, "generation", 0)
 
     # ------------------------------------------------------------------ writing
@@ -184,7 +193,7 @@ class EventMapper:
         # Sealed: a first pass writes each event's structure as pydantic does and lists the fields to seal (one
         # job each); the jobs are sealed together (`_seal_jobs`: one kernel call for the batch); a second pass
         # splices each sealed field into its event as a JSON string. A key not given is an error, never plaintext.
-        jobs: list[tuple[bytes, bytes | None, Any, bytes, bytes, bytes]] = []
+        jobs: list[Job] = []
         recipes: list[tuple[Pending, _Spec, bytes, int]] = []
         cached = self._sealers
         for p in pending:
@@ -198,39 +207,38 @@ class EventMapper:
                 recipes.append((p, spec, spec.serializer.to_json(event), 0))
                 continue
             sealing = keys[key.key_id]
-            name, secret = sealing[0], sealing[1]
+            name = sealing[0]
             member = sealing[2].encode() if len(sealing) == 3 else None  # type: ignore[misc]
-            known = cached.get(name)
-            if known is None:
-                known = (_suffix(name), {})
+            by_field = cached.get(name)
+            if by_field is None:
+                by_field = {}
                 if member is None and "/fact/" not in name:  # (a fact's key seals one fact: not kept)
-                    cached[name] = known
-            suffix, ads = known
-            if spec.single is not None:  # one content field (most events): no lists, no loops
-                content: tuple[str, ...] | list[str] = spec.fields
-                value = getattr(event, spec.single)
+                    cached[name] = by_field
+            field = spec.single
+            if field is not None:  # one content field, a text (most events): no lists, no loops
+                value = getattr(event, field)
                 if value is None or value == "":
                     recipes.append((p, spec, spec.serializer.to_json(event), 0))
                     continue
-                head = spec.serializer.to_json(event, exclude=spec.exclude)[:-1]
-            else:
-                content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
-                if not content:
-                    recipes.append((p, spec, spec.serializer.to_json(event), 0))
-                    continue
-                head = spec.serializer.to_json(event, exclude=set(content))[:-1]
+                extras = by_field.get(field)
+                if extras is None:
+                    extras = by_field[field] = _extras(name, field)
+                jobs.append((sealing[1], member, value, extras))
+                recipes.append((p, spec, spec.serializer.to_json(event, exclude=spec.exclude)[:-1], 1))
+                continue
+            content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
+            if not content:
+                recipes.append((p, spec, spec.serializer.to_json(event), 0))
+                continue
             for field in content:
                 value = getattr(event, field)
                 if not isinstance(value, str):  # a text is sealed as b"s" + its UTF-8, anything else as b"j" + JSON
                     value = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
-                ad = ads.get(field)
-                if ad is None:
-                    ad = ads[field] = f"{name}|{field}".encode()
-                field_head = _HEADS.get(field)
-                if field_head is None:
-                    field_head = _HEADS[field] = f',"{field}":"{SEAL}'.encode()
-                jobs.append((secret, member, value, ad, field_head, suffix))
-            recipes.append((p, spec, head, len(content)))
+                extras = by_field.get(field)
+                if extras is None:
+                    extras = by_field[field] = _extras(name, field)
+                jobs.append((sealing[1], member, value, extras))
+            recipes.append((p, spec, spec.serializer.to_json(event, exclude=set(content))[:-1], len(content)))
         sealed = _seal_jobs(os.urandom(12 * len(jobs)), jobs)
         stored = []
         streams = {}

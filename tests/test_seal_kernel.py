@@ -73,8 +73,8 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text()
 def _job(key: bytes, member: str | None, value: Any, key_id: str, field: str) -> tuple[Any, ...]:
     if not isinstance(value, str):
         value = b"j" + json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-    return (key, None if member is None else member.encode(), value, f"{key_id}|{field}".encode(),
-            f',"{field}":"sealed:v1:'.encode(), f':{key_id}"'.encode())
+    return (key, None if member is None else member.encode(), value,
+            (f"{key_id}|{field}".encode(), f',"{field}":"sealed:v1:'.encode(), f':{key_id}"'.encode()))
 
 
 jobs = st.lists(st.tuples(keys, st.none() | st.text(min_size=1, max_size=60), st.text(max_size=2000) | json_values,
@@ -95,8 +95,8 @@ def test_a_kernel_batch_writes_the_python_paths_bytes(batch: list[tuple[Any, ...
 def test_a_member_key_is_derived_in_the_kernel_as_in_python() -> None:
     group, nonce = os.urandom(32), os.urandom(12)
     member = "t/fact/f1"
-    by_member = _kernel().seal_batch(nonce, [(group, member.encode(), "why", b"ad", b"H", b"S")])[0]
-    by_key = _kernel().seal_batch(nonce, [(derive(group, member), None, "why", b"ad", b"H", b"S")])[0]
+    by_member = _kernel().seal_batch(nonce, [(group, member.encode(), "why", (b"ad", b"H", b"S"))])[0]
+    by_key = _kernel().seal_batch(nonce, [(derive(group, member), None, "why", (b"ad", b"H", b"S"))])[0]
     assert by_member == by_key
     encoded = _python_seal(derive(group, member), nonce, b"swhy", b"ad")
     assert by_member == b"H" + encoded[:16] + b":" + encoded[16:] + b"S"
@@ -117,13 +117,15 @@ def test_the_kernel_refuses_what_it_cannot_seal() -> None:
     with pytest.raises(ValueError):
         kernel.seal(b"k" * 32, b"n" * 16, b"p", b"")
     with pytest.raises(TypeError):
-        kernel.seal_batch(b"n" * 12, [(b"k" * 32, None, 3, b"", b"", b"")])
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, None, 3, (b"", b"", b""))])
     with pytest.raises(TypeError):
         kernel.seal_batch(b"n" * 12, [(b"k" * 32, None, "v")])
+    with pytest.raises(TypeError):
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, None, "v", (b"", b""))])
     with pytest.raises(ValueError):
-        kernel.seal_batch(b"n" * 11, [(b"k" * 32, None, "v", b"", b"", b"")])
+        kernel.seal_batch(b"n" * 11, [(b"k" * 32, None, "v", (b"", b"", b""))])
     with pytest.raises(ValueError):
-        kernel.seal_batch(b"n" * 12, [(b"k" * 31, None, "v", b"", b"", b"")])
+        kernel.seal_batch(b"n" * 12, [(b"k" * 31, None, "v", (b"", b"", b""))])
 
 
 def _events() -> list[Pending]:
