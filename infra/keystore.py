@@ -67,6 +67,9 @@ class _Cached:
         self.owners: dict[str, frozenset[str]] = {}
         self.groups: dict[str, tuple[str, bytes]] = {}
         """By group: its current key's id and bytes."""
+        self.verified: dict[str, tuple[ContentKey, Sealing]] = {}
+        """By key id: the last `ContentKey` object found cached with all its owners, and its sealing. The domain
+        hands out one object per session key, so most lookups are one identity check."""
         self.generation = 0
 
     def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
@@ -82,6 +85,7 @@ class _Cached:
         self.keys.clear()
         self.owners.clear()
         self.groups.clear()
+        self.verified.clear()
         self.generation += 1
 
 
@@ -200,12 +204,16 @@ class SQLiteKeyStore:
                 self._epoch = epoch
             self._cache.bound()
             cache = self._cache
-            keys, known_owners, groups = cache.keys, cache.owners, cache.groups
+            keys, known_owners, groups, verified = cache.keys, cache.owners, cache.groups, cache.verified
             owners: dict[str, frozenset[str]] = {}
             new_groups: dict[str, frozenset[str]] = {}
             result: dict[str, Sealing] = {}
             later: list[ContentKey] = []
             for k in wanted:
+                hit = verified.get(k.key_id)
+                if hit is not None and hit[0] is k:
+                    result[k.key_id] = hit[1]
+                    continue
                 group = k.group
                 if group is not None:  # derived from the group's key
                     found = groups.get(group)
@@ -217,7 +225,8 @@ class SQLiteKeyStore:
                     continue
                 key_id = k.key_id
                 if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):
-                    result[key_id] = (key_id, keys[key_id])
+                    sealing = result[key_id] = (key_id, keys[key_id])
+                    verified[key_id] = (k, sealing)
                     continue
                 more = owners.get(key_id)
                 owners[key_id] = k.owners if more is None else more | k.owners
