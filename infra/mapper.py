@@ -30,7 +30,7 @@ from domain.events import DomainEvent, event_class_for, upcast
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN, SubjectForgotten
 from domain.ports import KeyStore, Pending
 from infra.kernels import load
-from infra.keystore import derive
+from infra.keystore import Sealing, derive
 
 SEAL_KERNEL_VERSION = 4
 """The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
@@ -88,6 +88,13 @@ class _Spec:
 
 
 _SPECS: dict[type, _Spec] = {}
+
+
+def _spec_of(cls: type[DomainEvent]) -> _Spec:
+    spec = _SPECS.get(cls)
+    if spec is None:
+        spec = _SPECS[cls] = _Spec(cls)
+    return spec
 
 
 Job = tuple[bytes, bytes | None, Any, tuple[bytes, bytes, bytes]]
@@ -168,7 +175,7 @@ class EventMapper:
         it is sealed with may still be being committed; `ready` waits until they are (raising if they could not
         be), then holds off forgets until the function it returns is called, after the commit (see
         `KeyStore.keys_pending`)."""
-        keys: dict[str, tuple[str, bytes]] = {}
+        keys: dict[str, Sealing] = {}
         ready = None
         if self.keys is not None:
             wanted = [p.key for p in pending if p.key is not None]
@@ -180,10 +187,7 @@ class EventMapper:
             streams: dict[str, str] = {}
             for p in pending:
                 event = p.event
-                cls = type(event)
-                spec = _SPECS.get(cls)
-                if spec is None:
-                    spec = _SPECS[cls] = _Spec(cls)
+                spec = _spec_of(type(event))
                 stream = streams.get(p.tenant)
                 if stream is None:
                     stream = streams[p.tenant] = stream_id(p.tenant)
@@ -198,10 +202,7 @@ class EventMapper:
         cached = self._sealers
         for p in pending:
             event = p.event
-            cls = type(event)
-            spec = _SPECS.get(cls)
-            if spec is None:
-                spec = _SPECS[cls] = _Spec(cls)
+            spec = _spec_of(type(event))
             key = p.key
             if key is None or not spec.fields:
                 recipes.append((p, spec, spec.serializer.to_json(event), 0))
