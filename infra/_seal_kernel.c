@@ -67,10 +67,10 @@ static int openssl_error(const char *what) {
 
 static const unsigned char ZERO_KEY[KEY_BYTES];
 
-/* Overwrite the context's key schedule with an all-zero key's, so the last data key sealed with does not stay in
- * memory after the call (its key may be forgotten meanwhile: crypto-shredding). */
 static int batching; /* set while seal_batch runs: it wipes once, at its end */
 
+/* Overwrite the context's key schedule with an all-zero key's, so the last data key sealed with does not stay in
+ * memory after the call (its key may be forgotten meanwhile: crypto-shredding). */
 static int wipe(void) {
     if (batching)
         return 0;
@@ -242,9 +242,10 @@ PyDoc_STRVAR(seal_batch_doc,
              "head + base64url(nonce) + b':' + base64url(ciphertext + tag) + suffix (no padding); value a str is "
              "sealed as b's' + its UTF-8, bytes as they are. With member_id None, key is the data key; with "
              "member_id bytes, key is its group's key and the member's key is derived as infra/keystore.derive "
-             "does (keyed BLAKE2b of member_id, personalised b'noumena-derive', 32 bytes). Job i uses nonces[12 * i:12 * i + 12]. The cipher "
-             "and MAC contexts are wiped once, at the end (the OpenSSL code stays hot in the CPU's caches over a "
-             "batch, rather than being evicted between events by the Python around it).");
+             "does (keyed BLAKE2b of member_id, personalised b'noumena-derive', 32 bytes). Job i uses "
+             "nonces[12 * i:12 * i + 12]. The cipher and MAC contexts are wiped once, at the end (the OpenSSL code "
+             "stays hot in the CPU's caches over a batch, rather than being evicted between events by the Python "
+             "around it).");
 
 static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -306,8 +307,11 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
 failed:
     batching = 0;
     OPENSSL_cleanse(derived, KEY_BYTES);
+    PyObject *type, *value, *traceback; /* the job's error is the one raised, whatever the wipe says */
+    PyErr_Fetch(&type, &value, &traceback);
     wipe();
     EVP_MAC_init(derive_ctx, ZERO_KEY, KEY_BYTES, NULL);
+    PyErr_Restore(type, value, traceback);
     Py_DECREF(results);
     return NULL;
 }

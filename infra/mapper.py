@@ -115,7 +115,9 @@ def _extras(name: str, field: str) -> tuple[bytes, bytes, bytes]:
 def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
     """Each job sealed as `head + base64url(nonce) + ":" + base64url(ciphertext + tag) + suffix` (no padding),
     job i with nonces[12 * i:12 * i + 12]: in the kernel, one call for them all, or else in Python. Both write the
-    same bytes (tests/test_seal_kernel.py)."""
+    same bytes (tests/test_seal_kernel.py). (The kernel keys its one context for each job rather than keeping a
+    keyed context per cached key: tried, that measured slower, since with hundreds of sessions in turn each
+    context is cold in the CPU's caches by the time it is used again.)"""
     if use_kernel:
         return _kernel.seal_batch(nonces, jobs)  # type: ignore[no-any-return]
     return _seal_jobs_python(nonces, jobs)
