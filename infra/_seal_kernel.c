@@ -1,5 +1,5 @@
-/* Sealing a batch's content fields in C: AES-256-GCM and the base64url text of `infra/mapper.py`'s
- * `_seal_jobs_python`, in one call for the batch, byte for byte what the Python path writes (AES-GCM is
+/* Sealing a batch's content fields in C: AES-256-GCM records of `infra/mapper.py`'s `_seal_jobs_python` (the
+ * sealed format v2), in one call for the batch, byte for byte what the Python path writes (AES-GCM is
  * deterministic for a key, nonce, plaintext and associated data). A group member's key (a fact's) is derived here as
  * `infra/keystore.derive` does, with OpenSSL's BLAKE2BMAC, so it never becomes a Python object. One call per batch
  * rather than per field keeps OpenSSL's code in the CPU's caches: called between the Python of each event, it was
@@ -22,43 +22,15 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#define KERNEL_VERSION 4
+#define KERNEL_VERSION 5
 #define KEY_BYTES 32
 #define NONCE_BYTES 12
 #define TAG_BYTES 16
-#define STACK_BYTES 2048
 
 static EVP_CIPHER *aes_gcm;
 static EVP_CIPHER_CTX *cipher_ctx;
 static EVP_MAC *blake2b_mac;
 static EVP_MAC_CTX *derive_ctx;
-
-static const char ALPHABET[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* base64url of n bytes without padding: the number of characters */
-static Py_ssize_t b64_length(Py_ssize_t n) { return n / 3 * 4 + (n % 3 ? n % 3 + 1 : 0); }
-
-static char *b64(const unsigned char *in, Py_ssize_t n, char *out) {
-    Py_ssize_t i = 0;
-    for (; i + 3 <= n; i += 3) {
-        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
-        *out++ = ALPHABET[v >> 18];
-        *out++ = ALPHABET[v >> 12 & 63];
-        *out++ = ALPHABET[v >> 6 & 63];
-        *out++ = ALPHABET[v & 63];
-    }
-    if (n - i == 1) {
-        unsigned v = (unsigned)in[i] << 16;
-        *out++ = ALPHABET[v >> 18];
-        *out++ = ALPHABET[v >> 12 & 63];
-    } else if (n - i == 2) {
-        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8;
-        *out++ = ALPHABET[v >> 18];
-        *out++ = ALPHABET[v >> 12 & 63];
-        *out++ = ALPHABET[v >> 6 & 63];
-    }
-    return out;
-}
 
 static int openssl_error(const char *what) {
     PyErr_Format(PyExc_RuntimeError, "OpenSSL: %s failed", what);
@@ -124,43 +96,32 @@ static int check_bytes(PyObject *arg, const char *name, Py_ssize_t size) {
     return 0;
 }
 
-/* The sealed text: head, base64url(nonce), ':', base64url(ciphertext + tag), suffix. The plaintext is the
- * prefix byte (if any) and `plain`. */
-static PyObject *sealed(const char *key, PyObject *nonce, const char *prefix,
-                        const char *plain, Py_ssize_t n, PyObject *ad, const char *head, Py_ssize_t head_n,
-                        const char *suffix, Py_ssize_t suffix_n, int split) {
+/* head, then (when `framed`) the 4-byte big-endian length of what follows, then nonce || ciphertext || tag. The
+ * plaintext is the prefix byte (if any) and `plain`. Encrypted straight into the new bytes object. */
+static PyObject *sealed(const char *key, const char *nonce, const char *prefix, const char *plain, Py_ssize_t n,
+                        PyObject *ad, const char *head, Py_ssize_t head_n, int framed) {
     Py_ssize_t raw_n = NONCE_BYTES + (prefix ? 1 : 0) + n + TAG_BYTES;
-    unsigned char stack[STACK_BYTES];
-    unsigned char *raw = raw_n <= STACK_BYTES ? stack : PyMem_Malloc(raw_n);
-    if (!raw)
-        return PyErr_NoMemory();
-    PyObject *result = NULL;
-    if (encrypt(key, PyBytes_AS_STRING(nonce), prefix, plain, n, PyBytes_AS_STRING(ad), PyBytes_GET_SIZE(ad),
-                raw) < 0)
-        goto done;
-    Py_ssize_t chars = b64_length(raw_n);
-    result = PyBytes_FromStringAndSize(NULL, head_n + chars + (split ? 1 : 0) + suffix_n);
+    Py_ssize_t frame = framed ? 4 : 0;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, head_n + frame + raw_n);
     if (!result)
-        goto done;
-    char *out = PyBytes_AS_STRING(result);
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     memcpy(out, head, head_n);
     out += head_n;
-    if (split) {
-        out = b64(raw, NONCE_BYTES, out);
-        *out++ = ':';
-        out = b64(raw + NONCE_BYTES, raw_n - NONCE_BYTES, out);
-    } else {
-        out = b64(raw, raw_n, out);
+    if (framed) {
+        out[0] = (unsigned char)(raw_n >> 24), out[1] = (unsigned char)(raw_n >> 16);
+        out[2] = (unsigned char)(raw_n >> 8), out[3] = (unsigned char)raw_n;
+        out += 4;
     }
-    memcpy(out, suffix, suffix_n);
-done:
-    if (raw != stack)
-        PyMem_Free(raw);
+    if (encrypt(key, nonce, prefix, plain, n, PyBytes_AS_STRING(ad), PyBytes_GET_SIZE(ad), out) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
     return result;
 }
 
 PyDoc_STRVAR(seal_doc, "seal(key, nonce, plain, ad) -> bytes\n\n"
-                       "base64url without padding of nonce + AES-256-GCM ciphertext + tag (key 32 bytes, nonce 12).");
+                       "nonce + AES-256-GCM ciphertext + tag (key 32 bytes, nonce 12).");
 
 static PyObject *seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -170,8 +131,8 @@ static PyObject *seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_bytes(args[0], "key", KEY_BYTES) < 0 || check_bytes(args[1], "nonce", NONCE_BYTES) < 0 ||
         check_bytes(args[2], "plain", -1) < 0 || check_bytes(args[3], "ad", -1) < 0)
         return NULL;
-    return sealed(PyBytes_AS_STRING(args[0]), args[1], NULL, PyBytes_AS_STRING(args[2]),
-                  PyBytes_GET_SIZE(args[2]), args[3], "", 0, "", 0, 0);
+    return sealed(PyBytes_AS_STRING(args[0]), PyBytes_AS_STRING(args[1]), NULL, PyBytes_AS_STRING(args[2]),
+                  PyBytes_GET_SIZE(args[2]), args[3], "", 0, 0);
 }
 
 /* A field's value as the bytes to seal: a str as b"s" + its UTF-8 (`prefix` "s"), bytes as they are. `*encoded`
@@ -205,18 +166,16 @@ static int field_bytes(PyObject *value, const char **plain, Py_ssize_t *n, const
     return -1;
 }
 
-/* One field, once `key` is checked: args are nonce, value, ad, head, suffix. */
-static PyObject *seal_field_with(const char *key, PyObject *const *args) {
-    if (check_bytes(args[0], "nonce", NONCE_BYTES) < 0 || check_bytes(args[2], "ad", -1) < 0 ||
-        check_bytes(args[3], "head", -1) < 0 || check_bytes(args[4], "suffix", -1) < 0)
+/* One field, once `key` is checked: value, ad, head. */
+static PyObject *seal_field_with(const char *key, const char *nonce, PyObject *value, PyObject *ad, PyObject *head) {
+    if (check_bytes(ad, "ad", -1) < 0 || check_bytes(head, "head", -1) < 0)
         return NULL;
     const char *plain, *prefix;
     Py_ssize_t n;
     PyObject *encoded;
-    if (field_bytes(args[1], &plain, &n, &prefix, &encoded) < 0)
+    if (field_bytes(value, &plain, &n, &prefix, &encoded) < 0)
         return NULL;
-    PyObject *result = sealed(key, args[0], prefix, plain, n, args[2], PyBytes_AS_STRING(args[3]),
-                              PyBytes_GET_SIZE(args[3]), PyBytes_AS_STRING(args[4]), PyBytes_GET_SIZE(args[4]), 1);
+    PyObject *result = sealed(key, nonce, prefix, plain, n, ad, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), 1);
     Py_XDECREF(encoded);
     return result;
 }
@@ -238,8 +197,8 @@ static int derive(const char *group_key, const char *member, Py_ssize_t member_n
 
 PyDoc_STRVAR(seal_batch_doc,
              "seal_batch(nonces, jobs) -> list[bytes]\n\n"
-             "Seals each job in the list `jobs`, each a tuple (key, member_id, value, (ad, head, suffix)), as "
-             "head + base64url(nonce) + b':' + base64url(ciphertext + tag) + suffix (no padding); value a str is "
+             "Seals each job in the list `jobs`, each a tuple (key, member_id, value, (ad, head)), as head + the "
+             "4-byte big-endian length of what follows + nonce + AES-256-GCM ciphertext + tag; value a str is "
              "sealed as b's' + its UTF-8, bytes as they are. With member_id None, key is the data key; with "
              "member_id bytes, key is its group's key and the member's key is derived as infra/keystore.derive "
              "does (keyed BLAKE2b of member_id, personalised b'noumena-derive', 32 bytes). Job i uses "
@@ -272,8 +231,8 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *job = PyList_GET_ITEM(jobs, i);
         if (!PyTuple_Check(job) || PyTuple_GET_SIZE(job) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(job, 3)) ||
-            PyTuple_GET_SIZE(PyTuple_GET_ITEM(job, 3)) != 3) {
-            PyErr_Format(PyExc_TypeError, "job %zd must be a tuple (key, member_id, value, (ad, head, suffix))", i);
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(job, 3)) != 2) {
+            PyErr_Format(PyExc_TypeError, "job %zd must be a tuple (key, member_id, value, (ad, head))", i);
             goto failed;
         }
         PyObject *const *item = &PyTuple_GET_ITEM(job, 0);
@@ -287,12 +246,8 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
                 goto failed;
             key = (const char *)derived;
         }
-        PyObject *nonce = PyBytes_FromStringAndSize(PyBytes_AS_STRING(args[0]) + i * NONCE_BYTES, NONCE_BYTES);
-        if (!nonce)
-            goto failed;
-        PyObject *field[5] = {nonce, item[2], extras[0], extras[1], extras[2]};
-        PyObject *one = seal_field_with(key, field);
-        Py_DECREF(nonce);
+        PyObject *one = seal_field_with(key, PyBytes_AS_STRING(args[0]) + i * NONCE_BYTES, item[2], extras[0],
+                                        extras[1]);
         if (!one)
             goto failed;
         PyList_SET_ITEM(results, i, one);

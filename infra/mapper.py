@@ -1,15 +1,19 @@
 """Maps domain events to eventsourcing's StoredEvent and back: stable topic + version, JSON state, and the
 content fields sealed with their subject's data key (AES-256-GCM) when a key store is configured.
 
-A sealed field is stored as the string `sealed:v1:<nonce>:<ciphertext>:<key id>` (base64url), the key id and
-field name bound in as associated data. Ids, refs, topics and times stay in the clear. When the key has been
-deleted (the subject was forgotten) the field reads as `[forgotten]` (lists as empty).
+An event with sealed fields is stored in format v2: its JSON without those fields (ids, refs, topics and times
+stay in the clear), a NUL byte (never part of JSON text: pydantic and `json` escape control characters), the
+format byte 2, the key's name (2-byte big-endian length, UTF-8), then one record per sealed field: its name
+(1-byte length, ASCII), the 4-byte big-endian length of the rest, the 12-byte nonce, the AES-256-GCM ciphertext
+and its 16-byte tag. The plaintext is b"s" + a text's UTF-8, or b"j" + JSON; the associated data
+`<key name>|<field>` binds the key and the field. The earlier format v1, each sealed field a JSON string
+`sealed:v1:<nonce>:<ciphertext>:<key name>` (base64url), is still read. When the key has been deleted (the
+subject was forgotten) a field reads as `[forgotten]` (lists as empty).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -32,7 +36,7 @@ from domain.ports import KeyStore, Pending
 from infra.kernels import load
 from infra.keystore import Sealing, derive
 
-SEAL_KERNEL_VERSION = 4
+SEAL_KERNEL_VERSION = 5
 """The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 _kernel, use_kernel = load("infra._seal_kernel", SEAL_KERNEL_VERSION, "NOUMENA_SEAL_KERNEL",
@@ -41,7 +45,11 @@ _kernel, use_kernel = load("infra._seal_kernel", SEAL_KERNEL_VERSION, "NOUMENA_S
 or with `cryptography`'s AESGCM. Both write the same bytes (tests/test_seal_kernel.py)."""
 
 SEAL = "sealed:v1:"
+"""Format v1's marker (still read, no longer written)."""
 SEAL_BYTES = SEAL.encode()
+SEALED = b"\x00\x02"
+"""Ends a v2 event's JSON and starts its sealed fields (the NUL, then the format byte)."""
+RECORD_MIN = 12 + 16  # nonce + tag
 _FORGOTTEN_TOPIC = SubjectForgotten.stored_topic()
 
 
@@ -60,16 +68,8 @@ def _plain(value: Any) -> Any:
 
 
 _EMPTY = (None, "", (), {})
-_URLSAFE = bytes.maketrans(b"+/", b"-_")
-
-
-def _json_safe(text: str) -> bool:
-    """Whether `text` can stand inside a JSON string as it is (printable ASCII without quote or backslash)."""
-    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
-
-
-_HEADS: dict[str, bytes] = {}
-"""`,"name":"sealed:v1:` by field name."""
+_FIELD_HEADS: dict[str, bytes] = {}
+"""A record's head (the field name's length and the name) by field."""
 
 
 class _Spec:
@@ -97,25 +97,32 @@ def _spec_of(cls: type[DomainEvent]) -> _Spec:
     return spec
 
 
-Job = tuple[bytes, bytes | None, Any, tuple[bytes, bytes, bytes]]
-"""One field to seal: (key, member id, value, (associated data, head, suffix)). With a member id (UTF-8), `key` is
-its group's key and the field's key is derived from it (`keystore.derive`). The value is a text (sealed as b"s" + its
-UTF-8) or bytes (sealed as they are: b"j" + JSON). The last three depend only on the key's name and the field
+Extras = tuple[bytes, bytes]
+Job = tuple[bytes, bytes | None, Any, Extras]
+"""One field to seal: (key, member id, value, (associated data, head)). With a member id (UTF-8), `key` is its
+group's key and the field's key is derived from it (`keystore.derive`). The value is a text (sealed as b"s" + its
+UTF-8) or bytes (sealed as they are: b"j" + JSON). The extras depend only on the key's name and the field
 (`_extras`), so the mapper makes them once per name and field."""
 
 
-def _extras(name: str, field: str) -> tuple[bytes, bytes, bytes]:
-    """A field's associated data (`<key name>|<field>`), its JSON head and the suffix naming its key."""
-    head = _HEADS.get(field)
+def _extras(name: str, field: str) -> tuple[Extras, Extras]:
+    """A field's associated data (`<key name>|<field>`) with its record's head: as the event's first sealed field
+    (the head starts the sealed part and names the key) and as a later one."""
+    raw = name.encode()
+    if len(raw) > 0xFFFF:
+        raise ValueError(f"a key name longer than 65535 bytes cannot be recorded: {name[:80]!r}...")
+    head = _FIELD_HEADS.get(field)
     if head is None:
-        head = _HEADS[field] = f',"{field}":"{SEAL}'.encode()
-    return f"{name}|{field}".encode(), head, _suffix(name)
+        encoded = field.encode()
+        head = _FIELD_HEADS[field] = bytes((len(encoded),)) + encoded
+    ad = f"{name}|{field}".encode()
+    return (ad, b"".join((SEALED, len(raw).to_bytes(2, "big"), raw, head))), (ad, head)
 
 
 def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
-    """Each job sealed as `head + base64url(nonce) + ":" + base64url(ciphertext + tag) + suffix` (no padding),
-    job i with nonces[12 * i:12 * i + 12]: in the kernel, one call for them all, or else in Python. Both write the
-    same bytes (tests/test_seal_kernel.py). (The kernel keys its one context for each job rather than keeping a
+    """Each job sealed as its record, `head + length (4 bytes, big-endian) + nonce + ciphertext + tag`, job i with
+    nonces[12 * i:12 * i + 12]: in the kernel, one call for them all, or else in Python. Both write the same
+    bytes (tests/test_seal_kernel.py). (The kernel keys its one context for each job rather than keeping a
     keyed context per cached key: tried, that measured slower, since with hundreds of sessions in turn each
     context is cold in the CPU's caches by the time it is used again.)"""
     if use_kernel:
@@ -126,7 +133,7 @@ def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
 def _seal_jobs_python(nonces: bytes, jobs: list[Job]) -> list[bytes]:
     out = []
     ciphers: dict[bytes, AESGCM] = {}
-    for i, (key, member, value, (ad, head, suffix)) in enumerate(jobs):
+    for i, (key, member, value, (ad, head)) in enumerate(jobs):
         if member is not None:
             key = derive(key, member.decode())
         cipher = ciphers.get(key)
@@ -134,14 +141,9 @@ def _seal_jobs_python(nonces: bytes, jobs: list[Job]) -> list[bytes]:
             cipher = ciphers[key] = AESGCM(key)
         nonce = nonces[12 * i:12 * i + 12]
         plain = b"s" + value.encode() if isinstance(value, str) else value
-        encoded = binascii.b2a_base64(nonce + cipher.encrypt(nonce, plain, ad), newline=False)
-        encoded = encoded.translate(_URLSAFE).rstrip(b"=")
-        out.append(b"".join((head, encoded[:16], b":", encoded[16:], suffix)))
+        sealed = cipher.encrypt(nonce, plain, ad)
+        out.append(b"".join((head, (len(nonce) + len(sealed)).to_bytes(4, "big"), nonce, sealed)))
     return out
-
-
-def _suffix(key_id: str) -> bytes:
-    return f":{key_id if _json_safe(key_id) else json.dumps(key_id)[1:-1]}\"".encode()
 
 
 def _unb64(text: str) -> bytes:
@@ -153,7 +155,7 @@ class EventMapper:
         self.keys = keys
         self._ciphers: dict[str, AESGCM | None] = {}
         """For opening: by key id (None: the key is gone)."""
-        self._sealers: dict[str, dict[str, tuple[bytes, bytes, bytes]]] = {}
+        self._sealers: dict[str, dict[str, tuple[Extras, Extras]]] = {}
         """For sealing: by key name, `_extras` by field (not kept for a fact's key)."""
         self._generation = getattr(keys, "generation", 0)
 
@@ -196,9 +198,10 @@ class EventMapper:
                 stored.append(StoredEvent(originator_id=stream, originator_version=p.version, topic=spec.topic,
                                           state=spec.serializer.to_json(event)))
             return stored, ready
-        # Sealed: a first pass writes each event's structure as pydantic does and lists the fields to seal (one
-        # job each); the jobs are sealed together (`_seal_jobs`: one kernel call for the batch); a second pass
-        # splices each sealed field into its event as a JSON string. A key not given is an error, never plaintext.
+        # Sealed: a first pass writes each event's JSON without its content fields, as pydantic does, and lists
+        # the fields to seal (one job each); the jobs are sealed together (`_seal_jobs`: one kernel call for the
+        # batch); a second pass appends each event's records to its JSON (format v2). A key not given is an
+        # error, never plaintext.
         jobs: list[Job] = []
         recipes: list[tuple[Pending, _Spec, bytes, int]] = []
         cached = self._sealers
@@ -226,34 +229,32 @@ class EventMapper:
                 extras = by_field.get(field)
                 if extras is None:
                     extras = by_field[field] = _extras(name, field)
-                jobs.append((sealing[1], member, value, extras))
-                recipes.append((p, spec, spec.serializer.to_json(event, exclude=spec.exclude)[:-1], 1))
+                jobs.append((sealing[1], member, value, extras[0]))
+                recipes.append((p, spec, spec.serializer.to_json(event, exclude=spec.exclude), 1))
                 continue
             content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
             if not content:
                 recipes.append((p, spec, spec.serializer.to_json(event), 0))
                 continue
-            for field in content:
+            for i, field in enumerate(content):
                 value = getattr(event, field)
                 if not isinstance(value, str):  # a text is sealed as b"s" + its UTF-8, anything else as b"j" + JSON
                     value = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
                 extras = by_field.get(field)
                 if extras is None:
                     extras = by_field[field] = _extras(name, field)
-                jobs.append((sealing[1], member, value, extras))
-            recipes.append((p, spec, spec.serializer.to_json(event, exclude=set(content))[:-1], len(content)))
+                jobs.append((sealing[1], member, value, extras[1 if i else 0]))
+            recipes.append((p, spec, spec.serializer.to_json(event, exclude=set(content)), len(content)))
         sealed = _seal_jobs(os.urandom(12 * len(jobs)), jobs)
         stored = []
         streams = {}
         at = 0
         for p, spec, state, fields in recipes:
-            if fields:
-                if len(state) == 1:  # nothing but the sealed fields: no comma before the first
-                    state = b"".join((b"{", sealed[at][1:], *sealed[at + 1:at + fields], b"}"))
-                elif fields == 1:
-                    state = b"".join((state, sealed[at], b"}"))
-                else:
-                    state = b"".join((state, *sealed[at:at + fields], b"}"))
+            if fields == 1:
+                state += sealed[at]
+                at += 1
+            elif fields:
+                state = b"".join((state, *sealed[at:at + fields]))
                 at += fields
             stream = streams.get(p.tenant)
             if stream is None:
@@ -275,32 +276,64 @@ class EventMapper:
         cls, stored_version = event_class_for(topic)
         if topic == _FORGOTTEN_TOPIC:
             self.evict()
-        if stored_version == cls.version and SEAL_BYTES not in state:
+        cut = state.find(0)
+        if cut >= 0:  # format v2: the sealed fields follow the JSON
+            data = self._open_records(state, cut, json.loads(state[:cut]))
+        elif stored_version == cls.version and SEAL_BYTES not in state:
             return cls.model_validate_json(state)
-        data = json.loads(state)
+        else:
+            data = json.loads(state)
         if stored_version != cls.version:
             data = upcast(cls.topic, stored_version, data)
-        return cls.model_validate(self.unseal(cls, data))
+        return cls.model_validate(self.unseal(cls, data) if cut < 0 else data)
 
     def unsealed_state(self, topic: str, state: bytes) -> bytes:
         """The stored JSON with its content opened (or `[forgotten]`), for readers that parse JSON themselves."""
         if topic == _FORGOTTEN_TOPIC:
             self.evict()
-        if SEAL_BYTES not in state:
+        cut = state.find(0)
+        if cut >= 0:
+            data = self._open_records(state, cut, json.loads(state[:cut]))
+        elif SEAL_BYTES not in state:
             return state
-        cls, _version = event_class_for(topic)
-        data = self.unseal(cls, json.loads(state))
+        else:
+            data = self.unseal(event_class_for(topic)[0], json.loads(state))
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
     def unseal(self, cls: type[DomainEvent], data: dict[str, Any]) -> dict[str, Any]:
+        """Format v1: open the content fields that are sealed strings."""
         for name in cls.content_fields:
             value = data.get(name)
             if isinstance(value, str) and value.startswith(SEAL):
-                data[name] = self._open(name, value)
+                nonce, sealed, key_id = value[len(SEAL):].split(":", 2)
+                data[name] = self._open(self._cipher(key_id), key_id, name, _unb64(nonce), _unb64(sealed))
         return data
 
-    def _open(self, name: str, value: str) -> Any:
-        nonce, sealed, key_id = value[len(SEAL):].split(":", 2)
+    def _open_records(self, state: bytes, cut: int, data: dict[str, Any]) -> dict[str, Any]:
+        """Format v2: open the records after the JSON (`cut` is the NUL's index) into `data`."""
+        end = len(state)
+        if state[cut:cut + 2] != SEALED or cut + 4 > end:
+            raise ValueError(f"a stored event has bytes after its JSON that are not sealed fields (format byte "
+                             f"{state[cut + 1:cut + 2]!r}, expected {SEALED[1:]!r})")
+        at = cut + 4 + int.from_bytes(state[cut + 2:cut + 4], "big")
+        if at > end:
+            raise ValueError("a stored event's sealed fields are cut short (in the key name)")
+        key_id = state[cut + 4:at].decode()
+        cipher = self._cipher(key_id)
+        while at < end:
+            size = state[at]
+            field = state[at + 1:at + 1 + size].decode("ascii")
+            at += 1 + size
+            size = int.from_bytes(state[at:at + 4], "big")
+            record = state[at + 4:at + 4 + size]
+            at += 4 + size
+            if at > end or size < RECORD_MIN:
+                raise ValueError(f"a stored event's sealed field {field!r} is cut short")
+            data[field] = self._open(cipher, key_id, field, record[:12], record[12:])
+        return data
+
+    def _cipher(self, key_id: str) -> AESGCM | None:
+        """The cipher of a key (None: it is gone), cached unless it opens one fact only."""
         self._check_generation()
         cipher = self._ciphers.get(key_id)
         if cipher is None and key_id not in self._ciphers:
@@ -308,12 +341,16 @@ class EventMapper:
             cipher = AESGCM(key) if key is not None else None
             if "/fact/" not in key_id:  # a fact's key opens one fact: caching it would only grow memory
                 self._ciphers[key_id] = cipher
+        return cipher
+
+    @staticmethod
+    def _open(cipher: AESGCM | None, key_id: str, field: str, nonce: bytes, sealed: bytes) -> Any:
         if cipher is None:
-            return [] if name in EMPTY_WHEN_FORGOTTEN else FORGOTTEN
+            return [] if field in EMPTY_WHEN_FORGOTTEN else FORGOTTEN
         try:
-            plain = cipher.decrypt(_unb64(nonce), _unb64(sealed), f"{key_id}|{name}".encode())
+            plain = cipher.decrypt(nonce, sealed, f"{key_id}|{field}".encode())
         except InvalidTag:
-            return [] if name in EMPTY_WHEN_FORGOTTEN else FORGOTTEN
+            return [] if field in EMPTY_WHEN_FORGOTTEN else FORGOTTEN
         return plain[1:].decode() if plain[:1] == b"s" else json.loads(plain[1:])
 
     def evict(self) -> None:
