@@ -22,10 +22,11 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#define KERNEL_VERSION 5
+#define KERNEL_VERSION 6
 #define KEY_BYTES 32
 #define NONCE_BYTES 12
 #define TAG_BYTES 16
+#define STACK_BYTES 512
 
 static EVP_CIPHER *aes_gcm;
 static EVP_CIPHER_CTX *cipher_ctx;
@@ -96,24 +97,33 @@ static int check_bytes(PyObject *arg, const char *name, Py_ssize_t size) {
     return 0;
 }
 
-/* head, then (when `framed`) the 4-byte big-endian length of what follows, then nonce || ciphertext || tag. The
- * plaintext is the prefix byte (if any) and `plain`. Encrypted straight into the new bytes object. */
+typedef struct {
+    const char *at;
+    Py_ssize_t n;
+} piece;
+
+/* The head's pieces, then (when `framed`) the 4-byte big-endian length of what follows, then nonce || ciphertext
+ * || tag. The plaintext is the prefix byte (if any) and `plain`. Encrypted straight into the new bytes object. */
 static PyObject *sealed(const char *key, const char *nonce, const char *prefix, const char *plain, Py_ssize_t n,
-                        PyObject *ad, const char *head, Py_ssize_t head_n, int framed) {
+                        const char *ad, Py_ssize_t ad_n, const piece *head, int pieces, int framed) {
     Py_ssize_t raw_n = NONCE_BYTES + (prefix ? 1 : 0) + n + TAG_BYTES;
-    Py_ssize_t frame = framed ? 4 : 0;
-    PyObject *result = PyBytes_FromStringAndSize(NULL, head_n + frame + raw_n);
+    Py_ssize_t size = raw_n + (framed ? 4 : 0);
+    for (int i = 0; i < pieces; i++)
+        size += head[i].n;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, size);
     if (!result)
         return NULL;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
-    memcpy(out, head, head_n);
-    out += head_n;
+    for (int i = 0; i < pieces; i++) {
+        memcpy(out, head[i].at, head[i].n);
+        out += head[i].n;
+    }
     if (framed) {
         out[0] = (unsigned char)(raw_n >> 24), out[1] = (unsigned char)(raw_n >> 16);
         out[2] = (unsigned char)(raw_n >> 8), out[3] = (unsigned char)raw_n;
         out += 4;
     }
-    if (encrypt(key, nonce, prefix, plain, n, PyBytes_AS_STRING(ad), PyBytes_GET_SIZE(ad), out) < 0) {
+    if (encrypt(key, nonce, prefix, plain, n, ad, ad_n, out) < 0) {
         Py_DECREF(result);
         return NULL;
     }
@@ -132,7 +142,7 @@ static PyObject *seal(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         check_bytes(args[2], "plain", -1) < 0 || check_bytes(args[3], "ad", -1) < 0)
         return NULL;
     return sealed(PyBytes_AS_STRING(args[0]), PyBytes_AS_STRING(args[1]), NULL, PyBytes_AS_STRING(args[2]),
-                  PyBytes_GET_SIZE(args[2]), args[3], "", 0, 0);
+                  PyBytes_GET_SIZE(args[2]), PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3]), NULL, 0, 0);
 }
 
 /* A field's value as the bytes to seal: a str as b"s" + its UTF-8 (`prefix` "s"), bytes as they are. `*encoded`
@@ -166,16 +176,66 @@ static int field_bytes(PyObject *value, const char **plain, Py_ssize_t *n, const
     return -1;
 }
 
-/* One field, once `key` is checked: value, ad, head. */
-static PyObject *seal_field_with(const char *key, const char *nonce, PyObject *value, PyObject *ad, PyObject *head) {
-    if (check_bytes(ad, "ad", -1) < 0 || check_bytes(head, "head", -1) < 0)
+/* A data key's field, once `key` is checked: extras are (ad, head). */
+static PyObject *seal_field(const char *key, const char *nonce, PyObject *value, PyObject *const *extras) {
+    if (check_bytes(extras[0], "ad", -1) < 0 || check_bytes(extras[1], "head", -1) < 0)
         return NULL;
     const char *plain, *prefix;
     Py_ssize_t n;
     PyObject *encoded;
     if (field_bytes(value, &plain, &n, &prefix, &encoded) < 0)
         return NULL;
-    PyObject *result = sealed(key, nonce, prefix, plain, n, ad, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), 1);
+    piece head = {PyBytes_AS_STRING(extras[1]), PyBytes_GET_SIZE(extras[1])};
+    PyObject *result = sealed(key, nonce, prefix, plain, n, PyBytes_AS_STRING(extras[0]), PyBytes_GET_SIZE(extras[0]),
+                              &head, 1, 1);
+    Py_XDECREF(encoded);
+    return result;
+}
+
+/* A group member's field, with its derived key: extras are (group, field head, first). The key's name is group +
+ * member (group ends in '/'), the associated data `<name>|<field>` (the field head is its length byte and name), and
+ * the record's head the field head, after the sealed part's start and the name when `first`. */
+static PyObject *seal_member_field(const char *key, const char *nonce, PyObject *member, PyObject *value,
+                                   PyObject *const *extras) {
+    if (check_bytes(extras[0], "group", -1) < 0 || check_bytes(extras[1], "field head", -1) < 0)
+        return NULL;
+    if (!PyBool_Check(extras[2])) {
+        PyErr_SetString(PyExc_TypeError, "first must be a bool");
+        return NULL;
+    }
+    const char *group = PyBytes_AS_STRING(extras[0]), *field_head = PyBytes_AS_STRING(extras[1]);
+    Py_ssize_t group_n = PyBytes_GET_SIZE(extras[0]), field_head_n = PyBytes_GET_SIZE(extras[1]);
+    Py_ssize_t member_n = PyBytes_GET_SIZE(member), name_n = group_n + member_n;
+    if (field_head_n < 1 || (unsigned char)field_head[0] != field_head_n - 1) {
+        PyErr_SetString(PyExc_ValueError, "field head must be the field's length byte and name");
+        return NULL;
+    }
+    if (name_n > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "a key name longer than 65535 bytes cannot be recorded");
+        return NULL;
+    }
+    const char *plain, *prefix;
+    Py_ssize_t n;
+    PyObject *encoded;
+    if (field_bytes(value, &plain, &n, &prefix, &encoded) < 0)
+        return NULL;
+    Py_ssize_t ad_n = name_n + field_head_n; /* name, '|', field */
+    char stack[STACK_BYTES];
+    char *ad = ad_n <= STACK_BYTES ? stack : PyMem_Malloc(ad_n);
+    if (!ad) {
+        Py_XDECREF(encoded);
+        return PyErr_NoMemory();
+    }
+    memcpy(ad, group, group_n);
+    memcpy(ad + group_n, PyBytes_AS_STRING(member), member_n);
+    ad[name_n] = '|';
+    memcpy(ad + name_n + 1, field_head + 1, field_head_n - 1);
+    char start[4] = {0, 2, (char)(name_n >> 8), (char)name_n}; /* SEALED, then the name's length */
+    piece head[4] = {{start, 4}, {group, group_n}, {PyBytes_AS_STRING(member), member_n}, {field_head, field_head_n}};
+    int first = extras[2] == Py_True;
+    PyObject *result = sealed(key, nonce, prefix, plain, n, ad, ad_n, first ? head : head + 3, first ? 4 : 1, 1);
+    if (ad != stack)
+        PyMem_Free(ad);
     Py_XDECREF(encoded);
     return result;
 }
@@ -197,11 +257,14 @@ static int derive(const char *group_key, const char *member, Py_ssize_t member_n
 
 PyDoc_STRVAR(seal_batch_doc,
              "seal_batch(nonces, jobs) -> list[bytes]\n\n"
-             "Seals each job in the list `jobs`, each a tuple (key, member_id, value, (ad, head)), as head + the "
+             "Seals each job in the list `jobs`, a tuple (key, member_id, value, extras), as a record: head + the "
              "4-byte big-endian length of what follows + nonce + AES-256-GCM ciphertext + tag; value a str is "
-             "sealed as b's' + its UTF-8, bytes as they are. With member_id None, key is the data key; with "
-             "member_id bytes, key is its group's key and the member's key is derived as infra/keystore.derive "
-             "does (keyed BLAKE2b of member_id, personalised b'noumena-derive', 32 bytes). Job i uses "
+             "sealed as b's' + its UTF-8, bytes as they are. With member_id None, key is the data key and extras "
+             "are (ad, head). With member_id bytes, key is its group's key, the member's key is derived as "
+             "infra/keystore.derive does (keyed BLAKE2b of member_id, personalised b'noumena-derive', 32 bytes), "
+             "and extras are (group, field_head, first): the key's name is group + member_id, the associated data "
+             "name + b'|' + the field, and the head field_head (the field's length byte and name), after "
+             "b'\\x00\\x02' + the name's 2-byte big-endian length + the name when first. Job i uses "
              "nonces[12 * i:12 * i + 12]. The cipher and MAC contexts are wiped once, at the end (the OpenSSL code "
              "stays hot in the CPU's caches over a batch, rather than being evicted between events by the Python "
              "around it).");
@@ -231,8 +294,9 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *job = PyList_GET_ITEM(jobs, i);
         if (!PyTuple_Check(job) || PyTuple_GET_SIZE(job) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(job, 3)) ||
-            PyTuple_GET_SIZE(PyTuple_GET_ITEM(job, 3)) != 2) {
-            PyErr_Format(PyExc_TypeError, "job %zd must be a tuple (key, member_id, value, (ad, head))", i);
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(job, 3)) != (PyTuple_GET_ITEM(job, 1) == Py_None ? 2 : 3)) {
+            PyErr_Format(PyExc_TypeError, "job %zd must be a tuple (key, None, value, (ad, head)) or (group key, "
+                         "member_id, value, (group, field_head, first))", i);
             goto failed;
         }
         PyObject *const *item = &PyTuple_GET_ITEM(job, 0);
@@ -246,8 +310,9 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
                 goto failed;
             key = (const char *)derived;
         }
-        PyObject *one = seal_field_with(key, PyBytes_AS_STRING(args[0]) + i * NONCE_BYTES, item[2], extras[0],
-                                        extras[1]);
+        const char *nonce = PyBytes_AS_STRING(args[0]) + i * NONCE_BYTES;
+        PyObject *one = item[1] == Py_None ? seal_field(key, nonce, item[2], extras)
+                                           : seal_member_field(key, nonce, item[1], item[2], extras);
         if (!one)
             goto failed;
         PyList_SET_ITEM(results, i, one);

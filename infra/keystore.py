@@ -36,8 +36,9 @@ _DERIVED = re.compile(r"^([a-z0-9][a-z0-9_-]*/root/[0-9a-f]{32})/(.+)$")
 
 Sealing = tuple[str, bytes] | tuple[str, bytes, str]
 """What seals one content key: the name the sealed field records and the key's bytes; for a group member (a
-derived key), its name, its group's key and its own key id, which `sealing_key` derives the member's key from (the
-mapper's seal kernel derives it itself, so the member's key never becomes a Python object)."""
+derived key), its group's key id and key and its own key id: its name is `<group key id>/<key id>`, and
+`sealing_key` derives its key (the mapper's seal kernel derives it itself, so the member's key never becomes a
+Python object)."""
 
 
 def derive(group_key: bytes, key_id: str) -> bytes:
@@ -49,8 +50,9 @@ _blake2b = hashlib.blake2b
 
 
 def _member(group: tuple[str, bytes], key_id: str) -> Sealing:
-    """A group member's key name (`<group key id>/<key id>`), its group's key and its key id."""
-    return f"{group[0]}/{key_id}", group[1], key_id
+    """A group member's sealing: its group's key id and key, and its own key id (its name is
+    `<group key id>/<key id>`)."""
+    return group[0], group[1], key_id
 
 
 def sealing_key(sealing: Sealing) -> bytes:

@@ -36,7 +36,7 @@ from domain.ports import KeyStore, Pending
 from infra.kernels import load
 from infra.keystore import Sealing, derive
 
-SEAL_KERNEL_VERSION = 5
+SEAL_KERNEL_VERSION = 6
 """The `VERSION` of `infra/_seal_kernel.c` this module calls; a stale build is not used."""
 _kernel: Any
 _kernel, use_kernel = load("infra._seal_kernel", SEAL_KERNEL_VERSION, "NOUMENA_SEAL_KERNEL",
@@ -97,12 +97,22 @@ def _spec_of(cls: type[DomainEvent]) -> _Spec:
     return spec
 
 
-Extras = tuple[bytes, bytes]
+Extras = tuple[bytes, bytes] | tuple[bytes, bytes, bool]
 Job = tuple[bytes, bytes | None, Any, Extras]
-"""One field to seal: (key, member id, value, (associated data, head)). With a member id (UTF-8), `key` is its
-group's key and the field's key is derived from it (`keystore.derive`). The value is a text (sealed as b"s" + its
-UTF-8) or bytes (sealed as they are: b"j" + JSON). The extras depend only on the key's name and the field
-(`_extras`), so the mapper makes them once per name and field."""
+"""One field to seal: (key, member id, value, extras). The value is a text (sealed as b"s" + its UTF-8) or bytes
+(sealed as they are: b"j" + JSON). Without a member id, `key` is the data key and the extras are (associated data,
+head) (`_extras`). With a member id (UTF-8), `key` is its group's key, the field's key is derived from it
+(`keystore.derive`), and the extras are (group key id + "/", field head, first) (`_member_extras`): the key's name
+is the group's id, "/" and the member id, and the associated data and head are made from it as `_extras` makes
+them. Extras depend only on the key (or group) and the field, so the mapper makes them once for each."""
+
+
+def _field_head(field: str) -> bytes:
+    head = _FIELD_HEADS.get(field)
+    if head is None:
+        encoded = field.encode()
+        head = _FIELD_HEADS[field] = bytes((len(encoded),)) + encoded
+    return head
 
 
 def _extras(name: str, field: str) -> tuple[Extras, Extras]:
@@ -111,12 +121,15 @@ def _extras(name: str, field: str) -> tuple[Extras, Extras]:
     raw = name.encode()
     if len(raw) > 0xFFFF:
         raise ValueError(f"a key name longer than 65535 bytes cannot be recorded: {name[:80]!r}...")
-    head = _FIELD_HEADS.get(field)
-    if head is None:
-        encoded = field.encode()
-        head = _FIELD_HEADS[field] = bytes((len(encoded),)) + encoded
+    head = _field_head(field)
     ad = f"{name}|{field}".encode()
     return (ad, b"".join((SEALED, len(raw).to_bytes(2, "big"), raw, head))), (ad, head)
+
+
+def _member_extras(group: str, field: str) -> tuple[Extras, Extras]:
+    """The extras of a group member's field, as its event's first sealed field and as a later one."""
+    prefix, head = f"{group}/".encode(), _field_head(field)
+    return (prefix, head, True), (prefix, head, False)
 
 
 def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
@@ -133,8 +146,17 @@ def _seal_jobs(nonces: bytes, jobs: list[Job]) -> list[bytes]:
 def _seal_jobs_python(nonces: bytes, jobs: list[Job]) -> list[bytes]:
     out = []
     ciphers: dict[bytes, AESGCM] = {}
-    for i, (key, member, value, (ad, head)) in enumerate(jobs):
-        if member is not None:
+    for i, (key, member, value, extras) in enumerate(jobs):
+        if member is None:
+            ad, head = extras  # type: ignore[misc]
+        else:
+            group, head, first = extras  # type: ignore[misc]
+            name = group + member
+            if len(name) > 0xFFFF:
+                raise ValueError("a key name longer than 65535 bytes cannot be recorded")
+            ad = b"".join((name, b"|", head[1:]))
+            if first:
+                head = b"".join((SEALED, len(name).to_bytes(2, "big"), name, head))
             key = derive(key, member.decode())
         cipher = ciphers.get(key)
         if cipher is None:
@@ -156,7 +178,7 @@ class EventMapper:
         self._ciphers: dict[str, AESGCM | None] = {}
         """For opening: by key id (None: the key is gone)."""
         self._sealers: dict[str, dict[str, tuple[Extras, Extras]]] = {}
-        """For sealing: by key name, `_extras` by field (not kept for a fact's key)."""
+        """For sealing: by key name (not kept for a fact's own key) or group key id, extras by field."""
         self._generation = getattr(keys, "generation", 0)
 
     # ------------------------------------------------------------------ writing
@@ -213,12 +235,17 @@ class EventMapper:
                 recipes.append((p, spec, spec.serializer.to_json(event), 0))
                 continue
             sealing = keys[key.key_id]
-            name = sealing[0]
-            member = sealing[2].encode() if len(sealing) == 3 else None  # type: ignore[misc]
+            name = sealing[0]  # the key's name, or a group member's group key id
+            if len(sealing) == 3:  # a group member: the kernel derives its key and names it
+                member = sealing[2].encode()  # type: ignore[misc]
+                make = _member_extras
+            else:
+                member = None
+                make = _extras
             by_field = cached.get(name)
             if by_field is None:
                 by_field = {}
-                if member is None and "/fact/" not in name:  # (a fact's key seals one fact: not kept)
+                if "/fact/" not in name:  # (a fact's own key seals one fact: not kept)
                     cached[name] = by_field
             field = spec.single
             if field is not None:  # one content field, a text (most events): no lists, no loops
@@ -228,7 +255,7 @@ class EventMapper:
                     continue
                 extras = by_field.get(field)
                 if extras is None:
-                    extras = by_field[field] = _extras(name, field)
+                    extras = by_field[field] = make(name, field)
                 jobs.append((sealing[1], member, value, extras[0]))
                 recipes.append((p, spec, spec.serializer.to_json(event, exclude=spec.exclude), 1))
                 continue
@@ -242,7 +269,7 @@ class EventMapper:
                     value = b"j" + json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
                 extras = by_field.get(field)
                 if extras is None:
-                    extras = by_field[field] = _extras(name, field)
+                    extras = by_field[field] = make(name, field)
                 jobs.append((sealing[1], member, value, extras[1 if i else 0]))
             recipes.append((p, spec, spec.serializer.to_json(event, exclude=set(content)), len(content)))
         sealed = _seal_jobs(os.urandom(12 * len(jobs)), jobs)

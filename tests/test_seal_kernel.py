@@ -68,15 +68,18 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text()
                            max_leaves=10)
 
 
-def _job(key: bytes, member: str | None, value: Any, key_id: str, field: str) -> tuple[Any, ...]:
+def _job(key: bytes, member: str | None, value: Any, key_id: str, field: str, first: bool) -> tuple[Any, ...]:
     if not isinstance(value, str):
         value = b"j" + json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-    return (key, None if member is None else member.encode(), value, mapper._extras(key_id, field)[0])
+    if member is None:
+        return key, None, value, mapper._extras(key_id, field)[0 if first else 1]
+    return key, member.encode(), value, mapper._member_extras(key_id, field)[0 if first else 1]
 
 
 jobs = st.lists(st.tuples(keys, st.none() | st.text(min_size=1, max_size=60), st.text(max_size=2000) | json_values,
                           st.text(min_size=1, max_size=80),
-                          st.sampled_from(["reason", "label", "aliases", "content", "rejections"])), max_size=12)
+                          st.sampled_from(["reason", "label", "aliases", "content", "rejections"]), st.booleans()),
+                  max_size=12)
 
 
 @settings(max_examples=300, deadline=None)
@@ -92,15 +95,18 @@ def test_a_kernel_batch_writes_the_python_paths_bytes(batch: list[tuple[Any, ...
 def test_a_member_key_is_derived_in_the_kernel_as_in_python() -> None:
     group, nonce = os.urandom(32), os.urandom(12)
     member = "t/fact/f1"
-    by_member = _kernel().seal_batch(nonce, [(group, member.encode(), "why", (b"ad", b"H"))])[0]
-    by_key = _kernel().seal_batch(nonce, [(derive(group, member), None, "why", (b"ad", b"H"))])[0]
+    name = f"t/root/{'0' * 32}/{member}"
+    by_member = _kernel().seal_batch(nonce, [(group, member.encode(), "why",
+                                              mapper._member_extras(f"t/root/{'0' * 32}", "reason")[0])])[0]
+    by_key = _kernel().seal_batch(nonce, [(derive(group, member), None, "why", mapper._extras(name, "reason")[0])])[0]
     assert by_member == by_key
-    sealed = _python_seal(derive(group, member), nonce, b"swhy", b"ad")
-    assert by_member == b"H" + len(sealed).to_bytes(4, "big") + sealed
+    sealed = _python_seal(derive(group, member), nonce, b"swhy", f"{name}|reason".encode())
+    head = b"\x00\x02" + len(name).to_bytes(2, "big") + name.encode() + b"\x06reason"
+    assert by_member == head + len(sealed).to_bytes(4, "big") + sealed
 
 
 def test_a_text_that_cannot_be_utf8_fails_both_ways_alike() -> None:
-    job = [_job(os.urandom(32), None, "lone \udc80 surrogate", "k", "reason")]
+    job = [_job(os.urandom(32), None, "lone \udc80 surrogate", "k", "reason", True)]
     with pytest.raises(UnicodeEncodeError):
         _kernel().seal_batch(os.urandom(12), job)
     with pytest.raises(UnicodeEncodeError):
@@ -123,6 +129,14 @@ def test_the_kernel_refuses_what_it_cannot_seal() -> None:
         kernel.seal_batch(b"n" * 11, [(b"k" * 32, None, "v", (b"", b""))])
     with pytest.raises(ValueError):
         kernel.seal_batch(b"n" * 12, [(b"k" * 31, None, "v", (b"", b""))])
+    with pytest.raises(TypeError):  # a member's extras are (group, field head, first)
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, b"m", "v", (b"", b""))])
+    with pytest.raises(TypeError):
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, b"m", "v", (b"g/", b"\x01f", 1))])
+    with pytest.raises(ValueError):
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, b"m", "v", (b"g/", b"\x05f", True))])
+    with pytest.raises(ValueError):
+        kernel.seal_batch(b"n" * 12, [(b"k" * 32, b"m" * 70000, "v", (b"g/", b"\x01f", True))])
 
 
 def _events() -> list[Pending]:
