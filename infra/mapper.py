@@ -14,8 +14,10 @@ subject was forgotten) a field reads as `[forgotten]` (lists as empty).
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +49,10 @@ or with `cryptography`'s AESGCM. Both write the same bytes (tests/test_seal_kern
 SEAL = "sealed:v1:"
 """Format v1's marker (still read, no longer written)."""
 SEAL_BYTES = SEAL.encode()
+_V1 = re.compile(r"sealed:v1:([A-Za-z0-9_-]{16}):([A-Za-z0-9_-]{23,}):(.+)", re.DOTALL)
+"""A whole v1 field: nonce (12 bytes), ciphertext and tag (17 bytes or more), key name. Anything else that
+starts with the marker is a text someone wrote (a label of an entity whose content is not sealed, or any text in a
+store that seals nothing): it reads as it is."""
 SEALED = b"\x00\x02"
 """Ends a v2 event's JSON and starts its sealed fields (the NUL, then the format byte)."""
 RECORD_MIN = 12 + 16  # nonce + tag
@@ -332,8 +338,15 @@ class EventMapper:
         for name in cls.content_fields:
             value = data.get(name)
             if isinstance(value, str) and value.startswith(SEAL):
-                nonce, sealed, key_id = value[len(SEAL):].split(":", 2)
-                data[name] = self._open(self._cipher(key_id), key_id, name, _unb64(nonce), _unb64(sealed))
+                found = _V1.fullmatch(value)
+                if found is None:
+                    continue
+                nonce, sealed, key_id = found.groups()
+                try:
+                    parts = _unb64(nonce), _unb64(sealed)
+                except binascii.Error:  # not base64 after all: not something v1 wrote
+                    continue
+                data[name] = self._open(self._cipher(key_id), key_id, name, *parts)
         return data
 
     def _open_records(self, state: bytes, cut: int, data: dict[str, Any]) -> dict[str, Any]:
