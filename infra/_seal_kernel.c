@@ -176,27 +176,21 @@ static int field_bytes(PyObject *value, const char **plain, Py_ssize_t *n, const
     return -1;
 }
 
-/* A data key's field, once `key` is checked: extras are (ad, head). */
-static PyObject *seal_field(const char *key, const char *nonce, PyObject *value, PyObject *const *extras) {
+/* A data key's field (its bytes from `field_bytes`), once `key` is checked: extras are (ad, head). */
+static PyObject *seal_field(const char *key, const char *nonce, const char *prefix, const char *plain, Py_ssize_t n,
+                            PyObject *const *extras) {
     if (check_bytes(extras[0], "ad", -1) < 0 || check_bytes(extras[1], "head", -1) < 0)
         return NULL;
-    const char *plain, *prefix;
-    Py_ssize_t n;
-    PyObject *encoded;
-    if (field_bytes(value, &plain, &n, &prefix, &encoded) < 0)
-        return NULL;
     piece head = {PyBytes_AS_STRING(extras[1]), PyBytes_GET_SIZE(extras[1])};
-    PyObject *result = sealed(key, nonce, prefix, plain, n, PyBytes_AS_STRING(extras[0]), PyBytes_GET_SIZE(extras[0]),
-                              &head, 1, 1);
-    Py_XDECREF(encoded);
-    return result;
+    return sealed(key, nonce, prefix, plain, n, PyBytes_AS_STRING(extras[0]), PyBytes_GET_SIZE(extras[0]), &head, 1,
+                  1);
 }
 
 /* A group member's field, with its derived key: extras are (group, field head, first). The key's name is group +
  * member (group ends in '/'), the associated data `<name>|<field>` (the field head is its length byte and name), and
  * the record's head the field head, after the sealed part's start and the name when `first`. */
-static PyObject *seal_member_field(const char *key, const char *nonce, PyObject *member, PyObject *value,
-                                   PyObject *const *extras) {
+static PyObject *seal_member_field(const char *key, const char *nonce, PyObject *member, const char *prefix,
+                                   const char *plain, Py_ssize_t n, PyObject *const *extras) {
     if (check_bytes(extras[0], "group", -1) < 0 || check_bytes(extras[1], "field head", -1) < 0)
         return NULL;
     if (!PyBool_Check(extras[2])) {
@@ -214,18 +208,11 @@ static PyObject *seal_member_field(const char *key, const char *nonce, PyObject 
         PyErr_SetString(PyExc_ValueError, "a key name longer than 65535 bytes cannot be recorded");
         return NULL;
     }
-    const char *plain, *prefix;
-    Py_ssize_t n;
-    PyObject *encoded;
-    if (field_bytes(value, &plain, &n, &prefix, &encoded) < 0)
-        return NULL;
     Py_ssize_t ad_n = name_n + field_head_n; /* name, '|', field */
     char stack[STACK_BYTES];
     char *ad = ad_n <= STACK_BYTES ? stack : PyMem_Malloc(ad_n);
-    if (!ad) {
-        Py_XDECREF(encoded);
+    if (!ad)
         return PyErr_NoMemory();
-    }
     memcpy(ad, group, group_n);
     memcpy(ad + group_n, PyBytes_AS_STRING(member), member_n);
     ad[name_n] = '|';
@@ -236,7 +223,6 @@ static PyObject *seal_member_field(const char *key, const char *nonce, PyObject 
     PyObject *result = sealed(key, nonce, prefix, plain, n, ad, ad_n, first ? head : head + 3, first ? 4 : 1, 1);
     if (ad != stack)
         PyMem_Free(ad);
-    Py_XDECREF(encoded);
     return result;
 }
 
@@ -310,9 +296,14 @@ static PyObject *seal_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
                 goto failed;
             key = (const char *)derived;
         }
-        const char *nonce = PyBytes_AS_STRING(args[0]) + i * NONCE_BYTES;
-        PyObject *one = item[1] == Py_None ? seal_field(key, nonce, item[2], extras)
-                                           : seal_member_field(key, nonce, item[1], item[2], extras);
+        const char *nonce = PyBytes_AS_STRING(args[0]) + i * NONCE_BYTES, *plain, *prefix;
+        Py_ssize_t n;
+        PyObject *encoded;
+        if (field_bytes(item[2], &plain, &n, &prefix, &encoded) < 0)
+            goto failed;
+        PyObject *one = item[1] == Py_None ? seal_field(key, nonce, prefix, plain, n, extras)
+                                           : seal_member_field(key, nonce, item[1], prefix, plain, n, extras);
+        Py_XDECREF(encoded);
         if (!one)
             goto failed;
         PyList_SET_ITEM(results, i, one);
