@@ -67,6 +67,7 @@ ORG_GROUPS = 256
 """Org-scoped facts that name no person share a group key with 1/256 of their kind (by the first two hex digits
 of the fact id), so forgetting one of them stores at most that share of sibling keys."""
 
+_new_key = tuple.__new__
 _GROUPS: dict[tuple[str, str, str, str], tuple[str, frozenset[str]]] = {}
 """Group id and owners by (tenant, scope, person subject, person object or bucket): made once each."""
 
@@ -92,7 +93,8 @@ def fact_key(tenant: str, fact_id: str, scope: str, subject: str, obj: str) -> C
         if len(_GROUPS) >= _KEPT:
             _GROUPS.clear()
         group = _GROUPS[found] = (f"{tenant}/facts/{name}", others)
-    return ContentKey(f"{tenant}/fact/{fact_id}", group[1], group[0])
+    return _new_key(ContentKey, (f"{tenant}/fact/{fact_id}", group[1], group[0]))  # (ContentKey(...) without
+    # its Python-level __new__: one is made for every fact written)
 
 
 def own_owners(key: ContentKey) -> frozenset[str]:
@@ -165,7 +167,9 @@ def _kind(cls: type[DomainEvent]) -> int:
 
 def content_key(state: object, event: DomainEvent) -> ContentKey | None:
     """The key that seals this event's content, computed from the ontology as it stands before the event."""
-    kind = _kind(type(event))
+    kind = _KINDS.get(type(event))
+    if kind is None:
+        kind = _kind(type(event))
     if kind == _NO_KEY:
         return None
     tenant = event.tenant
@@ -185,24 +189,28 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
             return fact_key(tenant, fact_id, "org", "", "")
         return fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object)
     session_id = event.session_id  # type: ignore[attr-defined]
-    key_id = f"{tenant}/session/{session_id}"
-    cached = _SESSION_KEYS.get(key_id)
+    known = _SESSION_KEYS.get(tenant)  # (by tenant, then session: no key id to build for a cached key)
+    cached = known.get(session_id) if known is not None else None
     if cached is not None and cached[0]() is state:
         return cached[1]
+    key_id = f"{tenant}/session/{session_id}"
     fields = type(event).model_fields  # (pydantic's getattr on a missing field is slow: ask the class)
     serving = event.serving if "serving" in fields else None  # type: ignore[attr-defined]
     parent = event.parent_session_id if "parent_session_id" in fields else None  # type: ignore[attr-defined]
     key = ContentKey(key_id, _session_owners(state, session_id, serving, parent))
     if session_id in getattr(state, "sessions", {}):
-        if len(_SESSION_KEYS) >= _KEPT:
-            _SESSION_KEYS.clear()
+        if known is None:
+            known = _SESSION_KEYS[tenant] = {}
+        elif len(known) >= _KEPT:
+            known.clear()
         # a known session's owners do not change; the state is held weakly, so a state dropped after a forget
         # (with the content it folded) is not kept alive here
-        _SESSION_KEYS[key_id] = (weakref.ref(state), key)
+        known[session_id] = (weakref.ref(state), key)
     return key
 
 
-_SESSION_KEYS: dict[str, tuple[weakref.ref[object], ContentKey]] = {}
+_SESSION_KEYS: dict[str, dict[str, tuple[weakref.ref[object], ContentKey]]] = {}
+"""By tenant, by session id: the state it was worked out from (held weakly) and the session's key."""
 _KEPT = 100_000
 
 

@@ -212,18 +212,18 @@ class SQLiteKeyStore:
             result: dict[str, Sealing] = {}
             later: list[ContentKey] = []
             for k in wanted:
-                hit = verified.get(k.key_id)
-                if hit is not None and hit[0] is k:
-                    result[k.key_id] = hit[1]
-                    continue
                 group = k.group
-                if group is not None:  # derived from the group's key
+                if group is not None:  # derived from the group's key (a fact's: each is new, none is verified)
                     found = groups.get(group)
                     if found is None:
                         new_groups[group] = k.owners
                         later.append(k)
                     else:
-                        result[k.key_id] = _member(found, k.key_id)
+                        result[k.key_id] = found[0], found[1], k.key_id  # (`_member`, inlined: once per fact)
+                    continue
+                hit = verified.get(k.key_id)
+                if hit is not None and hit[0] is k:
+                    result[k.key_id] = hit[1]
                     continue
                 key_id = k.key_id
                 if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):

@@ -219,7 +219,7 @@ class EventMapper:
             streams: dict[str, str] = {}
             for p in pending:
                 event = p.event
-                spec = _spec_of(type(event))
+                spec = _SPECS.get(type(event)) or _spec_of(type(event))
                 stream = streams.get(p.tenant)
                 if stream is None:
                     stream = streams[p.tenant] = stream_id(p.tenant)
@@ -235,7 +235,7 @@ class EventMapper:
         cached = self._sealers
         for p in pending:
             event = p.event
-            spec = _spec_of(type(event))
+            spec = _SPECS.get(type(event)) or _spec_of(type(event))
             key = p.key
             if key is None or not spec.fields:
                 recipes.append((p, spec, spec.serializer.to_json(event), 0))
