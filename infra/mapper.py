@@ -24,6 +24,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import StoredEvent
+from pydantic_core import SchemaSerializer
 
 import domain.consolidation  # noqa: F401  (importing registers the event topics)
 import domain.entities  # noqa: F401
@@ -78,10 +79,37 @@ _FIELD_HEADS: dict[str, bytes] = {}
 """A record's head (the field name's length and the name) by field."""
 
 
+_PLAIN_FIELD = frozenset({"type", "schema", "metadata", "frozen", "validation_alias"})
+"""The keys of a model field's core schema that do not change how it is written."""
+
+
+def _structure_serializer(cls: type[DomainEvent]) -> Callable[[dict[str, Any]], bytes] | None:
+    """A serializer of an event's fields without its content fields, for its `__dict__`: the same JSON as
+    `to_json(event, exclude=...)`, without pydantic looking every field up in the exclusion set for every event
+    (a typed dict of the model's other fields, with their own schemas and the model's config). None unless the
+    class is written by its fields alone: no model serializer, computed fields, aliases or excluded fields."""
+    schema: Any = cls.__pydantic_core_schema__
+    if schema.get("type") != "model" or "serialization" in schema or schema.get("root_model"):
+        return None
+    inner = schema.get("schema", {})
+    if inner.get("type") != "model-fields" or inner.get("computed_fields") or inner.get("extras_schema"):
+        return None
+    fields = {}
+    for name, field in inner["fields"].items():
+        if set(field) - _PLAIN_FIELD:
+            return None
+        if name not in cls.content_fields:
+            fields[name] = {"type": "typed-dict-field", "schema": field["schema"], "required": True}
+    try:
+        return SchemaSerializer({"type": "typed-dict", "fields": fields}, schema.get("config")).to_json
+    except Exception:  # a schema this way of building cannot take: pydantic's exclusion is used
+        return None
+
+
 class _Spec:
     """What the mapper needs of an event class, looked up once."""
 
-    __slots__ = ("serializer", "fields", "single", "exclude", "topic")
+    __slots__ = ("serializer", "fields", "single", "exclude", "topic", "structure", "candidate")
 
     def __init__(self, cls: type[DomainEvent]) -> None:
         self.serializer = cls.__pydantic_serializer__
@@ -91,6 +119,23 @@ class _Spec:
         """The content field, when it is the only one and a text."""
         self.exclude = set(self.fields)
         self.topic = cls.stored_topic()
+        self.structure: Callable[[dict[str, Any]], bytes] | None = None
+        """The JSON without the `single` field from the event's `__dict__` (`_structure_serializer`), once it has
+        been seen to write exactly what `to_json(event, exclude=...)` writes."""
+        self.candidate = _structure_serializer(cls) if single else None
+
+    def without_content(self, event: DomainEvent) -> bytes:
+        """The event's JSON without its (single) content field; the first call checks the candidate serializer."""
+        state: bytes = self.serializer.to_json(event, exclude=self.exclude)
+        candidate, self.candidate = self.candidate, None
+        if candidate is not None:
+            try:
+                same = candidate(event.__dict__) == state
+            except Exception:
+                same = False
+            if same:
+                self.structure = candidate
+        return state
 
 
 _SPECS: dict[type, _Spec] = {}
@@ -263,7 +308,9 @@ class EventMapper:
                 if extras is None:
                     extras = by_field[field] = make(name, field)
                 jobs.append((sealing[1], member, value, extras[0]))
-                recipes.append((p, spec, spec.serializer.to_json(event, exclude=spec.exclude), 1))
+                structure = spec.structure
+                recipes.append((p, spec, structure(event.__dict__) if structure is not None else
+                                spec.without_content(event), 1))
                 continue
             content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
             if not content:
