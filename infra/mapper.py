@@ -300,7 +300,8 @@ class EventMapper:
                     cached[name] = by_field
             field = spec.single
             if field is not None:  # one content field, a text (most events): no lists, no loops
-                value = getattr(event, field)
+                values = event.__dict__  # (the model's fields: read once, for the text and for the structure)
+                value = values[field]
                 if value is None or value == "":
                     recipes.append((p, spec, spec.serializer.to_json(event), 0))
                     continue
@@ -309,8 +310,8 @@ class EventMapper:
                     extras = by_field[field] = make(name, field)
                 jobs.append((sealing[1], member, value, extras[0]))
                 structure = spec.structure
-                recipes.append((p, spec, structure(event.__dict__) if structure is not None else
-                                spec.without_content(event), 1))
+                recipes.append((p, spec, structure(values) if structure is not None else spec.without_content(event),
+                                1))
                 continue
             content = [field for field in spec.fields if getattr(event, field) not in _EMPTY]
             if not content:
