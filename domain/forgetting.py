@@ -172,31 +172,31 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
         kind = _kind(type(event))
     if kind == _NO_KEY:
         return None
-    tenant = event.tenant
+    values = event.__dict__  # (the model's fields, read as a dict: one lookup each, no attribute machinery)
+    tenant = values["tenant"]
     if kind == _ENTITY:
-        ref = event.ref  # type: ignore[attr-defined]
+        ref = values["ref"]
         if not ref.startswith(("person:", "memory:")):
             return None
         return ContentKey(f"{tenant}/entity/{ref}", frozenset((ref,)))
     if kind == _ASSERTED or kind == _FACT:
-        if event.reason is None:  # type: ignore[attr-defined]
+        if values["reason"] is None:
             return None
-        fact_id = event.fact_id  # type: ignore[attr-defined]
+        fact_id = values["fact_id"]
         if kind == _ASSERTED:
-            return fact_key(tenant, fact_id, event.scope, event.subject, event.object)  # type: ignore[attr-defined]
+            return fact_key(tenant, fact_id, values["scope"], values["subject"], values["object"])
         fact = getattr(state, "facts", {}).get(fact_id)
         if fact is None:
             return fact_key(tenant, fact_id, "org", "", "")
         return fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object)
-    session_id = event.session_id  # type: ignore[attr-defined]
+    session_id = values["session_id"]
     known = _SESSION_KEYS.get(tenant)  # (by tenant, then session: no key id to build for a cached key)
     cached = known.get(session_id) if known is not None else None
     if cached is not None and cached[0]() is state:
         return cached[1]
     key_id = f"{tenant}/session/{session_id}"
-    fields = type(event).model_fields  # (pydantic's getattr on a missing field is slow: ask the class)
-    serving = event.serving if "serving" in fields else None  # type: ignore[attr-defined]
-    parent = event.parent_session_id if "parent_session_id" in fields else None  # type: ignore[attr-defined]
+    serving = values.get("serving")  # (fields only some session events have)
+    parent = values.get("parent_session_id")
     key = ContentKey(key_id, _session_owners(state, session_id, serving, parent))
     if session_id in getattr(state, "sessions", {}):
         if known is None:
