@@ -32,7 +32,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -61,8 +63,9 @@ PARTITIONS = 2
 BASELINE_ROUNDS = int(os.environ.get("NOUMENA_BENCH_KAFKA_BASELINE_ROUNDS", "3"))
 
 
-def raw_consume_rate(bootstrap_servers: str, topic: str) -> float:
-    """kafka-python alone: poll every record of the topic, touch its value, nothing else."""
+def _consume_rate(bootstrap_servers: str, topic: str, each_poll: Callable[[list[Any]], None] | None = None) -> float:
+    """Records/s of kafka-python polling every record of the topic (max_poll_records 1000), handing each poll's
+    records of a partition to `each_poll` if given; counted from the first poll that returned records."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False,
@@ -77,16 +80,21 @@ def raw_consume_rate(bootstrap_servers: str, topic: str) -> float:
         for records in consumer.poll(timeout_ms=1000).values():
             started = started or time.perf_counter()
             seen += len(records)
+            if each_poll is not None:
+                each_poll(records)
     elapsed = time.perf_counter() - (started or time.perf_counter())
     consumer.close()
     return seen / elapsed
 
 
+def raw_consume_rate(bootstrap_servers: str, topic: str) -> float:
+    """Baseline A, kafka-python alone: poll every record of the topic, touch its value, nothing else."""
+    return _consume_rate(bootstrap_servers, topic)
+
+
 def floor_rate(bootstrap_servers: str, topic: str, work: Path) -> float:
     """Baseline C: A's loop, plus schema validation of each value and one SQLite insert transaction per poll."""
     import sqlite3
-
-    from kafka import KafkaConsumer, TopicPartition
 
     from consumers.wire import WireError, parse_envelope
 
@@ -95,31 +103,22 @@ def floor_rate(bootstrap_servers: str, topic: str, work: Path) -> float:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("CREATE TABLE events (position INTEGER PRIMARY KEY, event_id TEXT UNIQUE, state BLOB NOT NULL)")
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False,
-                             max_poll_records=1000, max_partition_fetch_bytes=8 * 1024 * 1024)
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
-    total = sum(end_offsets(bootstrap_servers, topic).values())
-    seen = 0
-    started = None
-    while seen < total:
-        for records in consumer.poll(timeout_ms=1000).values():
-            started = started or time.perf_counter()
-            seen += len(records)
-            rows = []
-            for record in records:
-                try:
-                    rows.append((parse_envelope(record.value).event_id, record.value))
-                except WireError:
-                    pass
-            db.execute("BEGIN")
-            db.executemany("INSERT OR IGNORE INTO events (event_id, state) VALUES (?, ?)", rows)
-            db.execute("COMMIT")
-    elapsed = time.perf_counter() - (started or time.perf_counter())
-    consumer.close()
-    db.close()
-    return seen / elapsed
+
+    def store(records: list[Any]) -> None:
+        rows = []
+        for record in records:
+            try:
+                rows.append((parse_envelope(record.value).event_id, record.value))
+            except WireError:
+                pass
+        db.execute("BEGIN")
+        db.executemany("INSERT OR IGNORE INTO events (event_id, state) VALUES (?, ?)", rows)
+        db.execute("COMMIT")
+
+    try:
+        return _consume_rate(bootstrap_servers, topic, store)
+    finally:
+        db.close()
 
 
 def domain_path_rate(tenants: list[str], values: list[bytes], batch: int, work: Path) -> float:
