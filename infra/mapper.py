@@ -24,7 +24,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import StoredEvent
-from pydantic_core import SchemaSerializer
+from pydantic_core import SchemaSerializer, from_json, to_json
 
 import domain.consolidation  # noqa: F401  (importing registers the event topics)
 import domain.entities  # noqa: F401
@@ -359,7 +359,7 @@ class EventMapper:
             self.evict()
         cut = state.find(0)
         if cut >= 0:  # format v2: the sealed fields follow the JSON
-            data = self._open_records(state, cut, json.loads(state[:cut]))
+            data = self._open_records(state, cut, from_json(state[:cut]))
         elif stored_version == cls.version and SEAL_BYTES not in state:
             return cls.model_validate_json(state)
         else:
@@ -373,13 +373,13 @@ class EventMapper:
         if topic == _FORGOTTEN_TOPIC:
             self.evict()
         cut = state.find(0)
-        if cut >= 0:
-            data = self._open_records(state, cut, json.loads(state[:cut]))
+        if cut >= 0:  # (pydantic's JSON parser and writer, several times json's: the projector reads every event)
+            data = self._open_records(state, cut, from_json(state[:cut]))
         elif SEAL_BYTES not in state:
             return state
         else:
             data = self.unseal(event_class_for(topic)[0], json.loads(state))
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        return to_json(data)
 
     def unseal(self, cls: type[DomainEvent], data: dict[str, Any]) -> dict[str, Any]:
         """Format v1: open the content fields that are sealed strings."""
