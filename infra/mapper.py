@@ -87,9 +87,11 @@ def _structure_serializer(cls: type[DomainEvent]) -> Callable[[dict[str, Any]], 
     """A serializer of an event's fields without its content fields, for its `__dict__`: the same JSON as
     `to_json(event, exclude=...)`, without pydantic looking every field up in the exclusion set for every event
     (a typed dict of the model's other fields, with their own schemas and the model's config). None unless the
-    class is written by its fields alone: no model serializer, computed fields, aliases or excluded fields."""
+    class is written by its fields alone: no model serializer, computed fields, extra fields, aliases or excluded
+    fields."""
     schema: Any = cls.__pydantic_core_schema__
-    if schema.get("type") != "model" or "serialization" in schema or schema.get("root_model"):
+    if schema.get("type") != "model" or "serialization" in schema or schema.get("root_model") or \
+            schema.get("config", {}).get("extra_fields_behavior") == "allow":  # (extra fields are written too)
         return None
     inner = schema.get("schema", {})
     if inner.get("type") != "model-fields" or inner.get("computed_fields") or inner.get("extras_schema"):

@@ -205,7 +205,7 @@ def test_the_structure_serializer_writes_what_pydantic_writes_with_the_content_e
 
 
 def test_every_event_class_with_one_text_field_gets_the_structure_serializer_and_others_do_not() -> None:
-    from pydantic import Field
+    from pydantic import ConfigDict, Field
 
     from domain.events import EVENT_TYPES, DomainEvent
     from infra.mapper import _Spec, _structure_serializer
@@ -219,7 +219,13 @@ def test_every_event_class_with_one_text_field_gets_the_structure_serializer_and
         note: str
         other: str = Field(serialization_alias="Other")
 
+    class Open(DomainEvent):
+        model_config = ConfigDict(frozen=True, extra="allow")
+        content_fields = ("note",)
+        note: str
+
     assert _structure_serializer(Aliased) is None  # written by more than its fields: pydantic's exclusion is used
+    assert _structure_serializer(Open) is None
 
 
 def test_the_structure_serializer_is_used_only_once_it_has_written_what_pydantic_writes() -> None:
