@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from domain.events import DomainEvent
 from domain.forgetting import ContentKey, ForgetPlan
@@ -98,4 +98,16 @@ class KeyStore(Protocol):
 
     def evict_cache(self) -> None:
         """Drop keys cached in this process."""
+        ...
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors for recall by content (adapters: infra/embedders.py)."""
+
+    name: str
+    """Identifies the model and its dimensions (recorded in a search's evidence)."""
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """A float32 array (len(texts), dimensions), rows L2-normalised; raises EmbedderUnavailable."""
         ...

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -380,7 +380,7 @@ class PerspectiveIndex:
         self.conf.append(float(d["confidence"]))
         self.status.append(CURRENT)
         self.live.append(int(self.scope.data[index]) + 1)
-        self.asserted.append(at)
+        self.asserted.append(first_use(d, at))
         self.ids.append(d["fact_id"].encode())
         self.hashes.append(id_hash(d["fact_id"]))
         self.reasons.append(d.get("reason") or "")
@@ -782,6 +782,19 @@ class PerspectiveIndex:
         return path(self, walked, fact, via)
 
 
+def first_use(fact: dict[str, Any], recorded: float) -> float:
+    """When an asserted fact counts as first used (for activation and recency): when its source says it happened
+    (`provenance.occurred_at`), clamped to when it was recorded. A fact backfilled from an old conversation is not
+    "used just now"; a source clock ahead of ours never puts a use in the future."""
+    occurred = (fact.get("provenance") or {}).get("occurred_at")
+    if not occurred:
+        return recorded
+    try:
+        return min(timestamp(occurred), recorded)
+    except ValueError:
+        return recorded
+
+
 def provenance_text(provenance: dict[str, Any]) -> str:
     """One line saying where a fact came from: session, messages, who extracted it."""
     parts = []
@@ -810,10 +823,11 @@ _HANDLERS = {
 }
 
 
-def fold(tenant: str, records: Iterable[tuple[int, str, dict[str, Any]]], until: float | None = None
-         ) -> PerspectiveIndex:
+def fold(tenant: str, records: Iterable[tuple[int, str, dict[str, Any]]], until: float | None = None,
+         then: Callable[[PerspectiveIndex, int, str, dict[str, Any]], None] | None = None) -> PerspectiveIndex:
     """An index folded from (position, topic, payload) records of any tenants, keeping `tenant`'s, up to the
-    transaction time `until` (epoch seconds; the clock is the running maximum of the stamps)."""
+    transaction time `until` (epoch seconds; the clock is the running maximum of the stamps). `then` is called
+    after each record of the tenant is applied (an index that follows this one: search)."""
     index = PerspectiveIndex(tenant)
     clock = -math.inf
     for position, topic, data in records:
@@ -823,5 +837,7 @@ def fold(tenant: str, records: Iterable[tuple[int, str, dict[str, Any]]], until:
             break
         if data.get("tenant") == tenant:
             index.apply(position, topic, data)
+            if then is not None:
+                then(index, position, topic, data)
     index.compact()
     return index

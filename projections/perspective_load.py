@@ -160,10 +160,11 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | N
         source, changes, used = "facts_as_of($2)", "recorded_at <= $2", "used_at <= $2"
     facts = frame(f"""
         SELECT f.fact_id, f.subject, f.relation, f.object, f.scope, f.reason, f.confidence, f.status,
-               {_epoch('f.asserted_at')} AS asserted_at, c.session_id, c.message_ids, c.actor
+               {_epoch('least(f.asserted_at, coalesce(c.occurred_at, f.asserted_at))')} AS asserted_at,
+               c.session_id, c.message_ids, c.actor
         FROM {source} AS f
         LEFT JOIN (SELECT fact_id, any_value(session_id) AS session_id, any_value(message_ids) AS message_ids,
-                          any_value(actor) AS actor
+                          any_value(actor) AS actor, any_value(occurred_at) AS occurred_at
                    FROM fact_changes WHERE tenant = $1 AND change = 'asserted' AND {changes} GROUP BY fact_id) AS c
           ON c.fact_id = f.fact_id
         WHERE f.tenant = $1 ORDER BY f.asserted_at, f.fact_id""")

@@ -70,6 +70,14 @@ class Perspectives:
         self._lock = threading.RLock()
         self._read_model: Path | None = None
         """Following the log and walking an index never overlap (the arrays grow while records are applied)."""
+        self.followers: list[Any] = []
+        """Indexes that follow this one (search): `applied(index, position, topic, data)` after each record is
+        applied to a tenant's index, `refolded(tenant)` after a tenant is folded again (a forget)."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while following the log or walking: a follower's query holds it too."""
+        return self._lock
 
     # ------------------------------------------------------------------------------------------ indexes
 
@@ -119,12 +127,20 @@ class Perspectives:
                         index = self._indexes[tenant] = PerspectiveIndex(tenant)
                     if position > index.position:
                         index.apply(position, record.topic, record.data)
+                        for follower in self.followers:
+                            follower.applied(index, position, record.topic, record.data)
                 self._position = position
         for tenant in forgotten:
             # the index holds labels and reasons read before the forget: fold the tenant again from the log,
             # which now reads `[forgotten]` for that content
             self._indexes[tenant] = fold(tenant, self._records(self._position))
+            for follower in self.followers:
+                follower.refolded(tenant)
         return self._position
+
+    def records(self, until_position: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        """Every logged record (position, topic, payload) up to `until_position`, decoded."""
+        return self._records(until_position)
 
     def _records(self, until_position: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         records: list[tuple[int, str, dict[str, Any]]] = []

@@ -1,0 +1,249 @@
+"""One tenant's content index for recall by content, aligned with its perspective index.
+
+Document k is the perspective index's fact k: the index never decides on its own what a viewer may see, it asks
+the perspective index (scope visible to this viewer, fact current, not touching a party a hub viewer must not
+reach) for the same facts the perspective would allow, and only those are scored. That is the privacy of the
+perspective, enforced where the candidates are made, not in a filter applied afterwards.
+
+A fact's document: its subject's and object's labels and aliases (a `memory:` entity's label is its remembered
+statement), the relation, the reason, and the text of the messages in its provenance while they are readable.
+
+- Lexical: BM25 (Lucene's variant, as bm25s computes it) over postings that grow as records are applied, so the
+  index follows the log one record at a time (bm25s's own index is built once over a fixed corpus). Terms come
+  from `projections.search_text.Analyzer`.
+- Semantic: one vector per fact, the mean of the normalised embeddings of its statement and of statement plus
+  messages, stored as int8 with a per-vector scale (260 bytes at 256 dimensions). Vectors are computed in batches
+  when the index is next queried (`flush`), not per record.
+
+Everything here lives in memory and is derived from the log: a forget folds the tenant again from the log, where
+the forgotten content now reads `[forgotten]`, so no text, term statistic or vector of it survives.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from domain.ports import Embedder
+from projections.perspective_index import PerspectiveIndex, timestamp
+from projections.search_text import Analyzer
+
+EMBED_BATCH = 256
+
+
+@dataclass
+class _Posting:
+    docs: array
+    tfs: array
+
+
+class SearchIndex:
+    """Postings, document lengths and vectors of one tenant's facts (document k = perspective fact k)."""
+
+    def __init__(self, tenant: str, analyzer: Analyzer, embedder: Embedder | None = None) -> None:
+        self.tenant = tenant
+        self.analyzer = analyzer
+        self.embedder = embedder
+        self.position = 0
+        self.vocabulary: dict[str, int] = {}
+        self.postings: list[_Posting] = []
+        self.doc_len = array("I")
+        self.total_len = 0
+        self.live_docs = 0
+        self.sessions: list[str | None] = []
+        self.valid_from = array("d")
+        """Epoch seconds, NaN when the fact holds since ever."""
+        self.message_ids: list[tuple[str, ...]] = []
+        self.aliases: dict[str, tuple[str, ...]] = {}
+        self.messages: dict[str, str] = {}
+        """message id -> its text while readable (what provenance points at)."""
+        self.dimensions = embedder.dimensions if embedder is not None else 0
+        self.vectors = np.zeros((0, self.dimensions), dtype=np.int8)
+        self.scales = np.zeros(0, dtype=np.float32)
+        self.embedded = 0
+        """Documents below this one have their vector (they are embedded in order, in batches)."""
+        self._pending: list[tuple[str, str]] = []
+        self.embed_error: str | None = None
+
+    # ------------------------------------------------------------------------------------------ following the log
+
+    def apply(self, pindex: PerspectiveIndex, position: int, topic: str, data: dict[str, Any]) -> None:
+        """Apply one record, after `pindex` applied it (the fact is already there, at the same number)."""
+        self.position = max(self.position, position)
+        if topic in ("entity.registered", "entity.updated"):
+            self.aliases[data["ref"]] = tuple(data.get("aliases") or ())
+        elif topic == "message.appended":
+            self.messages[data["message_id"]] = data.get("content") or ""
+        elif topic == "fact.asserted":
+            doc = pindex.fact_index(data["fact_id"])
+            if doc is not None and doc >= len(self.doc_len):
+                for missing in range(len(self.doc_len), doc):  # loaded in bulk before this index followed
+                    self._add(pindex, missing, {"fact_id": pindex.fact_id(missing)})
+                self._add(pindex, doc, data)
+        elif topic == "fact.invalidated" or topic == "fact.archived":
+            self._retire(pindex, data["fact_id"])
+        elif topic == "fact.restored":
+            doc = pindex.fact_index(data["fact_id"])
+            if doc is not None and doc < len(self.doc_len):
+                self.live_docs += 1
+                self.total_len += self.doc_len[doc]
+
+    def _retire(self, pindex: PerspectiveIndex, fact_id: str) -> None:
+        """An ended fact leaves the statistics (it is never a candidate: the perspective index says it is not
+        current)."""
+        doc = pindex.fact_index(fact_id)
+        if doc is not None and doc < len(self.doc_len) and self.live_docs > 0:
+            self.live_docs -= 1
+            self.total_len -= self.doc_len[doc]
+
+    def statement(self, pindex: PerspectiveIndex, doc: int) -> str:
+        """The fact in words: subject (and aliases), relation, object (and aliases), reason."""
+        subject, obj = int(pindex.src.data[doc]), int(pindex.dst.data[doc])
+        relation = pindex.rel_names[int(pindex.rel.data[doc])].replace("_", " ")
+        parts = [pindex.labels[subject], *self.aliases.get(pindex.refs[subject], ()), relation,
+                 pindex.labels[obj], *self.aliases.get(pindex.refs[obj], ())]
+        reason = pindex.reasons.get(doc)
+        if reason:
+            parts.append(reason)
+        return " ".join(parts)
+
+    def _add(self, pindex: PerspectiveIndex, doc: int, data: dict[str, Any]) -> None:
+        provenance = data.get("provenance") or {}
+        message_ids = tuple(provenance.get("message_ids") or ())
+        statement = self.statement(pindex, doc)
+        sources = " ".join(self.messages.get(m, "") for m in message_ids)
+        counts: dict[int, int] = {}
+        terms = self.analyzer.terms(statement + " " + sources) if sources else self.analyzer.terms(statement)
+        for term in terms:
+            tid = self.vocabulary.get(term)
+            if tid is None:
+                tid = self.vocabulary[term] = len(self.postings)
+                self.postings.append(_Posting(array("i"), array("H")))
+            counts[tid] = counts.get(tid, 0) + 1
+        for tid, tf in counts.items():
+            posting = self.postings[tid]
+            posting.docs.append(doc)
+            posting.tfs.append(min(tf, 65_535))
+        self.doc_len.append(len(terms))
+        self.total_len += len(terms)
+        self.live_docs += 1
+        self.sessions.append(provenance.get("session_id"))
+        valid_from = data.get("valid_from")
+        self.valid_from.append(timestamp(valid_from) if valid_from else math.nan)
+        self.message_ids.append(message_ids)
+        if self.embedder is not None:
+            self._pending.append((statement, statement + " " + sources if sources else ""))
+
+    def sync(self, pindex: PerspectiveIndex) -> None:
+        """Add the facts the perspective index holds and this one does not (an index loaded in bulk from the
+        read model at start): their statements only, since the read model keeps no message text."""
+        for doc in range(len(self.doc_len), pindex.fact_count):
+            self._add(pindex, doc, {"fact_id": pindex.fact_id(doc)})
+        self.position = max(self.position, pindex.position)
+
+    # ------------------------------------------------------------------------------------------ vectors
+
+    def flush(self) -> None:
+        """Embed the documents added since the last flush (in batches). An embedder failure leaves them pending
+        (lexical search still finds them) and is reported by `embed_error`."""
+        if self.embedder is None or not self._pending:
+            return
+        while self._pending:
+            batch = self._pending[:EMBED_BATCH]
+            texts = [s for s, _ in batch] + [w for _, w in batch if w]
+            try:
+                vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+            except Exception as error:  # the embedder is outside our control: keep the documents, say why
+                self.embed_error = str(error)
+                return
+            self.embed_error = None
+            statement_vectors = vectors[: len(batch)]
+            whole = iter(vectors[len(batch):])
+            combined = np.array([s + next(whole) if w else s for s, (_, w) in zip(statement_vectors, batch,
+                                                                                     strict=True)])
+            self._store(combined)
+            del self._pending[: len(batch)]
+
+    def _store(self, vectors: np.ndarray) -> None:
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+        peak = np.abs(vectors).max(axis=1)
+        scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+        quantized = np.round(vectors / scales[:, None]).astype(np.int8)
+        n = self.embedded + len(vectors)
+        if n > len(self.vectors):
+            capacity = max(n, 2 * len(self.vectors), 64)
+            grown = np.zeros((capacity, self.dimensions), dtype=np.int8)
+            grown[: self.embedded] = self.vectors[: self.embedded]
+            self.vectors = grown
+            grown_scales = np.zeros(capacity, dtype=np.float32)
+            grown_scales[: self.embedded] = self.scales[: self.embedded]
+            self.scales = grown_scales
+        self.vectors[self.embedded: n] = quantized
+        self.scales[self.embedded: n] = scales
+        self.embedded = n
+
+    def cosines(self, query: np.ndarray, docs: np.ndarray) -> np.ndarray:
+        """Cosine of the (normalised) query vector with each document's; 0 for a document not embedded yet."""
+        out = np.zeros(len(docs), dtype=np.float32)
+        ready = docs < self.embedded
+        if ready.any():
+            chosen = docs[ready]
+            out[ready] = (self.vectors[chosen].astype(np.float32) @ query) * self.scales[chosen]
+        return out
+
+    def similarity(self, a: int, b: int) -> float:
+        if a >= self.embedded or b >= self.embedded:
+            return 0.0
+        va = self.vectors[a].astype(np.float32) * self.scales[a]
+        vb = self.vectors[b].astype(np.float32) * self.scales[b]
+        return float(va @ vb)
+
+    # ------------------------------------------------------------------------------------------ lexical
+
+    def bm25(self, query_terms: Sequence[str], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+        """(documents, BM25 scores) of every document holding a query term (Lucene's idf and saturation)."""
+        n_docs = max(self.live_docs, 1)
+        average = self.total_len / n_docs if self.total_len else 1.0
+        lengths = np.frombuffer(self.doc_len, dtype=np.uint32) if len(self.doc_len) else np.zeros(0, np.uint32)
+        docs_parts: list[np.ndarray] = []
+        score_parts: list[np.ndarray] = []
+        for term, weight in _counted(query_terms).items():
+            tid = self.vocabulary.get(term)
+            if tid is None:
+                continue
+            posting = self.postings[tid]
+            docs = np.frombuffer(posting.docs, dtype=np.int32)
+            tfs = np.frombuffer(posting.tfs, dtype=np.uint16).astype(np.float32)
+            df = len(docs)
+            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+            norm = k1 * (1.0 - b + b * lengths[docs] / average)
+            docs_parts.append(docs)
+            score_parts.append(weight * idf * tfs / (tfs + norm))
+        if not docs_parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        docs = np.concatenate(docs_parts).astype(np.int64)
+        scores = np.concatenate(score_parts)
+        unique, inverse = np.unique(docs, return_inverse=True)
+        return unique, np.bincount(inverse, weights=scores).astype(np.float32)
+
+    def nbytes(self) -> int:
+        """Bytes held, roughly: postings, lengths, provenance, vectors (messages and aliases are counted too)."""
+        postings = sum(p.docs.itemsize * len(p.docs) + p.tfs.itemsize * len(p.tfs) + 120 for p in self.postings)
+        vocabulary = sum(len(t) + 90 for t in self.vocabulary)
+        provenance = sum(56 + 8 * len(m) for m in self.message_ids) + 8 * len(self.sessions)
+        vectors = self.vectors[: self.embedded].nbytes + 4 * self.embedded
+        messages = sum(len(k) + len(v) + 100 for k, v in self.messages.items())
+        return postings + vocabulary + provenance + vectors + messages + len(self.doc_len) * 4
+
+
+def _counted(terms: Iterable[str]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for term in terms:
+        counted[term] = counted.get(term, 0) + 1
+    return counted

@@ -1,0 +1,43 @@
+"""How text becomes search terms: English words stemmed with stopwords removed, Chinese as character bigrams.
+
+Mixed text is normal here (`李总 prefers monthly settlement`), so a text is cut into runs of Han/kana characters and
+runs of everything else:
+- other runs: Unicode words (`\\w+`), case-folded; English stopwords (bm25s's list) dropped; the rest stemmed with
+  the Snowball English stemmer (PyStemmer, what bm25s uses). Numbers stay as they are.
+- Han/kana runs: every character bigram plus every character (`李总` -> `李总`, `李`, `总`), so a two-character
+  word matches exactly and a one-character query still finds something. No dictionary to load, nothing to tune
+  per domain; a word segmenter (jieba) was the alternative: docs/search.md says how they compare.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_RUNS = re.compile(rf"([{_CJK}]+)|([^\W_]+)", re.UNICODE)
+_STOPWORDS = frozenset(STOPWORDS_EN) | frozenset({"s", "t"})
+
+
+class Analyzer:
+    """Turns text into terms (strings). One per index; the stemmer keeps a cache of its own."""
+
+    def __init__(self) -> None:
+        self._stemmer = Stemmer.Stemmer("english")
+        self._stem = lru_cache(maxsize=200_000)(self._stemmer.stemWord)
+
+    def terms(self, text: str) -> list[str]:
+        out: list[str] = []
+        for cjk, word in _RUNS.findall(text):
+            if cjk:
+                out.extend(cjk)
+                out.extend(cjk[i:i + 2] for i in range(len(cjk) - 1))
+            else:
+                word = word.casefold()
+                if word in _STOPWORDS:
+                    continue
+                out.append(word if word.isdigit() else self._stem(word))
+        return out

@@ -1,0 +1,392 @@
+"""Serving searches: `search_for` finds the facts a viewer may see that match a request's content.
+
+Indexes: one `SearchIndex` per tenant beside its perspective index, fed the same records as the perspective
+service follows the log (and folded with it for an as-of search, or again after a forget). The candidates are
+exactly the facts the viewer's perspective may show (domain rules of scope, status and hubs, read from the
+perspective index); the ranking is domain/search.py's.
+
+Evidence: a JSON file per served search, `<home>/searches/<search_id>.json` (ids start with `srch-`), holding the
+request, the parameters, the log position, every item with its score components and the recall recorded
+(mode `looked_up`, whose event carries the search id). `noumena explain SEARCH_ID` prints it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from domain.commands import RecordRecall
+from domain.errors import InvalidInput, NoumenaError, UnknownEntity, UnknownSession
+from domain.ports import Embedder
+from domain.recalls import RecallMode
+from domain.search import (
+    DEFAULT_SEARCH_PARAMETERS,
+    Candidate,
+    SearchAnswer,
+    SearchItem,
+    SearchParameters,
+    SearchTier,
+    diversify,
+    recency,
+    score,
+    squash_activation,
+)
+from domain.service import OntologyService
+from projections.perspective_index import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION, PerspectiveIndex, Viewpoint, fold
+from projections.perspectives import FORGOTTEN_TEXT, Perspectives
+from projections.search_index import SearchIndex
+from projections.search_text import Analyzer
+
+SEARCH_PREFIX = "srch-"
+TIER_OF_KIND = {SCOPE_SESSION: SearchTier.SESSION, SCOPE_PERSON: SearchTier.PERSON, SCOPE_ORG: SearchTier.ORG}
+TIER_ORDER = (SearchTier.SESSION, SearchTier.PERSON, SearchTier.ORG)
+SEMANTIC_POOL = 200
+"""How many of the best semantic matches join the lexical ones as candidates."""
+
+
+class UnknownSearch(NoumenaError):
+    def __init__(self, search_id: str) -> None:
+        super().__init__(f"no search {search_id!r} was served from this home")
+
+
+def is_search_id(identifier: str) -> bool:
+    return identifier.startswith(SEARCH_PREFIX)
+
+
+class Searches:
+    """The search service of one process, beside the perspective service whose indexes it follows."""
+
+    def __init__(self, perspectives: Perspectives, service: OntologyService, home: Path,
+                 clock: Callable[[], datetime], embedder: Embedder | None = None,
+                 parameters: SearchParameters = DEFAULT_SEARCH_PARAMETERS) -> None:
+        self.perspectives = perspectives
+        self._service = service
+        self._clock = clock
+        self.embedder = embedder
+        self.parameters = parameters
+        self.analyzer = Analyzer()
+        self.evidence_dir = Path(home) / "searches"
+        self._indexes: dict[str, SearchIndex] = {}
+        perspectives.followers.append(self)
+
+    # ------------------------------------------------------------------------------------------ following
+
+    def _new(self, tenant: str) -> SearchIndex:
+        return SearchIndex(tenant, self.analyzer, self.embedder)
+
+    def applied(self, pindex: PerspectiveIndex, position: int, topic: str, data: dict[str, Any]) -> None:
+        """The perspective service applied a record to `pindex`: apply it here too."""
+        index = self._indexes.get(pindex.tenant)
+        if index is None:
+            index = self._indexes[pindex.tenant] = self._new(pindex.tenant)
+        index.apply(pindex, position, topic, data)
+
+    def refolded(self, tenant: str) -> None:
+        """The perspective service folded `tenant` again (after a forget): drop what this index derived from
+        content; it is built again from the log (which now reads `[forgotten]`) on next use."""
+        self._indexes.pop(tenant, None)
+
+    def index(self, tenant: str) -> tuple[PerspectiveIndex, SearchIndex]:
+        """The tenant's perspective and search indexes, caught up with the log."""
+        pindex = self.perspectives.index(tenant)
+        index = self._indexes.get(tenant)
+        if index is None or index.position > pindex.position:
+            index = self._indexes[tenant] = self._fold(tenant, None)[1]
+        index.sync(pindex)
+        index.flush()
+        return pindex, index
+
+    def _fold(self, tenant: str, until: float | None) -> tuple[PerspectiveIndex, SearchIndex]:
+        index = self._new(tenant)
+        pindex = fold(tenant, self.perspectives.records(), until=until,
+                      then=lambda p, position, topic, data: index.apply(p, position, topic, data))
+        index.flush()
+        return pindex, index
+
+    # ------------------------------------------------------------------------------------------ serving
+
+    def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
+                   session_id: str | None = None, k: int | None = None, as_of: datetime | None = None,
+                   record: bool = True) -> SearchAnswer:
+        """The facts `agent` may see (serving `serving`, in session `session_id`) that best match `query`, nearest
+        tier first. A current search records one recall (mode `looked_up`) of what it returns and keeps its
+        evidence; an as-of search records nothing (looking at the past does not use a fact now)."""
+        p = self.parameters if k is None else self.parameters.model_copy(update={"k": k})
+        if not query.strip():
+            raise InvalidInput("the query is empty", field="query")
+        if not 1 <= p.k <= 100:
+            raise InvalidInput("k must be between 1 and 100", field="k")
+        if as_of is not None and as_of.tzinfo is None:
+            raise InvalidInput("as_of needs a time zone", field="as_of")
+        with self.perspectives.lock:
+            if as_of is None:
+                pindex, index = self.index(tenant)
+                moment = self._clock()
+            else:
+                pindex, index = self._fold(tenant, as_of.timestamp())
+                moment = as_of
+            answer = self._answer(tenant, pindex, index, agent, query, serving, session_id, p, moment, as_of)
+        if record and as_of is None:
+            answer.recall_position = self._record_recall(answer)
+        if record:
+            self._store(answer)
+        return answer
+
+    def _answer(self, tenant: str, pindex: PerspectiveIndex, index: SearchIndex, agent: str, query: str,
+                serving: str | None, session_id: str | None, p: SearchParameters, moment: datetime,
+                as_of: datetime | None) -> SearchAnswer:
+        for field_name, ref in (("agent", agent), ("serving", serving)):
+            if ref is not None and pindex.lookup(ref) is None:
+                raise UnknownEntity(ref, tenant, field=field_name)
+        agent_id = pindex.lookup(agent)
+        assert agent_id is not None
+        serving_id = pindex.lookup(serving) if serving is not None else -1
+        session_code = None
+        if session_id is not None:
+            owner = pindex.sessions.get(session_id)
+            if owner is None:
+                raise UnknownSession(session_id)
+            if owner[0] != agent_id or (owner[1] >= 0 and owner[1] != serving_id):
+                raise InvalidInput(f"session {session_id!r} is not a session of {agent}"
+                                   + (f" serving {serving}" if serving else ""), field="session_id")
+            session_code = pindex.scope_codes.get(f"session:{session_id}")
+        now = moment.timestamp()
+        visible = visible_facts(pindex, agent_id, serving_id, len(index.doc_len))
+        terms = self.analyzer.terms(query)
+        lex_docs, lex_scores = index.bm25(terms, p.bm25_k1, p.bm25_b)
+        keep = visible[lex_docs] if len(lex_docs) else np.zeros(0, dtype=bool)
+        lex_docs, lex_scores = lex_docs[keep], lex_scores[keep]
+        lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
+            if len(lex_docs) else {}
+        walked = pindex.walk(Viewpoint(agent=agent, serving=serving), self.perspectives.parameters, now)
+        reached = dict(zip(walked.facts.tolist(), walked.activation.tolist(), strict=True))
+        semantic, mode = self._semantic(index, query, visible, lex_docs, lex_scores, reached, pindex, p)
+        candidates = set(lexical) | set(semantic)
+        docs = np.array(sorted(candidates), dtype=np.int64)
+        if not len(docs):
+            return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
+        activation = self._activation(pindex, agent_id, docs, reached, now)
+        ages = now - self._last_use(pindex, agent_id, docs)
+        scope_kind = pindex.scope_kind.data[pindex.scope.data[docs]]
+        scopes = pindex.scope.data[docs]
+        ranked: list[Candidate] = []
+        for k, doc in enumerate(docs.tolist()):
+            tier = TIER_OF_KIND[int(scope_kind[k])]
+            if tier is SearchTier.SESSION and session_code is not None and int(scopes[k]) != session_code:
+                tier = SearchTier.PERSON if serving_id >= 0 else SearchTier.ORG  # another session's: farther
+            ranked.append(score(Candidate(
+                doc=doc, tier=tier, lexical=lexical.get(doc, 0.0), semantic=semantic.get(doc, 0.0),
+                activation=squash_activation(float(activation[k]), self.perspectives.parameters.threshold),
+                recency=recency(float(ages[k]), p),
+                provenance=frozenset(index.message_ids[doc])), p))
+        ranked.sort(key=lambda c: (-c.score, c.doc))
+        answered_by, chosen = self._by_tier(ranked, p, index)
+        items = [self._item(pindex, index, rank, c) for rank, c in enumerate(chosen, start=1)]
+        return SearchAnswer(
+            search_id=SEARCH_PREFIX + uuid.uuid4().hex, tenant=tenant, agent=agent, serving=serving,
+            session_id=session_id, query=query, k=p.k, as_of=as_of.isoformat() if as_of else None,
+            served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=answered_by,
+            semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=items)
+
+    def _empty(self, tenant: str, agent: str, serving: str | None, session_id: str | None, query: str,
+               p: SearchParameters, moment: datetime, as_of: datetime | None, pindex: PerspectiveIndex,
+               mode: str) -> SearchAnswer:
+        return SearchAnswer(
+            search_id=SEARCH_PREFIX + uuid.uuid4().hex, tenant=tenant, agent=agent, serving=serving,
+            session_id=session_id, query=query, k=p.k, as_of=as_of.isoformat() if as_of else None,
+            served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=None,
+            semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=[])
+
+    def _semantic(self, index: SearchIndex, query: str, visible: np.ndarray, lex_docs: np.ndarray,
+                  lex_scores: np.ndarray, reached: dict[int, float], pindex: PerspectiveIndex,
+                  p: SearchParameters) -> tuple[dict[int, float], str]:
+        """Cosines for the semantic candidates, and how they were chosen."""
+        if self.embedder is None:
+            return {}, "off"
+        if index.embed_error is not None:
+            return {}, f"failed: {index.embed_error}"
+        try:
+            vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
+        except Exception as error:  # outside our control: answer lexically and say so
+            return {}, f"failed: {error}"
+        everything = np.flatnonzero(visible)
+        if len(everything) <= p.exact_semantic_limit:
+            pool, mode = everything, "exact"
+        else:
+            best_lexical = lex_docs[np.argsort(-lex_scores)[: p.lexical_candidates]]
+            own = np.flatnonzero(visible & (pindex.scope.data[: len(visible)] != 0))
+            walked = np.array([d for d in reached if d < len(visible) and visible[d]], dtype=np.int64)
+            pool, mode = np.unique(np.concatenate([best_lexical, own, walked]).astype(np.int64)), "candidates"
+        if not len(pool):
+            return {}, mode
+        cosines = index.cosines(vector, pool)
+        top = np.argsort(-cosines)[:SEMANTIC_POOL]
+        chosen = set(pool[top].tolist()) | set(lex_docs.tolist())
+        in_pool = dict(zip(pool.tolist(), cosines.tolist(), strict=True))
+        lexical = set(lex_docs.tolist())
+        return {d: max(in_pool[d], 0.0) for d in chosen
+                if d in in_pool and (d in lexical or in_pool[d] >= p.minimum_semantic)}, mode
+
+    def _activation(self, pindex: PerspectiveIndex, agent: int, docs: np.ndarray, reached: dict[int, float],
+                    now: float) -> np.ndarray:
+        """The viewer's activation of each fact: the perspective's own where its walk reached the fact; else base
+        level and confidence with the spread of a fact one hop beyond the walk's depth."""
+        parameters = self.perspectives.parameters
+        base = pindex.base_levels(agent, docs, now, parameters)
+        far = np.log(parameters.hop_factor) * (parameters.depth + 1)
+        beyond = base + np.log(np.maximum(pindex.conf.data[docs], 1e-6)) + parameters.associative_strength + far
+        return np.array([reached.get(d, float(beyond[k])) for k, d in enumerate(docs.tolist())])
+
+    @staticmethod
+    def _last_use(pindex: PerspectiveIndex, agent: int, docs: np.ndarray) -> np.ndarray:
+        """The last use of each fact by this agent: its first use (see `first_use`), or a later recall."""
+        last = pindex.asserted.data[docs].astype(np.float64).copy()
+        uses = pindex.uses.get(agent)
+        if uses is not None and uses[0].size:
+            facts, times = uses[0].view, uses[1].view
+            hit = np.isin(facts, docs)
+            if hit.any():
+                where = np.searchsorted(docs, facts[hit])
+                np.maximum.at(last, where, times[hit])
+        return last
+
+    def _by_tier(self, ranked: list[Candidate], p: SearchParameters, index: SearchIndex
+                 ) -> tuple[SearchTier | None, list[Candidate]]:
+        """Nearest tier first: the first tier whose best score reaches the threshold answers, its results first,
+        then the farther tiers' fill up to k. No tier reaching it: the best of all (`all`)."""
+        answered: SearchTier | None = None
+        for tier in TIER_ORDER:
+            best = next((c for c in ranked if c.tier is tier), None)
+            if best is not None and best.score >= p.tier_threshold:
+                answered = tier
+                break
+        if answered is None:
+            ordered = ranked
+            answered = SearchTier.ALL if ranked else None
+        else:
+            start = TIER_ORDER.index(answered)
+            ordered = [c for tier in TIER_ORDER[start:] for c in ranked if c.tier is tier]
+            ordered += [c for c in ranked if TIER_ORDER.index(c.tier) < start]
+        return answered, diversify(ordered, p.k, index.similarity, p)
+
+    @staticmethod
+    def _item(pindex: PerspectiveIndex, index: SearchIndex, rank: int, c: Candidate) -> SearchItem:
+        doc = c.doc
+        subject, obj = int(pindex.src.data[doc]), int(pindex.dst.data[doc])
+        relation = pindex.rel_names[int(pindex.rel.data[doc])]
+        reason = pindex.reasons.get(doc) or None
+        text = f"{pindex.labels[subject]} —{relation}→ {pindex.labels[obj]}" + (f": {reason}" if reason else "")
+        return SearchItem(
+            rank=rank, fact_id=pindex.fact_id(doc), subject=pindex.refs[subject], relation=relation,
+            object=pindex.refs[obj], subject_label=pindex.labels[subject], object_label=pindex.labels[obj],
+            text=text, reason=reason, scope=pindex.scope_names[int(pindex.scope.data[doc])], tier=c.tier,
+            valid_from=_iso(index.valid_from[doc]), score=c.score, scores=c.scores, session_id=index.sessions[doc],
+            message_ids=list(index.message_ids[doc]))
+
+    def _record_recall(self, answer: SearchAnswer) -> int | None:
+        fact_ids = [item.fact_id for item in answer.items]
+        if not fact_ids:
+            return None
+        result = self._service.execute_batch(
+            [RecordRecall(tenant=answer.tenant, agent=answer.agent, fact_ids=tuple(fact_ids),
+                          mode=RecallMode.LOOKED_UP, perspective_id=answer.search_id)],
+            all_or_nothing=True,
+        )
+        error = result.outcomes[0].error
+        if error is not None:
+            raise error
+        return result.last_position
+
+    # ------------------------------------------------------------------------------------------ evidence
+
+    def _path(self, search_id: str) -> Path:
+        if not is_search_id(search_id) or "/" in search_id or "\\" in search_id or ".." in search_id:
+            raise UnknownSearch(search_id)
+        return self.evidence_dir / f"{search_id}.json"
+
+    def _store(self, answer: SearchAnswer) -> None:
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        path = self._path(answer.search_id)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(answer.model_dump_json(indent=1), encoding="utf-8")
+        os.replace(temporary, path)
+
+    def explain(self, search_id: str) -> SearchAnswer:
+        """The evidence of a served search: request, parameters, items with their score components, recall."""
+        path = self._path(search_id)
+        if not path.exists():
+            raise UnknownSearch(search_id)
+        return SearchAnswer.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def _iso(epoch: float) -> str | None:
+    return None if math.isnan(epoch) else datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def visible_facts(pindex: PerspectiveIndex, agent: int, serving: int, n: int) -> np.ndarray:
+    """A bool per fact (the first n): may this viewer's perspective show it? Current, in a scope the viewer sees
+    (`PerspectiveIndex.visible_scopes`), and, for a hub viewer, not touching another party it serves (a hub
+    viewer's walk never reaches those: projections/perspective_walk.py)."""
+    n = min(n, pindex.fact_count)
+    scopes = pindex.visible_scopes(agent, serving)
+    visible = (pindex.live.data[:n] != 0) & scopes[pindex.scope.data[:n]]
+    if agent >= 0 and bool(pindex.hub.data[agent]):
+        blocked = blocked_parties(pindex, agent, serving)
+        if len(blocked):
+            src, dst = pindex.src.data[:n], pindex.dst.data[:n]
+            visible &= ~(np.isin(src, blocked) | np.isin(dst, blocked))
+    return visible
+
+
+def blocked_parties(pindex: PerspectiveIndex, hub_agent: int, serving: int) -> np.ndarray:
+    """The persons (other than the one served) a hub agent has facts with, in any status."""
+    person_kind = pindex.kind_codes.get("person")
+    if person_kind is None:
+        return np.zeros(0, dtype=np.int64)
+    src, dst = pindex.src.view, pindex.dst.view
+    ends = np.concatenate([dst[src == hub_agent], src[dst == hub_agent]])
+    parties = ends[(pindex.kind.data[ends] == person_kind) & (ends != serving)]
+    return np.unique(parties).astype(np.int64)
+
+
+def search_json(answer: SearchAnswer) -> dict[str, Any]:
+    """The public JSON of a search (CLI, HTTP, MCP)."""
+    return {
+        "search_id": answer.search_id, "answered_by": answer.answered_by.value if answer.answered_by else None,
+        "semantic": answer.semantic, "query": answer.query, "agent": answer.agent, "serving": answer.serving,
+        "session_id": answer.session_id, "as_of": answer.as_of, "log_position": answer.log_position,
+        "items": [item.model_dump(mode="json", exclude={"subject_label", "object_label", "reason", "tier"})
+                  | {"tier": item.tier.value} for item in answer.items],
+    }
+
+
+def erase_search_evidence(home: Path, tenant: str) -> int:
+    """After a forget in `tenant`: blank the content (query, texts, labels) of its search evidence files, keeping
+    ids, scores and positions, like the perspective evidence. Returns how many files were rewritten."""
+    directory = Path(home) / "searches"
+    if not directory.exists():
+        return 0
+    rewritten = 0
+    for path in sorted(directory.glob(f"{SEARCH_PREFIX}*.json")):
+        try:
+            served = SearchAnswer.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        if served.tenant != tenant:
+            continue
+        served.query = FORGOTTEN_TEXT
+        for item in served.items:
+            item.text = item.subject_label = item.object_label = FORGOTTEN_TEXT
+            item.reason = FORGOTTEN_TEXT if item.reason else None
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(served.model_dump_json(indent=1), encoding="utf-8")
+        os.replace(temporary, path)
+        rewritten += 1
+    return rewritten
