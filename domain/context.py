@@ -42,6 +42,7 @@ from domain.errors import DomainError
 from domain.facts import FactState, FactStatus
 from domain.ontology import Ontology
 from domain.perspective import Perspective, PerspectiveItem, RecallRecord
+from domain.search import SearchAnswer, SearchItem
 from domain.sessions import SessionState
 from domain.summaries import SummaryNode
 
@@ -67,7 +68,7 @@ class ContextRole(StrEnum):
 ROLE_ORDER = (ContextRole.CONSTRAINTS, ContextRole.PERSPECTIVE, ContextRole.WORKERS, ContextRole.SUMMARY,
               ContextRole.TURNS)
 
-SHRINK_ORDER = ("turn", "summary", "count", "marker", "gist", "worker", "full")
+SHRINK_ORDER = ("turn", "summary", "count", "marker", "gist", "recalled", "worker", "full")
 """What is cut first when the whole does not fit: the kinds of units, lowest value first. Hard constraints are
 not in the list: they are never cut."""
 
@@ -99,6 +100,14 @@ class ContextParameters(BaseModel):
     max_focus: int = Field(default=6, ge=0)
     """At most this many focus entities (mentions in the message first, then live workers' subjects, then
     mentions in the recent turns, newest first): each more focus thins the others' share of W."""
+
+    recalled_facts: int = Field(default=8, ge=0, le=50)
+    """Up to this many facts recalled by the request's content (search) join the perspective's block, first,
+    within its budget. Source: seed 004 (about 8 injected after the system prompt)."""
+
+    max_facts_shown: int = Field(default=15, ge=1)
+    """At most this many facts shown by name in the perspective's block (recalled facts included): the weakest
+    of the perspective's own go first. A main session carries relationships, not a catalogue."""
 
     focus_from_live_workers: bool = True
     """What live workers are about is in focus: the main session is managing that work now. Our choice."""
@@ -194,6 +203,10 @@ class Context(BaseModel):
     text: str
     tokens: int
     recall: RecallRecord | None = None
+    search: SearchAnswer | None = None
+    """The search run with the message (recall by content), when there was a message and search is on."""
+    recalled_fact_ids: list[str] = Field(default_factory=list)
+    """The facts the block shows because the search recalled them (not already shown otherwise)."""
 
 
 # ---------------------------------------------------------------------------------------------- selection
@@ -465,6 +478,21 @@ class Assembly:
     text: str
     tokens: int
     deduplicated: list[str]
+    recalled: list[str] = field(default_factory=list)
+
+
+RECALLED_HEADING = "### Recalled for this request"
+
+
+def recalled_lines(item: SearchItem) -> list[BlockLine]:
+    """A fact recalled by the request's content: one line, with its reason and the messages it came from."""
+    reason = item.reason or ""
+    if len(reason) > 160:
+        reason = reason[:157] + "..."
+    source = " ".join(x for x in (item.session_id or "", ",".join(item.message_ids[:4])) if x)
+    text = f"- {item.subject_label} —{item.relation}→ {item.object_label}" + (f": {reason}" if reason else "")
+    text += f" {_short(item.fact_id)}" + (f" (from {source})" if source else "")
+    return [BlockLine(text=text, fact_ids=[item.fact_id], message_ids=list(item.message_ids))]
 
 
 PERSPECTIVE_SECTIONS = {Tier.FULL: "### Clear", Tier.GIST: "### In brief", Tier.MARKER: "### Also",
@@ -472,10 +500,19 @@ PERSPECTIVE_SECTIONS = {Tier.FULL: "### Clear", Tier.GIST: "### In brief", Tier.
 
 
 def _perspective_block(perspective: Perspective | None, shown_as_constraints: set[str], session_id: str,
-                       title: str) -> tuple[_Block, list[str]]:
+                       title: str, recalled: Sequence[SearchItem] = (), max_facts: int = 1_000_000
+                       ) -> tuple[_Block, list[str], list[SearchItem]]:
+    """The perspective's block: the facts recalled by content first (those the constraints or the perspective do
+    not already show), then the perspective's tiers, at most `max_facts` facts by name (the weakest go)."""
     block = _Block(ContextRole.PERSPECTIVE, [BlockLine(text=title)], [])
+    shown_by_perspective = {i.fact_id for i in perspective.items} if perspective is not None else set()
+    fresh = [r for r in recalled if r.fact_id not in shown_as_constraints and r.fact_id not in shown_by_perspective]
+    if fresh:
+        block.groups.append(_Group([BlockLine(text=RECALLED_HEADING)],
+                                   [_Unit("recalled", recalled_lines(r), rank=len(fresh) - k)
+                                    for k, r in enumerate(fresh)]))
     if perspective is None:
-        return block, []
+        return block, [], fresh
     dedup: list[str] = []
     own_session = f"session:{session_id}"
     items: list[PerspectiveItem] = []
@@ -486,6 +523,7 @@ def _perspective_block(perspective: Perspective | None, shown_as_constraints: se
             continue  # another session's memory (a worker's): task details stay with the worker
         else:
             items.append(item)
+    items = items[: max(0, max_facts - len(fresh))]
     n = len(items)
     for tier, kind in ((Tier.FULL, "full"), (Tier.GIST, "gist"), (Tier.MARKER, "marker")):
         units = [_Unit(kind, item_lines(item), rank=n - k) for k, item in enumerate(items) if item.tier is tier]
@@ -500,7 +538,7 @@ def _perspective_block(perspective: Perspective | None, shown_as_constraints: se
         counts.append(_Unit("count", [BlockLine(
             text=f"- {perspective.forgotten} more below the threshold (not recalled now)")], rank=-1))
     block.groups.append(_Group([BlockLine(text=PERSPECTIVE_SECTIONS[Tier.COUNT])], counts))
-    return block, dedup
+    return block, dedup, fresh
 
 
 def _cut(block: _Block, limit: int, stage: str, omitted: list[Omission], total: Callable[[], int]) -> None:
@@ -517,7 +555,7 @@ def _cut(block: _Block, limit: int, stage: str, omitted: list[Omission], total: 
 def assemble(*, header: str, constraints: Sequence[FactState], perspective: Perspective | None,
              perspective_title: str, workers: Sequence[WorkerView], summary: Sequence[SummaryNode],
              turns: Sequence[tuple[str, str, str]], label: Callable[[str], str], session_id: str,
-             parameters: ContextParameters, budget_tokens: int) -> Assembly:
+             parameters: ContextParameters, budget_tokens: int, recalled: Sequence[SearchItem] = ()) -> Assembly:
     """Lay the five layers out within their role budgets, then cut in SHRINK_ORDER until the whole fits.
 
     Raises ContextBudgetExceeded when the header and the hard constraints alone exceed `budget_tokens`.
@@ -530,7 +568,8 @@ def assemble(*, header: str, constraints: Sequence[FactState], perspective: Pers
     if needed > budget_tokens:
         raise ContextBudgetExceeded(needed, budget_tokens, [f.fact_id for f in constraints])
     shown = {f.fact_id for f in constraints}
-    perspective_block, dedup = _perspective_block(perspective, shown, session_id, perspective_title)
+    perspective_block, dedup, fresh = _perspective_block(perspective, shown, session_id, perspective_title,
+                                                         recalled, parameters.max_facts_shown)
     workers_block = _Block(ContextRole.WORKERS, [BlockLine(text="## Live workers")],
                            [_Group([], [_Unit("worker", worker_lines(w, label), rank=-k)
                                         for k, w in enumerate(workers)])])
@@ -580,7 +619,7 @@ def assemble(*, header: str, constraints: Sequence[FactState], perspective: Pers
         ))
     texts = [line.text for line in lines]
     return Assembly(blocks=result, omitted=omitted, text="\n".join(texts), tokens=text_tokens(texts),
-                    deduplicated=dedup)
+                    deduplicated=dedup, recalled=[r.fact_id for r in fresh])
 
 
 def _ids(lines: Sequence[BlockLine], attribute: str) -> list[str]:

@@ -34,7 +34,9 @@ from domain.context import (
     assemble,
     choose_focus,
     constraints_tokens,
+    line_tokens,
     perspective_budget,
+    recalled_lines,
     select_constraints,
 )
 from domain.entities import EntitiesMerged, EntityRegistered, EntityUpdated
@@ -45,6 +47,7 @@ from domain.ontology import Ontology
 from domain.perspective import Perspective, RecallRecord
 from domain.ports import EventLog
 from domain.recalls import RecallMode
+from domain.search import SearchAnswer
 from domain.service import OntologyService
 from domain.sessions import SessionKind, SessionState
 from domain.summaries import Folder, SummaryTree, TrimmingFolder
@@ -87,8 +90,10 @@ class Contexts:
 
     def __init__(self, perspectives: Perspectives, service: OntologyService, log: EventLog, home: Path,
                  clock: Callable[[], datetime], parameters: ContextParameters = DEFAULT_CONTEXT_PARAMETERS,
-                 folder: Folder | None = None) -> None:
+                 folder: Folder | None = None, searches: Any = None) -> None:
         self.perspectives = perspectives
+        self.searches = searches
+        """The search service (projections/searches.py) that recalls facts by the message's content; None: off."""
         self._service = service
         self._log = log
         self._clock = clock
@@ -160,9 +165,13 @@ class Contexts:
             return self.perspectives.perspective_for(tenant, agent, serving, focus, budget_tokens=p_budget,
                                                      record=False)
 
+        search = None
+        if message and message.strip() and self.searches is not None and self.parameters.recalled_facts:
+            search = self.searches.search_for(tenant, session.agent, message, serving=session.serving,
+                                              session_id=session_id, k=self.parameters.recalled_facts, record=False)
         context = compose(inputs, tenant=tenant, session_id=session_id, message=message, budget=budget,
                           moment=moment, parameters=self.parameters, perspective=perspective,
-                          context_id=CONTEXT_PREFIX + uuid.uuid4().hex, folder=self.folder)
+                          context_id=CONTEXT_PREFIX + uuid.uuid4().hex, folder=self.folder, search=search)
         if record:
             context.recall = self._record_recall(context)
             self._store(context)
@@ -228,7 +237,8 @@ class Contexts:
 
         again = compose(inputs, tenant=served.tenant, session_id=served.session_id, message=served.message,
                         budget=served.budget_tokens, moment=served.served_at, parameters=served.parameters,
-                        perspective=perspective, context_id=served.context_id, folder=self.folder)
+                        perspective=perspective, context_id=served.context_id, folder=self.folder,
+                        search=served.search)
         again.recall = served.recall
         return again
 
@@ -238,7 +248,7 @@ PerspectiveSource = Callable[[str, str | None, list[str], int], Perspective]
 
 def compose(inputs: _Inputs, *, tenant: str, session_id: str, message: str | None, budget: int, moment: datetime,
             parameters: ContextParameters, perspective: PerspectiveSource, context_id: str,
-            folder: Folder) -> Context:
+            folder: Folder, search: SearchAnswer | None = None) -> Context:
     """Find the focus, select the hard constraints, fetch the perspective and assemble the block."""
     state = inputs.state
     session = state.require_session(session_id)
@@ -276,8 +286,10 @@ def compose(inputs: _Inputs, *, tenant: str, session_id: str, message: str | Non
     header = f"# Context for {label(session.agent)}" + (f", serving {label(session.serving)}" if session.serving
                                                          else "") + f" · session {session_id}"
     constraint_tokens = constraints_tokens(constraints, label)
+    recalled_tokens = sum(line_tokens(line.text) for item in (search.items if search is not None else ())
+                          for line in recalled_lines(item))
     seen = perspective(session.agent, session.serving, [ref for ref, _ in focus],
-                       perspective_budget(parameters, budget, constraint_tokens))
+                       max(1, perspective_budget(parameters, budget, constraint_tokens) - recalled_tokens))
     title = f"## Relations in view (focus: {', '.join(label(ref) for ref, _ in focus)})" if focus \
         else "## Relations in view"
     tree = inputs.trees.get(session_id) or SummaryTree.build(session_id, session.summaries, folder)
@@ -286,7 +298,7 @@ def compose(inputs: _Inputs, *, tenant: str, session_id: str, message: str | Non
         workers=[WorkerView(w.session_id, (w.status.value if w.status else "dispatched"), w.task, w.last_summary,
                             w.about) for w in workers],
         summary=tree.frontier(), turns=recent, label=label, session_id=session_id, parameters=parameters,
-        budget_tokens=budget,
+        budget_tokens=budget, recalled=search.items if search is not None else (),
     )
     return Context(
         context_id=context_id, tenant=tenant, session_id=session_id, agent=session.agent, serving=session.serving,
@@ -296,12 +308,13 @@ def compose(inputs: _Inputs, *, tenant: str, session_id: str, message: str | Non
         ambiguous=list(dict.fromkeys(ambiguous)), perspective=seen,
         constraint_fact_ids=[f.fact_id for f in constraints], deduplicated=assembly.deduplicated,
         blocks=assembly.blocks, omitted=assembly.omitted, text=assembly.text, tokens=assembly.tokens,
+        search=search, recalled_fact_ids=assembly.recalled,
     )
 
 
 def shown_clearly(context: Context) -> list[str]:
     """The facts the block shows clearly: the hard constraints, and the perspective's full and gist items."""
-    clear = set(context.constraint_fact_ids)
+    clear = set(context.constraint_fact_ids) | set(context.recalled_fact_ids)
     if context.perspective is not None:
         clear |= {i.fact_id for i in context.perspective.items if i.tier in (Tier.FULL, Tier.GIST)}
     shown: dict[str, None] = {}
@@ -366,6 +379,11 @@ def erase_context_evidence(home: Path, tenant: str) -> int:
             omission.text = FORGOTTEN_TEXT
         if served.perspective is not None:
             _redact_perspective(served.perspective)
+        if served.search is not None:
+            served.search.query = FORGOTTEN_TEXT
+            for item in served.search.items:
+                item.text = item.subject_label = item.object_label = FORGOTTEN_TEXT
+                item.reason = FORGOTTEN_TEXT if item.reason else None
         temporary = path.with_suffix(".tmp")
         temporary.write_text(served.model_dump_json(indent=1), encoding="utf-8")
         os.replace(temporary, path)

@@ -304,6 +304,15 @@ class Searches:
             raise error
         return result.last_position
 
+    def provenance(self, tenant: str, fact_ids: list[str]) -> list[list[str]]:
+        """The message ids in the provenance of each fact (empty for a fact unknown here)."""
+        pindex, index = self.index(tenant)
+        out: list[list[str]] = []
+        for fact_id in fact_ids:
+            doc = pindex.fact_index(fact_id)
+            out.append(list(index.message_ids[doc]) if doc is not None and doc < len(index.message_ids) else [])
+        return out
+
     # ------------------------------------------------------------------------------------------ evidence
 
     def _path(self, search_id: str) -> Path:

@@ -1,0 +1,33 @@
+"""Embedder adapters (placeholder until the embedders branch lands): wordllama's static model, offline."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class WordLlamaEmbedder:
+    """wordllama's 256-d static model, shipped inside its PyPI package; loaded on first use, never downloaded."""
+
+    name = "wordllama:l2_supercat:256"
+    dimensions = 256
+
+    def __init__(self) -> None:
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                import wordllama
+                from wordllama import WordLlama
+
+                self._model = WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self._load().embed(list(texts), norm=True), dtype=np.float32)
