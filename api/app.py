@@ -15,7 +15,20 @@ from pydantic import ValidationError
 from api.application import MemoryApplication, PerspectiveEngine
 from api.metrics import RequestMetrics
 from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
-from api.routes import admin, contexts, entities, events, facts, forget, graph, memory, ops, perspectives, sessions
+from api.routes import (
+    admin,
+    contexts,
+    entities,
+    events,
+    facts,
+    forget,
+    graph,
+    memory,
+    ops,
+    perspectives,
+    search,
+    sessions,
+)
 from infra.bootstrap import Noumena
 
 log = logging.getLogger(__name__)
@@ -106,7 +119,7 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
                                                                                     detail=first["msg"])]))
 
     v1 = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
-    for module in (events, entities, facts, graph, perspectives, memory, sessions, contexts, forget, admin):
+    for module in (events, entities, facts, graph, perspectives, search, memory, sessions, contexts, forget, admin):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

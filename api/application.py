@@ -286,6 +286,26 @@ class MemoryApplication:
         with self._read() as con:
             return read_model.session(con, tenant, session_id), read_model.workers(con, tenant, session_id)
 
+    # ------------------------------------------------------------------ recall by content
+
+    def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
+                   session_id: str | None = None, k: int = 10, as_of: datetime | None = None) -> dict[str, Any]:
+        """The facts `agent` may see (serving `serving`, in `session_id`) that best match `query`, nearest tier
+        first, with their score components (projections/searches.py). Records a recall (`looked_up`)."""
+        from api.search_engine import searches_of
+        from projections.searches import search_json
+
+        answer = searches_of(self).search(tenant, agent, query, serving=serving, session_id=session_id, k=k,
+                                          as_of=as_of)
+        if answer.recall_position is not None and self.follower is not None:
+            self.follower.nudge()
+        return search_json(answer)
+
+    def explain_search(self, tenant: str, search_id: str) -> dict[str, Any]:
+        from api.search_engine import searches_of
+
+        return searches_of(self).explain(tenant, search_id).model_dump(mode="json")
+
     # ------------------------------------------------------------------ perspectives
 
     def perspective(self, tenant: str, agent: str, serving: str | None = None, focus: Sequence[str] = (),

@@ -129,6 +129,10 @@ from api.cli_context import register as _register_context_commands  # noqa: E402
 
 _register_context_commands(app)
 
+from api.cli_search import register as _register_search_commands  # noqa: E402
+
+_register_search_commands(app)
+
 
 def main() -> None:
     """Console entry point: domain errors become a message and exit code 2, never a traceback."""

@@ -74,8 +74,13 @@ def explain(
     reproduce: Annotated[bool, typer.Option(help="Recompute it from the log and compare.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole evidence as JSON.")] = False,
 ) -> None:
-    """Show a served perspective's (or context's, `ctx-...`) inputs, parameters and outputs; optionally reproduce
-    it from the log."""
+    """Show a served perspective's (or context's, `ctx-...`, or search's, `srch-...`) inputs, parameters and
+    outputs; optionally reproduce it from the log."""
+    if perspective_id.startswith("srch-"):
+        from api.cli_search import explain_search
+
+        explain_search(perspective_id, as_json)
+        return
     if perspective_id.startswith("ctx-"):
         from api.cli_context import explain_context
 

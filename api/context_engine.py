@@ -29,7 +29,12 @@ class EngineContexts:
             perspectives = Perspectives(memory.noumena.log, memory.service, memory.settings.home, utc_now)
         # the perspective adapter's lock: both walk the same in-place indexes
         self._lock = getattr(engine, "_lock", None) or threading.Lock()
-        self.contexts = Contexts(perspectives, memory.service, memory.noumena.log, memory.settings.home, utc_now)
+        from api.search_engine import searches_of
+
+        searches = searches_of(memory)
+        self._searches = searches
+        self.contexts = Contexts(perspectives, memory.service, memory.noumena.log, memory.settings.home, utc_now,
+                                 searches=searches.searches)
 
     def context(self, tenant: str, session_id: str, message: str | None, budget_tokens: int | None) -> Context:
         with self._lock:

@@ -31,3 +31,15 @@ class WordLlamaEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._load().embed(list(texts), norm=True), dtype=np.float32)
+
+
+_SHARED: dict[str, WordLlamaEmbedder] = {}
+
+
+def embedder_from(settings: Any) -> WordLlamaEmbedder | None:
+    """The embedder the settings name (`NOUMENA_EMBEDDER`): wordllama (default, one model per process) or none."""
+    import os
+
+    if os.environ.get("NOUMENA_EMBEDDER", "wordllama") == "none":
+        return None
+    return _SHARED.setdefault("wordllama", WordLlamaEmbedder())

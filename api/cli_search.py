@@ -1,0 +1,88 @@
+"""The search command of `noumena`: recall by content. Thin: the work is in projections/searches.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+errors = Console(stderr=True)
+
+TenantOption = Annotated[str, typer.Option("--tenant", envvar="NOUMENA_TENANT",
+                                           help="The tenant (organization); default: $NOUMENA_TENANT.")]
+
+
+@contextmanager
+def _searches() -> Iterator[Any]:
+    from infra.bootstrap import bootstrap, utc_now
+    from infra.embedders import embedder_from
+    from projections.perspectives import Perspectives
+    from projections.searches import Searches
+
+    noumena = bootstrap()
+    try:
+        perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
+        yield Searches(perspectives, noumena.service, noumena.settings.home, utc_now,
+                       embedder=embedder_from(noumena.settings))
+    finally:
+        noumena.close()
+
+
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for, in words.")],
+    tenant: TenantOption,
+    agent: Annotated[str, typer.Option(help="Who is looking, e.g. agent:wang-assistant.")],
+    serving: Annotated[str | None, typer.Option(help="The person the agent serves now.")] = None,
+    session: Annotated[str | None, typer.Option(help="The agent's session (its facts answer first).")] = None,
+    k: Annotated[int, typer.Option(min=1, max=100, help="How many results.")] = 10,
+    as_of: Annotated[datetime | None, typer.Option(help="Search what was believed then (ISO time with zone).")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Recall by content: the facts the agent may see that match QUERY, nearest tier first, with their scores."""
+    from projections.perspectives import dumps
+    from projections.searches import search_json
+
+    with _searches() as searches:
+        answer = searches.search_for(tenant, agent, query, serving=serving, session_id=session, k=k, as_of=as_of)
+    if as_json:
+        print(dumps(search_json(answer)))
+        return
+    table = Table(title=f"{query!r}: answered by {answer.answered_by or 'nothing'} (semantic: {answer.semantic})")
+    for column in ("#", "fact", "tier", "score", "lexical", "semantic", "activation", "recency", "from"):
+        table.add_column(column)
+    for item in answer.items:
+        s = item.scores
+        table.add_row(str(item.rank), item.text, item.tier.value, f"{item.score:.3f}", f"{s['lexical']:.3f}",
+                      f"{s['semantic']:.3f}", f"{s['activation']:.3f}", f"{s['recency']:.3f}",
+                      " ".join(filter(None, [item.session_id or "", ",".join(item.message_ids)])))
+    console.print(table)
+    errors.print(f"[dim]search {answer.search_id} · noumena explain {answer.search_id}[/]")
+
+
+def explain_search(search_id: str, as_json: bool) -> None:
+    """`noumena explain srch-...`: the evidence of a served search."""
+    with _searches() as searches:
+        served = searches.explain(search_id)
+    if as_json:
+        print(served.model_dump_json(indent=2))
+        return
+    console.print(f"search {served.search_id} · {served.tenant} · {served.agent}"
+                  + (f" serving {served.serving}" if served.serving else "") + f" · at {served.served_at}"
+                  + f" · log position {served.log_position}")
+    console.print(f"query: {served.query!r} · answered by {served.answered_by} · semantic {served.semantic}"
+                  + (f" ({served.embedder})" if served.embedder else ""))
+    for item in served.items:
+        console.print(f"{item.rank:>3}. {item.text} [#{item.fact_id[:8]}] score {item.score:.3f} {item.scores}")
+    if served.recall_position is not None:
+        console.print(f"recorded as looked_up at log position {served.recall_position}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(search)

@@ -1,0 +1,36 @@
+"""Search: recall by content, and the evidence of one served."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from api.auth import MemoryDep, TenantDep
+from api.problems import not_found
+from api.schemas.search import SearchPublic, SearchRequest
+from domain.search import SearchAnswer
+from projections.searches import UnknownSearch
+
+router = APIRouter(tags=["search"])
+SearchId = Annotated[str, Path(min_length=6, max_length=128, pattern=r"^srch-[A-Za-z0-9_-]+$")]
+
+
+@router.post("/search", response_model=SearchPublic)
+def search(request: SearchRequest, tenant: TenantDep, memory: MemoryDep) -> SearchPublic:
+    """The facts the agent may see (serving a person, in a session) that best match the query's content: BM25
+    and embeddings fused, combined with the agent's activation and recency, near-duplicates removed, nearest
+    tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search records
+    nothing."""
+    answer = memory.search_for(tenant, request.agent, request.query, serving=request.serving,
+                               session_id=request.session_id, k=request.k, as_of=request.as_of)
+    return SearchPublic.model_validate(answer)
+
+
+@router.get("/searches/{search_id}/explain", response_model=SearchAnswer)
+def explain_search(search_id: SearchId, tenant: TenantDep, memory: MemoryDep) -> SearchAnswer:
+    """The evidence of a served search: the request, the parameters, every item with its score components."""
+    try:
+        return SearchAnswer.model_validate(memory.explain_search(tenant, search_id))
+    except UnknownSearch:
+        raise not_found(f"no search {search_id!r} in your tenant", "path.search_id") from None

@@ -1,0 +1,49 @@
+"""Search: recall by content, nearest tier first, every result with its score components."""
+
+from __future__ import annotations
+
+from pydantic import AwareDatetime, BaseModel, Field
+
+from domain.values import Identifier, Ref
+
+
+class SearchRequest(BaseModel):
+    """Who is looking (agent, person served, session) and what for (the request's text)."""
+
+    agent: Ref = Field(examples=["agent:wang-assistant"])
+    query: str = Field(min_length=1, max_length=10_000, examples=["how does Li want to pay?"])
+    serving: Ref | None = Field(default=None, examples=["person:li"])
+    session_id: Identifier | None = None
+    k: int = Field(default=10, ge=1, le=100)
+    as_of: AwareDatetime | None = Field(default=None, description="Search what was believed then (records nothing).")
+
+
+class SearchItemPublic(BaseModel):
+    rank: int
+    fact_id: str
+    subject: str
+    relation: str
+    object: str
+    text: str = Field(description="The fact in one line: subject -relation-> object: reason.")
+    scope: str
+    tier: str = Field(description="session | person | org: the memory tier the fact is in.")
+    valid_from: str | None = None
+    score: float
+    scores: dict[str, float] = Field(description="lexical, semantic, activation, recency (weighted; they add up).")
+    session_id: str | None = None
+    message_ids: list[str] = Field(description="The fact's provenance: the messages it came from.")
+
+
+class SearchPublic(BaseModel):
+    """A served search. `answered_by`: the nearest tier with a match above the threshold (`all`: none had one)."""
+
+    search_id: str = Field(description="Pass to `noumena explain` or GET /v1/searches/{search_id}/explain.")
+    answered_by: str | None
+    semantic: str = Field(description="exact | candidates | off | failed: <why> (then lexical only).")
+    query: str
+    agent: str
+    serving: str | None = None
+    session_id: str | None = None
+    as_of: str | None = None
+    log_position: int
+    items: list[SearchItemPublic]
