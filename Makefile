@@ -9,7 +9,7 @@ export NOUMENA_PG_PORT ?= 55432
 export NOUMENA_KAFKA_PORT ?= 59092
 export NOUMENA_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NOUMENA_KAFKA_PORT)
 
-.PHONY: install demo test services services-stop bench lint clean
+.PHONY: install demo test services services-stop bench eval lint clean
 
 $(VENV)/.installed: pyproject.toml projections/_walk_kernel.c infra/_seal_kernel.c
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ bench: install services
 	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 || echo "(no wrk: bench_api.py uses its Python load only)"
 	@set -e; for script in tests/benchmarks/bench_*.py; do \
 	  echo "== $$script"; $(BIN)/python $$script; done
+
+# Retrieval quality on LoCoMo (not vendored: CC BY-NC 4.0). LOCOMO_DATA: a folder of its conversation files.
+LOCOMO_DATA ?= ../shared/data/locomo-dev
+eval: install
+	$(BIN)/python tests/benchmarks/eval_locomo.py --data $(LOCOMO_DATA)
 
 lint: install
 	$(BIN)/ruff check .
