@@ -9,7 +9,7 @@ export NOUMENA_PG_PORT ?= 55432
 export NOUMENA_KAFKA_PORT ?= 59092
 export NOUMENA_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NOUMENA_KAFKA_PORT)
 
-.PHONY: install demo test services services-stop bench eval lint clean
+.PHONY: install demo test services services-stop bench eval lint clean chromium
 
 $(VENV)/.installed: pyproject.toml projections/_walk_kernel.c infra/_seal_kernel.c
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,21 @@ $(VENV)/.installed: pyproject.toml projections/_walk_kernel.c infra/_seal_kernel
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+# The explorer's graph library (issue 21): pinned in ui/package-lock.json, copied into the package with its licence.
+VENDOR := api/explorer/static/vendor
+$(VENDOR)/cytoscape.esm.min.js: ui/package.json ui/package-lock.json
+	@command -v npm >/dev/null || apt-get install -y -q npm >/dev/null
+	cd ui && npm ci --no-audit --no-fund --silent
+	mkdir -p $(VENDOR)
+	cp ui/node_modules/cytoscape/dist/cytoscape.esm.min.mjs $(VENDOR)/cytoscape.esm.min.js
+	cp ui/node_modules/cytoscape/LICENSE $(VENDOR)/LICENSE.cytoscape.txt
+
+install: $(VENV)/.installed $(VENDOR)/cytoscape.esm.min.js
+
+# The explorer's browser tests drive Debian's headless Chromium (Playwright cannot download its own browsers here);
+# the CJK fonts make the story's Chinese labels readable in their screenshots.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium fonts-noto-cjk >/dev/null; }
 
 demo: install
 	$(BIN)/noumena demo
@@ -30,7 +44,7 @@ services-stop:
 	-infra/kafka.sh stop
 	-infra/postgres.sh stop
 
-test: install services
+test: install services chromium
 	$(BIN)/pytest -p no:cacheprovider
 
 bench: install services
@@ -47,4 +61,4 @@ lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .noumena .infra
+	rm -rf $(VENV) .noumena .infra ui/node_modules $(VENDOR)

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from api.application import MemoryApplication, PerspectiveEngine
+from api.explorer import mount_explorer
 from api.metrics import RequestMetrics
 from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
 from api.routes import (
@@ -123,4 +124,5 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)
+    mount_explorer(app)
     return app

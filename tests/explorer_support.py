@@ -1,0 +1,132 @@
+"""The explorer's browser tests: a real `noumena serve` holding the seed's story (recorded at its story times, so
+"believed at" has story-sized gaps) and a generated organization (through the public API), and Debian's headless
+Chromium driven by Playwright (it cannot download its own browsers here)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from api.story import TENANT
+from infra.api_keys import ApiKeyStore
+from infra.settings import Settings
+from tests.api_support import Server, Tenant
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts" / "explorer"
+"""Screenshots of each step (git-ignored)."""
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+"""What Chromium needs on these machines: without the background-networking flags its connections to the
+closed network are refused many at a time. Playwright gives every launch a fresh --user-data-dir."""
+
+
+def build_story_home(home: Path) -> str:
+    """The seed's story (with the perspectives served and the briefing used at their moments) in a SQLite home,
+    and an API key for its tenant. Returns the key."""
+    from api.perspective_story import serve_story
+
+    story = serve_story(home)
+    story.close()
+    return ApiKeyStore(Settings(home=home).api_keys_path()).create(TENANT, "explorer tests").key
+
+
+@dataclass
+class GeneratedOrg:
+    tenant: Tenant
+    customers: list[str]
+    private: dict[str, set[str]] = field(default_factory=dict)
+    """customer -> the refs only their person-scoped facts touch (tickets, addresses)."""
+    busy_product: str = ""
+
+
+def generate_org(server: Server, name: str = "generated", seed: int = 21, customers: int = 30) -> GeneratedOrg:
+    """An organization made through POST /v1/events: a sales agent, a customer-service agent (a hub, like the
+    story's) serving every customer, staff, projects and products linked at random (org scope), and for each
+    customer private facts (scope person:<customer>): their tickets, what the tickets are about, their address."""
+    rng = random.Random(seed)
+    tenant = server.tenant(name)
+    staff = [f"person:s{k:02d}" for k in range(12)]
+    people = [f"person:c{k:02d}" for k in range(customers)]
+    products = [f"product:p{k:02d}" for k in range(40)]
+    projects = [f"project:j{k:02d}" for k in range(20)]
+    entities: list[tuple[str, str, bool]] = [("agent:sales", "the sales agent", False),
+                                             ("agent:cs", "the customer-service agent", True)]
+    entities += [(ref, f"staff {ref[-3:]}", False) for ref in staff]
+    entities += [(ref, f"customer {ref[-3:]}", False) for ref in people]
+    entities += [(ref, f"product {ref[-3:]}", False) for ref in products]
+    entities += [(ref, f"project {ref[-3:]}", False) for ref in projects]
+    events: list[dict[str, Any]] = [
+        {"event_id": f"{name}-entity-{ref}", "tenant": name, "type": "entity.registered",
+         "payload": {"ref": ref, "label": label, "hub": hub}} for ref, label, hub in entities]
+    facts: list[dict[str, Any]] = []
+
+    def fact(subject: str, relation: str, obj: str, scope: str = "org", reason: str | None = None) -> None:
+        payload: dict[str, Any] = {"subject": subject, "relation": relation, "object": obj, "scope": scope,
+                                   "confidence": round(rng.uniform(0.5, 1.0), 2)}
+        if reason:
+            payload["reason"] = reason
+        facts.append(payload)
+
+    org = GeneratedOrg(tenant, people, busy_product=products[0])
+    for person in staff:
+        fact("agent:sales", "works_with", person, reason="same team")
+    # valid time given by the source: a cover that held for a month, a reporting line from February on
+    facts.append({"subject": "agent:sales", "relation": "covered_for", "object": staff[0], "scope": "org",
+                  "reason": "holiday cover", "valid_from": "2026-01-05T00:00:00+00:00",
+                  "valid_to": "2026-02-05T00:00:00+00:00"})
+    facts.append({"subject": "agent:sales", "relation": "reports_to", "object": staff[1], "scope": "org",
+                  "reason": "new reporting line", "valid_from": "2026-02-01T00:00:00+00:00"})
+    for person in staff:
+        for project in rng.sample(projects, 3):
+            fact(person, "works_on", project, reason=f"{person[-3:]} staffed on {project[-3:]}")
+    for project in projects:
+        for product in rng.sample(products, 4):
+            fact(project, "uses", product, reason=f"{project[-3:]} builds on {product[-3:]}")
+    for k, product in enumerate(products):
+        for other in rng.sample(products, 3):
+            if other != product:
+                fact(product, "related_to", other)
+        if k < 10:
+            fact(products[0], "bundles", product, reason="the flagship bundle")
+    for k, person in enumerate(people):
+        fact("agent:cs", "serves", person, reason="customer service for all customers")
+        ticket, address = f"ticket:t{k:02d}", f"address:a{k:02d}"
+        events += [{"event_id": f"{name}-entity-{ref}", "tenant": name, "type": "entity.registered",
+                    "payload": {"ref": ref, "label": label}}
+                   for ref, label in ((ticket, f"ticket of {person[-3:]}"), (address, f"home of {person[-3:]}"))]
+        scope = person
+        fact(person, "reported", ticket, scope=scope, reason="a complaint")
+        fact(person, "lives_at", address, scope=scope, reason="private address")
+        fact(ticket, "about", rng.choice(products), scope=scope)
+        org.private[person] = {ticket, address}
+    events += [{"event_id": f"{name}-fact-{n}", "tenant": name, "type": "fact.asserted", "payload": payload}
+               for n, payload in enumerate(facts)]
+    for start in range(0, len(events), 1000):
+        written = tenant.client.post("/v1/events", json={"events": events[start:start + 1000]})
+        assert written.status_code == 200, written.text
+    position = written.json()["position"]
+    assert tenant.client.get("/v1/graph", params={"min_position": position, "limit": 1}).status_code == 200
+    return org
+
+
+def wait_until(page: Any, expression: str, timeout: float = 20.0) -> Any:
+    """Poll a page expression until it is truthy (the page's policy forbids eval, which Playwright's own
+    wait_for_function needs; page.evaluate goes through the debugging protocol). Fails with the page's problem
+    text, if it shows one."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            problem = page.evaluate("window.__explorer && window.__explorer.problem")
+            raise AssertionError(f"timed out waiting for {expression!r}; the page says: {problem}")
+        page.wait_for_timeout(50)

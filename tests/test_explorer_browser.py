@@ -1,0 +1,401 @@
+"""The explorer page (/ui) in a real browser: Debian's headless Chromium, driven by Playwright, against a real
+`noumena serve` holding the seed's story and a generated organization. What is drawn is read from the page's
+data (window.__explorer, data attributes), never from pixels; every step leaves a screenshot in
+tests/artifacts/explorer/."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.api_support import Server, start_server, stop_server
+from tests.explorer_support import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    GeneratedOrg,
+    build_story_home,
+    generate_org,
+    wait_until,
+)
+
+WANG = {"agent": "agent:wang-assistant", "serving": "person:wang", "focus": ["person:li"]}
+CONTRACT, LI = "file:contracts/li-v3.docx", "person:li"
+
+
+@dataclass
+class Explorer:
+    server: Server
+    story_key: str
+    org: GeneratedOrg
+    browser: Browser
+
+
+@pytest.fixture(scope="module")
+def explorer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Explorer]:
+    home = tmp_path_factory.mktemp("explorer") / "home"
+    story_key = build_story_home(home)
+    server = start_server(home)
+    try:
+        org = generate_org(server)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            yield Explorer(server, story_key, org, browser)
+            browser.close()
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture
+def page(explorer: Explorer) -> Iterator[Page]:
+    """A fresh tab (fresh session storage) at 1280x800. A script error or a console error (a policy violation, say)
+    fails the test; Chromium's own notes of HTTP errors do not (the page shows those in words)."""
+    context = explorer.browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("console", lambda message: errors.append(message.text) if message.type == "error"
+           and not message.text.startswith("Failed to load resource") else None)
+    tab.goto(explorer.server.url + "/ui")
+    wait_until(tab, "window.__explorer && window.__explorer.ready")
+    yield tab
+    context.close()
+    assert not errors, errors
+
+
+def shot(page: Page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def sign_in(page: Page, key: str) -> None:
+    page.fill("#api-key", key)
+    page.press("#api-key", "Enter")
+    wait_until(page, "document.querySelector('#agent').options.length > 0 && !window.__explorer.busy"
+                     " && document.querySelector('#key-status').textContent.startsWith('Using')")
+
+
+def renders(page: Page) -> int:
+    return int(page.evaluate("window.__explorer.renders"))
+
+
+def wait_render(page: Page, before: int) -> dict[str, Any]:
+    wait_until(page, f"window.__explorer.renders > {before} && !window.__explorer.busy")
+    return dict(page.evaluate("({nodes: window.__explorer.nodes, edges: window.__explorer.edges,"
+                              " perspective: window.__explorer.perspective, render: window.__explorer.lastRender,"
+                              " changes: window.__explorer.changes})"))
+
+
+def show(page: Page, agent: str, serving: str | None = None, focus: tuple[str, ...] | list[str] = (),
+         budget: int | None = None) -> dict[str, Any]:
+    page.select_option("#agent", agent)
+    page.fill("#serving", serving or "")
+    for ref in focus:
+        page.fill("#focus-input", ref)
+        page.press("#focus-input", "Enter")
+    if budget is not None:
+        page.fill("#budget", str(budget))
+    before = renders(page)
+    page.click("#show")
+    return wait_render(page, before)
+
+
+def refs(drawn: dict[str, Any]) -> set[str]:
+    return {node["id"] for node in drawn["nodes"]}
+
+
+def test_the_page_is_served_at_ui_from_the_package_under_a_strict_content_policy(explorer: Explorer) -> None:
+    with httpx.Client(base_url=explorer.server.url) as client:
+        moved = client.get("/ui")
+        assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/ui/")
+        index = client.get("/ui/")
+        library = client.get("/ui/vendor/cytoscape.esm.min.js")
+        licence = client.get("/ui/vendor/LICENSE.cytoscape.txt")
+    assert index.status_code == 200 and "noumena explorer" in index.text
+    policy = index.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src 'self'" in policy and "connect-src 'self'" in policy
+    assert library.status_code == 200 and "javascript" in library.headers["content-type"]
+    assert licence.status_code == 200 and "Permission is hereby granted" in licence.text
+    linked = re.findall(r'(?:src|href)="([^"]+)"', index.text)
+    assert linked and all(not re.match(r"^(https?:)?//", url) for url in linked), linked
+
+
+def test_a_wrong_key_is_refused_in_words_and_the_page_stays_usable(page: Page) -> None:
+    page.fill("#api-key", "nk_nope_0000000000000000")
+    page.press("#api-key", "Enter")
+    problem = wait_until(page, "window.__explorer.problem")
+    shot(page, "0-wrong-key")
+    assert "unknown or revoked API key" in problem
+    assert page.is_visible("#problem") and "unknown or revoked API key" in page.inner_text("#problem")
+    assert page.evaluate("sessionStorage.length") == 0
+    assert page.is_visible("#standpoint") and "Standpoint" in page.inner_text("body")
+
+
+def test_wangs_agent_is_drawn_from_its_standpoint_outwards_with_tiers_as_weight_and_the_list_in_sync(
+        page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.story_key)
+    drawn = show(page, **WANG)
+    shot(page, "1-standpoint-wang")
+    nodes = {node["id"]: node for node in drawn["nodes"]}
+    assert nodes["agent:wang-assistant"]["role"] == "agent" and nodes["person:wang"]["role"] == "serving"
+    assert nodes[LI]["role"] == "focus"
+    assert {ref for ref, node in nodes.items() if node["ring"] == 0} == {"agent:wang-assistant", "person:wang", LI}
+    items = drawn["perspective"]["items"]
+    assert items and {e["id"] for e in drawn["edges"]} == {i["fact_id"] for i in items}
+    listed = page.eval_on_selector_all("#items button.item", "bs => bs.map(b => [b.dataset.factId, b.dataset.tier])")
+    assert sorted(map(tuple, listed)) == sorted((i["fact_id"], i["tier"]) for i in items)
+    for edge, item in zip(drawn["edges"], items, strict=True):
+        assert edge["tier"] == item["tier"]
+        if item["tier"] == "full":
+            assert edge["label"].startswith(item["relation"] + ":")
+        elif item["tier"] == "marker":
+            assert edge["label"] == ""
+    for item in items:  # a node's ring is its fewest hops from the standpoint
+        for hop, ref in enumerate(item["path"]):
+            assert nodes[ref]["ring"] <= hop
+    radii = page.evaluate("window.__explorer.radii()")
+    by_ring: dict[int, list[float]] = {}
+    for ref, node in nodes.items():
+        by_ring.setdefault(node["ring"], []).append(radii[ref])
+    rings = sorted(by_ring)
+    assert len(rings) >= 2
+    for inner, outer in zip(rings, rings[1:], strict=False):
+        assert max(by_ring[inner]) < min(by_ring[outer]), (inner, outer, by_ring)
+    for group in drawn["perspective"]["count_groups"]:
+        assert nodes[group["about"]]["more"] >= group["count"]
+    summary = page.inner_text("#summary")
+    assert "observed (no recall recorded)" in summary and drawn["perspective"]["perspective_id"] in summary
+
+
+def test_moving_the_believed_at_slider_replays_the_story(page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.story_key)
+    now = show(page, **WANG)
+    moments: list[str] = page.evaluate("window.__explorer.moments")
+    assert moments[0].startswith("2026-09-01") and len(moments) >= 5
+    page.focus("#believed")
+    before = renders(page)
+    page.keyboard.press("Home")
+    first = wait_render(page, before)
+    shot(page, "2-believed-day-0")
+    assert first["perspective"]["as_of"].startswith("2026-09-01")
+    assert CONTRACT not in refs(first) and CONTRACT in refs(now)
+    seen: dict[str, dict[str, Any]] = {}
+    for index in range(1, len(moments)):
+        before = renders(page)
+        page.keyboard.press("ArrowRight")
+        step = wait_render(page, before)
+        seen[moments[index][:10]] = step
+        shot(page, f"2-believed-{moments[index][:10]}")
+    day1 = seen["2026-09-02"]  # the first call with Li: the contract appears
+    assert CONTRACT in refs(day1)
+    appeared = {e["id"] for e in day1["edges"] if e["id"] in day1["changes"]["appeared"]}
+    assert any(e["source"] == CONTRACT and e["relation"] == "contract_with" for e in day1["edges"]
+               if e["id"] in appeared)
+    day9 = seen["2026-09-10"]  # the contract went to legal: the drafting stage is superseded
+    assert "stage:legal-review" in refs(day9) and "stage:drafting" not in refs(day9)
+    assert "stage:drafting" in refs(seen["2026-09-09"])
+    gone = {g["fact_id"]: g["why"] for g in day9["changes"]["gone"]}
+    drafting = [e["id"] for e in seen["2026-09-09"]["edges"] if e["target"] == "stage:drafting"]
+    assert drafting and gone[drafting[0]].startswith("superseded"), gone
+    assert "superseded" in page.inner_text("#changes") or len(moments) - 1 > list(seen).index("2026-09-10")
+
+
+def test_true_at_marks_the_drawn_facts_that_did_not_hold_then(page: Page, explorer: Explorer) -> None:
+    org = explorer.org
+    sign_in(page, org.tenant.key)
+    drawn = show(page, "agent:sales", focus=["person:s00", "person:s01"], budget=20_000)
+    by_relation = {e["relation"]: e["id"] for e in drawn["edges"] if e["source"] == "agent:sales"}
+    cover, reports = by_relation["covered_for"], by_relation["reports_to"]  # Jan 5 - Feb 5; from Feb 1 on
+    held_then: dict[str, set[str]] = {}
+    for moment in ("2026-01-10T12:00", "2026-03-01T12:00"):
+        page.fill("#true-at", moment)
+        page.dispatch_event("#true-at", "change")
+        valid = wait_until(page, f"window.__explorer.valid && window.__explorer.valid.at.startsWith('{moment}')"
+                                 " && window.__explorer.valid")
+        shot(page, f"3-true-at-{moment[:10]}")
+        held_then[moment] = set(valid["held"])
+        struck = page.eval_on_selector_all("#items .item.not-valid", "bs => bs.map(b => b.dataset.factId)")
+        assert sorted(struck) == sorted(valid["notValid"])
+        assert set(valid["held"]) | set(valid["notValid"]) == {e["id"] for e in drawn["edges"]}
+    assert cover in held_then["2026-01-10T12:00"] and reports not in held_then["2026-01-10T12:00"]
+    assert cover not in held_then["2026-03-01T12:00"] and reports in held_then["2026-03-01T12:00"]
+    timeless = {e["id"] for e in drawn["edges"]} - {cover, reports}  # no valid time given: they hold at any
+    assert timeless <= held_then["2026-01-10T12:00"] and timeless <= held_then["2026-03-01T12:00"]
+    page.click("#clear-true-at")
+    wait_until(page, "window.__explorer.valid === null")
+    assert page.eval_on_selector_all("#items .item.not-valid", "bs => bs.length") == 0
+
+
+def test_a_fact_opens_its_versions_provenance_and_activation_and_an_entity_recentres_the_view(
+        page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.story_key)
+    drawn = show(page, **WANG)
+    prefers = next(i for i in drawn["perspective"]["items"] if i["relation"] == "prefers")
+    page.click(f'#items button.item[data-fact-id="{prefers["fact_id"]}"]')
+    fact = wait_until(page, f"window.__explorer.fact && window.__explorer.fact.fact_id === '{prefers['fact_id']}'"
+                            " && window.__explorer.fact")
+    shot(page, "4-fact-history")
+    assert fact["in_view"] and fact["versions"] >= 1 and fact["changes"] >= 1
+    assert page.is_visible("#panel-details") and not page.is_visible("#panel-items")
+    provenance = page.inner_text("#changes-table")
+    assert "wang-main" in provenance and "m7" in provenance
+    assert page.locator("#versions tbody tr").count() == fact["versions"]
+    breakdown = page.inner_text("#breakdown")
+    assert f"{prefers['base_level']:.3f}" in breakdown and f"{prefers['activation']:.3f}" in breakdown
+    page.keyboard.press("Escape")
+    assert page.evaluate("document.activeElement.dataset.factId") == prefers["fact_id"]
+    page.click(f'#items button.item[data-fact-id="{prefers["fact_id"]}"]')
+    wait_until(page, "document.querySelector('#fact-title')")
+    before = renders(page)
+    page.get_by_role("button", name=prefers["object_label"]).click()
+    recentred = wait_render(page, before)
+    shot(page, "5-recentred")
+    assert recentred["perspective"]["focus"] == [prefers["object"]]
+    assert {n["id"]: n for n in recentred["nodes"]}[prefers["object"]]["role"] == "focus"
+
+
+def test_the_customer_service_view_serving_one_customer_never_draws_another_customers_nodes(
+        page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.story_key)
+    jia = show(page, "agent:cs", serving="person:jia")
+    shot(page, "6-cs-serving-jia")
+    assert "person:jia" in refs(jia) and "ticket:cs/7" in refs(jia)
+    assert not refs(jia) & {"person:yi", "ticket:cs/9"}
+    page.focus("#believed")
+    for _ in range(len(page.evaluate("window.__explorer.moments"))):
+        before = renders(page)
+        page.keyboard.press("ArrowLeft")
+        then = wait_render(page, before)
+        assert not refs(then) & {"person:yi", "ticket:cs/9"}
+    page.get_by_role("button", name="Forget key").click()
+    page.wait_for_load_state()
+    wait_until(page, "window.__explorer && window.__explorer.ready")
+    org = explorer.org
+    sign_in(page, org.tenant.key)
+    for customer in org.customers[:3]:
+        drawn = show(page, "agent:cs", serving=customer)
+        shot(page, f"6-generated-cs-serving-{customer.split(':')[1]}")
+        others = set(org.customers) - {customer}
+        private_of_others = set().union(*(org.private[o] for o in others))
+        assert org.private[customer] & refs(drawn), "the customer's own tickets are drawn"
+        assert not refs(drawn) & (others | private_of_others)
+        assert {e["scope"] for e in drawn["edges"]} <= {"org", customer}
+
+
+def test_everything_is_reachable_by_keyboard_labelled_and_readable_at_1280_by_800(
+        page: Page, explorer: Explorer) -> None:
+    unlabelled = page.evaluate("""[...document.querySelectorAll('input, select, textarea')]
+        .filter(e => e.type !== 'hidden' && !e.labels.length && !e.getAttribute('aria-label')).map(e => e.id)""")
+    assert unlabelled == []
+    for _ in range(10):
+        if page.evaluate("document.activeElement.id") == "api-key":
+            break
+        page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "api-key"
+    page.keyboard.type(explorer.story_key)
+    page.keyboard.press("Enter")
+    wait_until(page, "document.querySelector('#key-status').textContent.startsWith('Using')")
+    page.focus("#agent")  # then keys only: choose, type, add focus, submit with Enter
+    page.select_option("#agent", "agent:wang-assistant")
+    page.keyboard.press("Tab")
+    page.keyboard.type("person:wang")
+    page.keyboard.press("Tab")
+    page.keyboard.type(LI)
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "budget"
+    before = renders(page)
+    page.keyboard.press("Enter")
+    drawn = wait_render(page, before)
+    assert drawn["perspective"]["focus"] == [LI]
+    for _ in range(60):
+        if page.evaluate("document.activeElement.classList.contains('item')"):
+            break
+        page.keyboard.press("Tab")
+    first = page.evaluate("document.activeElement.dataset.factId")
+    page.keyboard.press("ArrowDown")
+    second = page.evaluate("document.activeElement.dataset.factId")
+    assert first and second and first != second
+    page.keyboard.press("Enter")
+    wait_until(page, f"window.__explorer.fact && window.__explorer.fact.fact_id === '{second}'")
+    shot(page, "7-keyboard")
+    layout = page.evaluate("""({scroll: document.documentElement.scrollWidth,
+        graph: document.querySelector('#graph').getBoundingClientRect().toJSON(),
+        font: parseFloat(getComputedStyle(document.querySelector('#items .item')).fontSize)})""")
+    assert layout["scroll"] <= 1280 and layout["graph"]["width"] >= 500 and layout["graph"]["height"] >= 400
+    assert layout["font"] >= 12
+
+
+def test_explain_opens_a_served_perspective_and_a_main_sessions_context_with_its_ids(
+        page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.story_key)
+    page.check("#record")  # served as the agent: a current perspective with its evidence
+    served = show(page, **WANG)
+    assert "recorded as a recall" in page.inner_text("#summary")
+    perspective_id = served["perspective"]["perspective_id"]
+    page.fill("#explain-id", perspective_id)
+    before = renders(page)
+    page.press("#explain-id", "Enter")
+    explained = wait_render(page, before)
+    assert explained["perspective"]["perspective_id"] == perspective_id
+    assert [e["id"] for e in explained["edges"]] == [e["id"] for e in served["edges"]]
+    page.fill("#session-id", "wang-main")
+    page.fill("#context-message", "给李总再出一版报价")
+    page.click("#context-form button[type=submit]")
+    context = wait_until(page, "window.__explorer.context")
+    shot(page, "8-context")
+    assert context["context_id"].startswith("ctx-") and "perspective" in context["roles"]
+    assert page.is_visible("#panel-context") and page.locator(".context-block").count() == len(context["roles"])
+    page.fill("#explain-id", context["context_id"])
+    before = renders(page)
+    page.press("#explain-id", "Enter")
+    from_context = wait_render(page, before)
+    assert from_context["perspective"]["perspective_id"] == context["perspective_id"]
+    assert page.evaluate("window.__explorer.context.context_id") == context["context_id"]
+
+
+def test_the_search_box_is_there_exactly_when_the_api_has_search(page: Page, explorer: Explorer) -> None:
+    with httpx.Client(base_url=explorer.server.url, headers={"Authorization": f"Bearer {explorer.story_key}"}
+                      ) as client:
+        has_search = client.post("/v1/search", json={}).status_code != 404
+    sign_in(page, explorer.story_key)
+    assert page.is_visible("#search-form") == has_search
+    if not has_search:
+        return
+    drawn = show(page, **WANG)
+    page.fill("#search", "monthly settlement")
+    page.press("#search", "Enter")
+    hits = wait_until(page, "Object.keys(window.__explorer.hits).length && window.__explorer.hits")
+    shot(page, "9-search")
+    prefers = next(i for i in drawn["perspective"]["items"] if i["relation"] == "prefers")
+    assert prefers["fact_id"] in hits
+    lit = page.eval_on_selector_all("#items .item.hit", "bs => bs.map(b => b.dataset.factId)")
+    assert prefers["fact_id"] in lit
+
+
+def test_a_large_generated_perspective_renders_and_its_time_is_reported(page: Page, explorer: Explorer) -> None:
+    org = explorer.org
+    sign_in(page, org.tenant.key)
+    started = time.perf_counter()
+    drawn = show(page, "agent:sales", focus=[org.busy_product], budget=20_000)
+    wall = (time.perf_counter() - started) * 1000
+    before = renders(page)
+    page.click("#deeper")
+    deeper = wait_render(page, before)
+    shot(page, "10-generated-large")
+    for name, view in (("perspective", drawn), ("deeper", deeper)):
+        render = view["render"]
+        drawn_items = render["nodes"] + render["edges"]
+        print(f"\nexplorer render ({name}): {render['items']} items = {render['nodes']} nodes + {render['edges']}"
+              f" edges ({drawn_items} drawn) in {render['ms']:.0f} ms (JSON parsed -> layout done, next frame)")
+        assert render["drawn"] and render["items"] == len(view["perspective"]["items"]) and drawn_items <= 200
+    print(f"explorer: click -> drawn, measured from the test: {wall:.0f} ms")
+    assert deeper["perspective"]["deeper"] and len(deeper["edges"]) >= 30
