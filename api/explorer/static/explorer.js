@@ -237,16 +237,21 @@ async function render(raw, { live, observing } = {}) {
   state.model = perspectiveModel(perspective, state.known);
   const changes = previous && previous.agent === perspective.agent && previous.serving === perspective.serving
     && JSON.stringify(previous.focus) === JSON.stringify(perspective.focus) ? diff(previous, perspective) : null;
+  const modelled = performance.now();
   if (state.cytoscape) {
     state.cy = await drawGraph(state.cytoscape, $("graph"), state.cy, state.model,
                                { onFact: (id) => guarded(() => openFact(id)), onEntity: refocus });
   }
+  const laidOut = performance.now();
   renderItems(changes);
   renderSummary(perspective, live, observing);
+  const listed = performance.now();
   await new Promise((resolve) => requestAnimationFrame(() => resolve()));
   const ms = performance.now() - started;
   exposed.lastRender = { ms, items: perspective.items.length, nodes: state.model.nodes.length,
-                         edges: state.model.edges.length, drawn: Boolean(state.cy) };
+                         edges: state.model.edges.length, drawn: Boolean(state.cy),
+                         parts: { model: modelled - started, graph: laidOut - modelled, list: listed - laidOut,
+                                  frame: performance.now() - listed } };
   exposed.perspective = perspective;
   exposed.nodes = state.model.nodes;
   exposed.edges = state.model.edges;
