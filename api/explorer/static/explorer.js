@@ -572,7 +572,9 @@ function renderContext(context) {
 
 async function search(query) {
   const { agent, serving } = standpoint();
-  const answer = await api.search({ agent, query, serving, k: 20, as_of: believedAt() || undefined });
+  // Observing searches what is believed now with `as_of`, which records nothing; serving records `looked_up`.
+  const asOf = believedAt() || ($("record").checked ? undefined : new Date().toISOString());
+  const answer = await api.search({ agent, query, serving: serving || undefined, k: 20, as_of: asOf });
   state.hits = new Map(answer.items.map((hit) => [hit.fact_id, hit]));
   exposed.hits = Object.fromEntries(answer.items.map((hit) => [hit.fact_id, hit.score]));
   const box = $("search-results");
@@ -582,7 +584,10 @@ async function search(query) {
     answer.items.map((hit) => el("li", { dataset: { factId: hit.fact_id } },
       el("button", { type: "button", class: "link", onclick: () => guarded(() => openFact(hit.fact_id)) },
          hit.text || `${hit.subject} ${hit.relation} ${hit.object}`),
-      ` score ${hit.score.toFixed(3)}`, state.items.has(hit.fact_id) ? "" : " (not in this view)"))));
+      ` score ${hit.score.toFixed(3)}`, state.items.has(hit.fact_id) ? "" : " (not in this view)",
+      el("span", { class: "why" }, Object.entries(hit.scores || {})
+        .map(([name, value]) => `${name} ${value.toFixed(3)}`).join(" · "))))),
+    el("p", { class: "ids" }, `search ${answer.search_id}`));
   for (const node of document.querySelectorAll(".item.hit")) node.classList.remove("hit");
   state.cy?.edges().removeClass("hit");
   for (const hit of answer.items) {
