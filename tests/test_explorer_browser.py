@@ -207,6 +207,29 @@ def test_moving_the_believed_at_slider_replays_the_story(page: Page, explorer: E
     assert "superseded" in page.inner_text("#changes") or len(moments) - 1 > list(seen).index("2026-09-10")
 
 
+def test_play_steps_through_every_moment_up_to_now(page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.story_key)
+    show(page, **WANG)
+    moments: list[str] = page.evaluate("window.__explorer.moments")
+    start = renders(page)
+    page.click("#play")
+    seen: list[str | None] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = page.evaluate("[window.__explorer.renders, window.__explorer.perspective.as_of,"
+                            " document.querySelector('#play').textContent]")
+        if now[0] > start + len(seen):
+            seen.append(now[1])
+        if now[2] == "Play" and len(seen) > len(moments):
+            break
+        page.wait_for_timeout(50)
+    shot(page, "2-played")
+    assert len(seen) == len(moments) + 1, seen
+    assert [at[:16] for at in seen[:-1]] == [m[:16] for m in moments]
+    assert page.evaluate("document.querySelector('#believed').value") == str(len(moments))
+    assert "now, observed" in page.inner_text("#summary")
+
+
 def test_true_at_marks_the_drawn_facts_that_did_not_hold_then(page: Page, explorer: Explorer) -> None:
     org = explorer.org
     sign_in(page, org.tenant.key)
@@ -267,6 +290,7 @@ def test_the_customer_service_view_serving_one_customer_never_draws_another_cust
     jia = show(page, "agent:cs", serving="person:jia")
     shot(page, "6-cs-serving-jia")
     assert "person:jia" in refs(jia) and "ticket:cs/7" in refs(jia)
+    assert {n["id"]: n for n in jia["nodes"]}["agent:cs"]["hub"]  # registered as a hub: drawn as a stop point
     assert not refs(jia) & {"person:yi", "ticket:cs/9"}
     page.focus("#believed")
     for _ in range(len(page.evaluate("window.__explorer.moments"))):
@@ -380,7 +404,12 @@ def test_the_search_box_is_there_exactly_when_the_api_has_search(page: Page, exp
     prefers = next(i for i in drawn["perspective"]["items"] if i["relation"] == "prefers")
     assert prefers["fact_id"] in hits
     lit = page.eval_on_selector_all("#items .item.hit", "bs => bs.map(b => b.dataset.factId)")
-    assert prefers["fact_id"] in lit
+    assert prefers["fact_id"] in lit and set(lit) <= set(hits)
+    search_id = page.evaluate("window.__explorer.searchId")
+    page.evaluate("window.__explorer.hits = {}")
+    page.fill("#explain-id", search_id)
+    page.press("#explain-id", "Enter")
+    assert wait_until(page, "Object.keys(window.__explorer.hits).length && window.__explorer.hits") == hits
 
 
 def test_a_large_generated_perspective_renders_and_its_time_is_reported(page: Page, explorer: Explorer) -> None:
@@ -407,4 +436,8 @@ def test_a_large_generated_perspective_renders_and_its_time_is_reported(page: Pa
               f" edges ({drawn_items} drawn) in {render['ms']:.0f} ms (JSON parsed -> layout done, next frame)")
         assert render["drawn"] and render["items"] == len(view["perspective"]["items"]) and drawn_items <= 200
     print(f"explorer: click -> drawn, measured from the test: {wall:.0f} ms")
+    groups = drawn["perspective"]["count_groups"]
+    nodes = {n["id"]: n for n in drawn["nodes"]}
+    assert groups and all(nodes[g["about"]]["more"] == g["count"] for g in groups)  # "N more" on the neighbour
+    assert sum(n["more"] for n in drawn["nodes"]) == drawn["perspective"]["counts"]["count"]
     assert deeper["perspective"]["deeper"] and len(deeper["edges"]) >= 30

@@ -63,4 +63,5 @@ export const api = {
   fact: (id) => request("GET", `/facts/${encodeURIComponent(id)}`),
   graph: (params) => request("GET", "/graph", { params }),
   search: (body) => request("POST", "/search", { body }),
+  explainSearch: (id) => request("GET", `/searches/${encodeURIComponent(id)}/explain`),
 };

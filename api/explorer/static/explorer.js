@@ -504,6 +504,10 @@ function refocus(ref) {
 // ------------------------------------------------------------------------------------------------ explain
 
 async function explain(id) {
+  if (id.startsWith("srch-")) {
+    showSearch(await api.explainSearch(id));
+    return;
+  }
   if (id.startsWith("ctx-")) {
     const context = await api.explainContext(id);
     renderContext(context);
@@ -574,9 +578,14 @@ async function search(query) {
   const { agent, serving } = standpoint();
   // Observing searches what is believed now with `as_of`, which records nothing; serving records `looked_up`.
   const asOf = believedAt() || ($("record").checked ? undefined : new Date().toISOString());
-  const answer = await api.search({ agent, query, serving: serving || undefined, k: 20, as_of: asOf });
+  showSearch(await api.search({ agent, query, serving: serving || undefined, k: 20, as_of: asOf }));
+}
+
+function showSearch(answer) {
+  const query = answer.query;
   state.hits = new Map(answer.items.map((hit) => [hit.fact_id, hit]));
   exposed.hits = Object.fromEntries(answer.items.map((hit) => [hit.fact_id, hit.score]));
+  exposed.searchId = answer.search_id;
   const box = $("search-results");
   box.hidden = false;
   box.replaceChildren(el("strong", {}, `${answer.items.length} results for “${query}”`
