@@ -67,9 +67,23 @@ class SessionConflict(DomainError):
     """A session id was reused with different attributes."""
 
 
+class InvalidSettings(NoumenaError, ValueError):
+    """The configuration cannot work; refused at start. `setting` names the environment variable to fix."""
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 class InfrastructureError(NoumenaError):
     """Something below the domain failed (store, broker, file). Carries the cause."""
 
 
 class ConcurrencyError(InfrastructureError):
     """Another writer appended to the same tenant log first and retries ran out."""
+
+
+class EmbedderUnavailable(InfrastructureError):
+    """The embedder could not give vectors: its model would not load, or its service timed out, answered an HTTP
+    error, or answered something that is not the expected embeddings (the message names which). Search falls back
+    to lexical ranking and says so."""

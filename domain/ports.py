@@ -102,12 +102,16 @@ class KeyStore(Protocol):
 
 
 class Embedder(Protocol):
-    """Turns texts into vectors for recall by content (adapters: infra/embedders.py)."""
+    """Turns texts into vectors for semantic search. Implemented in infra/embedders.py (numpy stays out of the
+    domain, hence `Any`)."""
 
     name: str
-    """Identifies the model and its dimensions (recorded in a search's evidence)."""
+    """Identifies the model and its dimensions, e.g. "wordllama:l2_supercat:256": recorded in evidence, and a
+    changed name means stored vectors are no longer comparable."""
+
     dimensions: int
 
     def embed(self, texts: Sequence[str]) -> Any:
-        """A float32 array (len(texts), dimensions), rows L2-normalised; raises EmbedderUnavailable."""
+        """A numpy float32 array of shape (len(texts), dimensions), one L2-normalised row per text, in order; a
+        blank text gives a zero row. Raises `EmbedderUnavailable` naming what went wrong."""
         ...

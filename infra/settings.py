@@ -79,6 +79,19 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr = SecretStr("")
     llm_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
     llm_retries: int = Field(default=2, ge=0, le=10)
+    # Semantic search (docs/embedders.md).
+    embedder: Literal["wordllama", "openai", "none"] = Field(
+        default="wordllama", description="wordllama: the offline 256-d model shipped in its wheel; openai: any "
+        "OpenAI-compatible /v1/embeddings endpoint; none: lexical search only.")
+    embedder_url: str = Field(default="", description="OpenAI-compatible base URL, e.g. https://host/v1.")
+    embedder_model: str = ""
+    embedder_api_key: SecretStr = SecretStr("")
+    embedder_dimensions: int = Field(default=0, ge=0, le=65_536, description="What the model answers; every "
+                                     "vector is checked against it (required with NOUMENA_EMBEDDER=openai).")
+    embedder_timeout_seconds: float = Field(default=10.0, gt=0, le=300, description="Bound on each request.")
+    embedder_batch_size: int = Field(default=64, ge=1, le=2048, description="Most texts per request.")
+    embedder_max_chars: int = Field(default=6000, ge=1, description="Longer texts are cut to this many "
+                                    "characters before they are sent (endpoints refuse inputs over their limit).")
     disuse_period_days: float = Field(default=30.0, gt=0, description="Archive facts whose activation stayed "
                                       "below tau for every agent this long (`noumena sweep`).")
 
