@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from domain.commands import AssertFact, CreateTenant, RegisterEntity
 from domain.errors import EmbedderUnavailable, InfrastructureError, InvalidSettings, NoumenaError
 from infra.embedders import OpenAICompatibleEmbedder, WordLlamaEmbedder, embedder_from, embeddings_url
 from infra.settings import Settings
+from projections.perspectives import Perspectives
+from projections.searches import Searches
+from tests.conftest import TickingClock
 from tests.embedding_standin import EmbeddingsStandIn, hashed_bag_of_words
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -330,3 +335,49 @@ def test_the_openai_embedder_is_configured_from_the_environment_and_keeps_its_ke
     assert [len(r["body"]["input"]) for r in server.requests] == [3, 3, 1]
     assert server.requests[0]["authorization"] == "Bearer sk-very-secret"
     assert "sk-very-secret" not in repr(settings_)
+
+
+# -- search over the adapter ------------------------------------------------------------------------------------------
+
+def test_search_through_the_openai_adapter_falls_back_to_lexical_naming_the_failure_and_recovers(make_noumena,
+                                                                                                  tmp_path):
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    run = noumena.service.execute
+    run(CreateTenant(tenant="acme"))
+    for ref, label in (("agent:sales", "sales agent"), ("person:caroline", "Caroline"), ("person:li", "李总"),
+                       ("memory:pet", "Caroline adopted a dog named Oscar"),
+                       ("memory:pay", "李总 prefers monthly settlement"), ("memory:cat", "a cat called Tom")):
+        run(RegisterEntity(tenant="acme", ref=ref, label=label))
+
+    def fact(subject: str, obj: str) -> str:
+        outcome = run(AssertFact(tenant="acme", subject=subject, relation="has", object=obj, scope="org"))
+        return outcome.events[-1].fact_id  # type: ignore[attr-defined,no-any-return]
+
+    pet = fact("person:caroline", "memory:pet")
+    fact("person:li", "memory:pay")
+    with EmbeddingsStandIn(dimensions=64, slow_seconds=10) as server:
+        embedder = OpenAICompatibleEmbedder(server.url, "standin", 64, timeout_seconds=TIMEOUT)
+        searches = Searches(Perspectives(noumena.log, noumena.service, tmp_path / "home", clock), noumena.service,
+                            tmp_path / "home", clock, embedder=embedder)
+
+        def ask(query: str):  # type: ignore[no-untyped-def]
+            return searches.search_for("acme", "agent:sales", query, record=False)
+
+        working = ask("Oscar the dog")
+        assert working.semantic == "exact" and working.embedder == "openai:standin:64"
+        assert working.items[0].fact_id == pet and working.items[0].scores["semantic"] > 0
+        server.mode = "http503"
+        fact("person:caroline", "memory:cat")  # a new fact to embed
+        failing = ask("Oscar the dog")
+        assert failing.semantic.startswith("failed: HTTP 503 from " + server.url)
+        assert failing.items[0].fact_id == pet and failing.items[0].scores["semantic"] == 0  # by its words
+        server.mode = "slow"
+        started = time.monotonic()
+        slow = ask("Oscar the dog")
+        elapsed = time.monotonic() - started
+        assert slow.semantic.startswith(f"failed: timeout after {TIMEOUT:g} s") and slow.items[0].fact_id == pet
+        assert elapsed < TIMEOUT + 1.5
+        server.mode = "ok"
+        recovered = ask("a cat called Tom")
+        assert recovered.semantic == "exact" and recovered.items[0].scores["semantic"] > 0
