@@ -63,8 +63,8 @@ class SearchParameters(BaseModel):
     tier_threshold: float = Field(default=0.35, ge=0)
     """A nearer tier answers only if its best score reaches this; else the search falls back."""
     lexical_candidates: int = Field(default=400, ge=1)
-    """How many of the best lexical matches are scored semantically when the visible facts are too many to scan
-    them all (see `exact_semantic_limit`)."""
+    """How many of the best lexical matches are candidates (and are scored semantically when the visible facts
+    are too many to scan them all: see `exact_semantic_limit`)."""
     exact_semantic_limit: int = Field(default=50_000, ge=0)
     """Up to this many visible facts, every one is compared with the query's embedding (exact, numpy); beyond
     it, the lexical candidates, the viewer's own tiers and the facts its perspective reaches are."""

@@ -207,12 +207,12 @@ class SearchIndex:
     # ------------------------------------------------------------------------------------------ lexical
 
     def bm25(self, query_terms: Sequence[str], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
-        """(documents, BM25 scores) of every document holding a query term (Lucene's idf and saturation)."""
+        """(documents, BM25 scores) of every document holding a query term (Lucene's idf and saturation),
+        accumulated in one dense array over the documents (a term's postings hold each document once)."""
         n_docs = max(self.live_docs, 1)
         average = self.total_len / n_docs if self.total_len else 1.0
         lengths = np.frombuffer(self.doc_len, dtype=np.uint32) if len(self.doc_len) else np.zeros(0, np.uint32)
-        docs_parts: list[np.ndarray] = []
-        score_parts: list[np.ndarray] = []
+        scores = np.zeros(len(self.doc_len), dtype=np.float32)
         for term, weight in _counted(query_terms).items():
             tid = self.vocabulary.get(term)
             if tid is None:
@@ -223,14 +223,9 @@ class SearchIndex:
             df = len(docs)
             idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
             norm = k1 * (1.0 - b + b * lengths[docs] / average)
-            docs_parts.append(docs)
-            score_parts.append(weight * idf * tfs / (tfs + norm))
-        if not docs_parts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        docs = np.concatenate(docs_parts).astype(np.int64)
-        scores = np.concatenate(score_parts)
-        unique, inverse = np.unique(docs, return_inverse=True)
-        return unique, np.bincount(inverse, weights=scores).astype(np.float32)
+            scores[docs] += weight * idf * tfs / (tfs + norm)
+        found = np.flatnonzero(scores)
+        return found, scores[found]
 
     def nbytes(self) -> int:
         """Bytes held, roughly: postings, lengths, provenance, vectors (messages and aliases are counted too)."""

@@ -49,6 +49,9 @@ TIER_OF_KIND = {SCOPE_SESSION: SearchTier.SESSION, SCOPE_PERSON: SearchTier.PERS
 TIER_ORDER = (SearchTier.SESSION, SearchTier.PERSON, SearchTier.ORG)
 SEMANTIC_POOL = 200
 """How many of the best semantic matches join the lexical ones as candidates."""
+RANKED_FULLY = 150
+"""How many of the best candidates by content are ranked with activation and recency (the rest cannot reach the
+top k: those two terms add at most their weights, 0.07 by default)."""
 
 
 class UnknownSearch(NoumenaError):
@@ -163,13 +166,24 @@ class Searches:
         lex_docs, lex_scores = index.bm25(terms, p.bm25_k1, p.bm25_b)
         keep = visible[lex_docs] if len(lex_docs) else np.zeros(0, dtype=bool)
         lex_docs, lex_scores = lex_docs[keep], lex_scores[keep]
+        if len(lex_docs) > p.lexical_candidates:  # only the best lexical matches are candidates
+            best = np.argpartition(-lex_scores, p.lexical_candidates - 1)[: p.lexical_candidates]
+            lex_docs, lex_scores = lex_docs[best], lex_scores[best]
         lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
             if len(lex_docs) else {}
         walked = pindex.walk(Viewpoint(agent=agent, serving=serving), self.perspectives.parameters, now)
         reached = dict(zip(walked.facts.tolist(), walked.activation.tolist(), strict=True))
         semantic, mode = self._semantic(index, query, visible, lex_docs, lex_scores, reached, pindex, p)
-        candidates = set(lexical) | set(semantic)
-        docs = np.array(sorted(candidates), dtype=np.int64)
+        docs = np.array(sorted(set(lexical) | set(semantic)), dtype=np.int64)
+        if len(docs) > RANKED_FULLY:
+            # only the best by content are ranked fully (activation and recency add at most their weights),
+            # with every candidate of the viewer's own tiers (session and person scopes: few)
+            content = np.array([p.lexical_weight * lexical.get(d, 0.0) + p.semantic_weight * semantic.get(d, 0.0)
+                                for d in docs.tolist()])
+            own = pindex.scope.data[docs] != 0
+            best = np.zeros(len(docs), dtype=bool)
+            best[np.argpartition(-content, RANKED_FULLY - 1)[:RANKED_FULLY]] = True
+            docs = docs[best | own]
         if not len(docs):
             return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
         activation = self._activation(pindex, agent_id, docs, reached, now)
@@ -220,7 +234,7 @@ class Searches:
         if len(everything) <= p.exact_semantic_limit:
             pool, mode = everything, "exact"
         else:
-            best_lexical = lex_docs[np.argsort(-lex_scores)[: p.lexical_candidates]]
+            best_lexical = lex_docs
             own = np.flatnonzero(visible & (pindex.scope.data[: len(visible)] != 0))
             walked = np.array([d for d in reached if d < len(visible) and visible[d]], dtype=np.int64)
             pool, mode = np.unique(np.concatenate([best_lexical, own, walked]).astype(np.int64)), "candidates"

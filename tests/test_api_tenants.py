@@ -30,6 +30,10 @@ def tenants(api_server: Server) -> dict[str, tuple[Tenant, dict]]:  # noqa: F811
         context = tenant.client.post("/v1/sessions/main/context", json={"message": f"quote for {secret}"})
         assert context.status_code == 200, context.text
         story["context_id"] = context.json()["context_id"]
+        search = tenant.client.post("/v1/search", json={"agent": "agent:assistant", "serving": "person:boss",
+                                                        "query": f"quote {secret}"})
+        assert search.status_code == 200, search.text
+        story["search_id"] = search.json()["search_id"]
         made[name] = (tenant, story)
     return made
 
@@ -85,6 +89,11 @@ def test_no_route_shows_one_tenant_anything_of_another(api_server: Server, tenan
          lambda: c.post("/v1/sessions/main/context", json={"message": "the customer and the contract"}))
     call("get", "/v1/contexts/{context_id}/explain", {404},
          lambda: c.get(f"/v1/contexts/{their_story['context_id']}/explain"))
+    call("post", "/v1/search", {200}, lambda: c.post("/v1/search", json={
+        "agent": "agent:assistant", "serving": "person:boss",
+        "query": secret.replace("-", " ") + " quote contract customer"}))
+    call("get", "/v1/searches/{search_id}/explain", {404},
+         lambda: c.get(f"/v1/searches/{their_story['search_id']}/explain"))
     call("post", "/v1/forget", {404}, lambda: c.post("/v1/forget", json={"subject": f"fact:{their_fact}"}))
     for method, path in (("post", "/v1/admin/tenants"), ("post", "/v1/admin/keys"), ("get", "/v1/admin/keys"),
                          ("delete", "/v1/admin/keys/{key_id}")):

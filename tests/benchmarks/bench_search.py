@@ -1,0 +1,99 @@
+"""Search at scale, against the perspective walk measured in the same run (`make bench`).
+
+The organization of bench_perspective.py (100k entities, 1M facts by default; NOUMENA_BENCH_SEARCH_FACTS to
+change) with a reason of six words per fact drawn from a 20k-word vocabulary (Zipf), loaded in bulk; the search
+index is built from the perspective index (statements: labels, relation, reason), embedded with wordllama unless
+NOUMENA_EMBEDDER=none. Prints:
+- build time and the index's bytes per fact, beside the perspective index's (the baseline);
+- in-process search p50/p95 (k = 10, two to four query words, random viewpoints) and, same viewpoints, the
+  perspective walk's p50/p95: search / walk is the ratio (a search includes one walk, for activation).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("NOUMENA_BENCH_FACTS", os.environ.get("NOUMENA_BENCH_SEARCH_FACTS", "1000000"))
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+from domain.search import DEFAULT_SEARCH_PARAMETERS  # noqa: E402
+from projections.perspective_load import from_frames  # noqa: E402
+from projections.search_index import SearchIndex  # noqa: E402
+from projections.search_text import Analyzer  # noqa: E402
+from tests.benchmarks.bench_perspective import NOW, generate, viewpoints  # noqa: E402
+
+QUERIES = 300
+VOCABULARY = 20_000
+
+
+def words(rng: np.random.Generator, n: int, per: int) -> list[str]:
+    vocabulary = np.array([f"w{k}" for k in range(VOCABULARY)], dtype=object)
+    picks = np.minimum(rng.zipf(1.3, (n, per)) - 1, VOCABULARY - 1)
+    return [" ".join(row) for row in vocabulary[picks].tolist()]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    from infra.embedders import embedder_from
+    from projections.perspectives import Perspectives
+    from projections.searches import Searches
+
+    rng = np.random.default_rng(3)
+    entities, facts, uses, persons, agents, things, sessions = generate()  # type: ignore[misc]
+    facts = facts.with_columns(pl.Series("reason", words(rng, len(facts), 6)))
+    t0 = time.perf_counter()
+    pindex = from_frames("bench", entities, facts, sessions, None, uses, position=1, clock=NOW)
+    p_bytes = sum(pindex.nbytes().values())
+    embedder = embedder_from(None)
+    index = SearchIndex("bench", Analyzer(), embedder)
+    t1 = time.perf_counter()
+    index.sync(pindex)
+    t2 = time.perf_counter()
+    index.flush()
+    t3 = time.perf_counter()
+    n = pindex.fact_count
+    print(f"{n:,} facts: perspective index {t1 - t0:.1f} s, search terms {t2 - t1:.1f} s, vectors {t3 - t2:.1f} s"
+          f" ({embedder.name if embedder else 'no embedder'})")
+    s_bytes = index.nbytes()
+    print(f"memory per fact: search index {s_bytes / n:.0f} B on top of the perspective index's {p_bytes / n:.0f} B"
+          f" (goal <= 600 B)")
+
+    class _Fixed(Perspectives):
+        def index(self, tenant: str):  # type: ignore[no-untyped-def]
+            return pindex
+
+    from datetime import UTC, datetime
+
+    now = datetime.fromtimestamp(NOW, UTC)
+    perspectives = _Fixed(None, None, Path("/nonexistent"), lambda: now)  # type: ignore[arg-type]
+    searches = Searches(perspectives, None, Path("/nonexistent"), lambda: now, embedder=embedder)  # type: ignore[arg-type]
+    searches._indexes["bench"] = index
+    views = viewpoints(persons, agents, things, QUERIES)
+    queries = words(rng, QUERIES, 3)
+    walk_ms, search_ms = [], []
+    for view, query in zip(views, queries, strict=True):
+        started = time.perf_counter()
+        pindex.walk(view, perspectives.parameters, NOW)
+        walk_ms.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        searches.search_for("bench", view.agent, query, serving=view.serving, record=False,
+                            k=DEFAULT_SEARCH_PARAMETERS.k)
+        search_ms.append((time.perf_counter() - started) * 1000)
+    print(f"walk (baseline):  p50 {statistics.median(walk_ms):.2f} ms, p95 {pct(walk_ms, 0.95):.2f} ms")
+    print(f"search (k=10):    p50 {statistics.median(search_ms):.2f} ms, p95 {pct(search_ms, 0.95):.2f} ms"
+          f" (goal <= 10 ms); search / walk at p95: {pct(search_ms, 0.95) / pct(walk_ms, 0.95):.1f}x")
+
+
+if __name__ == "__main__":
+    main()
