@@ -11,7 +11,7 @@ export NOUMENA_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NOUMENA_KAFKA_PORT)
 
 .PHONY: install demo test services services-stop bench eval lint clean chromium
 
-$(VENV)/.installed: pyproject.toml projections/_walk_kernel.c infra/_seal_kernel.c
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from api.application import MemoryApplication, PerspectiveEngine
 from api.explorer import mount_explorer
-from api.metrics import RequestMetrics
+from api.metrics import measure_requests
 from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
 from api.routes import (
     admin,
@@ -81,8 +81,8 @@ def _kafka(noumena: Noumena) -> Any:
 class _Measured:
     """Request metrics around the whole app (see api/metrics.py)."""
 
-    def __init__(self, app: Any, metrics: RequestMetrics) -> None:
-        self._app = metrics.asgi(app)
+    def __init__(self, app: Any) -> None:
+        self._app = measure_requests(app)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self._app(scope, receive, send)
@@ -107,8 +107,7 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
 
     app = FastAPI(title="noumena", version="1.0.0", description=DESCRIPTION, lifespan=lifespan,
                   openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
-    app.state.metrics = RequestMetrics()
-    app.add_middleware(_Measured, metrics=app.state.metrics)
+    app.add_middleware(_Measured)
     install_problem_handlers(app)
 
     @app.exception_handler(ValidationError)

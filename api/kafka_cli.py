@@ -49,7 +49,7 @@ def consume(
     noumena = bootstrap(settings)
     try:
         consumer = SessionEventConsumer(noumena)
-        server = serve_metrics(consumer.metrics.render, metrics_port) if metrics_port else None
+        server = serve_metrics(metrics_port) if metrics_port else None
         errors.print(f"consuming [bold]{settings.kafka_topic}[/] as group [bold]{settings.kafka_group}[/]"
                      f" from {settings.kafka_bootstrap}; dead letters to {settings.kafka_dlq_topic}"
                      + (f"; metrics on :{metrics_port}/metrics" if metrics_port else ""))

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.application import BatchRejected, ProjectionBehind, TenantMismatch
 from domain.errors import (
     DomainError,
+    EventCorrupted,
     FactNotCurrent,
     InfrastructureError,
     NoumenaError,
@@ -143,6 +144,11 @@ def install_problem_handlers(app: FastAPI) -> None:
         log.error("infrastructure error on %s: %r", request.url.path, error)
         return problem_response(request, ApiProblem(503, "unavailable", "A component is unavailable", str(error),
                                                     headers={"Retry-After": "1"}))
+
+    @app.exception_handler(EventCorrupted)
+    async def _corrupted(request: Request, error: EventCorrupted) -> JSONResponse:
+        return problem_response(request, ApiProblem(500, "corrupted-event", "A stored event is corrupted",
+                                                    str(error)))
 
     @app.exception_handler(NoumenaError)
     async def _noumena(request: Request, error: NoumenaError) -> JSONResponse:

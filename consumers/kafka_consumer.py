@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tenacity import Retrying, before_sleep_log, retry_if_exception_type, wait_exponential
+
 from consumers.dead_letters import DeadLetterSink
 from consumers.dlq_sealing import seal
 from consumers.kafka_batch import BatchProcessor, Incoming, is_transient
@@ -36,6 +38,10 @@ def _listener_base() -> type:
     from kafka import ConsumerRebalanceListener
 
     return ConsumerRebalanceListener  # type: ignore[no-any-return]
+
+
+class _BatchesFailed(Exception):
+    """Some batches of a poll failed transiently; they are read again."""
 
 
 class SessionEventConsumer:
@@ -132,48 +138,59 @@ class SessionEventConsumer:
         from kafka.errors import KafkaError
 
         stop = stop or threading.Event()
-        backoff = 0.0
+        # A failed poll or batch is tried again after a pause that doubles up to MAX_BACKOFF_S, and is cut short
+        # when `stop` is set; a round without failures starts the pauses over.
+        retrying = Retrying(retry=retry_if_exception_type((KafkaError, _BatchesFailed)),
+                            wait=wait_exponential(multiplier=0.1, min=0.1, max=MAX_BACKOFF_S), sleep=stop.wait,
+                            stop=lambda _state: stop.is_set(), before_sleep=before_sleep_log(log, logging.WARNING),
+                            reraise=True)
         while not stop.is_set():
-            if exit_if_poll_stalls_s:
-                faulthandler.dump_traceback_later(exit_if_poll_stalls_s, exit=True)
             try:
-                # Up to a full batch per assigned partition: a poll's records are spread over partitions,
-                # and each partition's share is written in chunks of at most batch_size.
-                polled = self._consumer.poll(timeout_ms=self.poll_timeout_ms,
-                                             max_records=self.batch_size * max(1, len(self._stored)))
-            except KafkaError as error:
-                backoff = self._back_off(backoff, stop, f"poll failed: {error!r}")
-                continue
-            finally:
-                if exit_if_poll_stalls_s:
-                    faulthandler.cancel_dump_traceback_later()
-            if not polled:
-                self._update_lag()
-                if until_idle and self._caught_up():
+                if retrying(self._round, until_idle, exit_if_poll_stalls_s):
                     return
-                continue
-            failed = False
-            commits: dict[Any, Any] = {}
-            for tp, records in polled.items():
-                for start in range(0, len(records), self.batch_size):
-                    chunk = records[start:start + self.batch_size]
-                    try:
-                        last = self._handle(tp, chunk)
-                    except Exception as error:
-                        if not is_transient(error):
-                            raise
-                        # Nothing of this batch was stored: read it again after a pause.
-                        self.metrics.add("retries", (tp.topic, tp.partition))
-                        self._consumer.seek(tp, chunk[0].offset)
-                        log.warning("batch %s/%s@%s failed, will retry: %r", tp.topic, tp.partition,
-                                    chunk[0].offset, error)
-                        failed = True
-                        break
-                    if last is not None:
-                        commits[tp] = last
+            except (KafkaError, _BatchesFailed):
+                return  # stopped while waiting to try again
+
+    def _round(self, until_idle: bool, exit_if_poll_stalls_s: float | None) -> bool:
+        """One poll and the batches it brought; True when, with until_idle, every assigned partition is stored.
+        Raises `KafkaError` when the poll fails, `_BatchesFailed` when a batch failed and will be read again."""
+        if exit_if_poll_stalls_s:
+            faulthandler.dump_traceback_later(exit_if_poll_stalls_s, exit=True)
+        try:
+            # Up to a full batch per assigned partition: a poll's records are spread over partitions,
+            # and each partition's share is written in chunks of at most batch_size.
+            polled = self._consumer.poll(timeout_ms=self.poll_timeout_ms,
+                                         max_records=self.batch_size * max(1, len(self._stored)))
+        finally:
+            if exit_if_poll_stalls_s:
+                faulthandler.cancel_dump_traceback_later()
+        if not polled:
             self._update_lag()
-            self._commit_for_dashboards(commits)
-            backoff = self._back_off(backoff, stop, "retrying failed batches") if failed else 0.0
+            return until_idle and self._caught_up()
+        failed = False
+        commits: dict[Any, Any] = {}
+        for tp, records in polled.items():
+            for start in range(0, len(records), self.batch_size):
+                chunk = records[start:start + self.batch_size]
+                try:
+                    last = self._handle(tp, chunk)
+                except Exception as error:
+                    if not is_transient(error):
+                        raise
+                    # Nothing of this batch was stored: read it again after a pause.
+                    self.metrics.add("retries", (tp.topic, tp.partition))
+                    self._consumer.seek(tp, chunk[0].offset)
+                    log.warning("batch %s/%s@%s failed, will retry: %r", tp.topic, tp.partition,
+                                chunk[0].offset, error)
+                    failed = True
+                    break
+                if last is not None:
+                    commits[tp] = last
+        self._update_lag()
+        self._commit_for_dashboards(commits)
+        if failed:
+            raise _BatchesFailed("retrying failed batches")
+        return False
 
     def _handle(self, tp: Any, records: list[Any]) -> int | None:
         partition = (tp.topic, tp.partition)
@@ -197,7 +214,7 @@ class SessionEventConsumer:
         self.metrics.add("repeats", partition, report.repeats)
         self.metrics.add("dead_lettered", partition, len(report.dead_lettered))
         if self._signal is not None:
-            self.metrics.consolidation_signals = self._signal.signalled
+            self.metrics.consolidation_signalled(self._signal.signalled)
         return fresh[-1].offset
 
     def _commit_for_dashboards(self, last_offsets: dict[Any, int]) -> None:
@@ -255,12 +272,6 @@ class SessionEventConsumer:
             if next_offset is None or next_offset < ends.get(tp, 0):
                 return False
         return True
-
-    def _back_off(self, backoff: float, stop: threading.Event, why: str) -> float:
-        backoff = min(MAX_BACKOFF_S, max(0.1, backoff * 2))
-        log.warning("%s; next try in %.1f s", why, backoff)
-        stop.wait(backoff)
-        return backoff
 
     def close(self) -> None:
         """Leave the group (a static member keeps its partitions until its session times out)."""

@@ -2,17 +2,18 @@
 
 It sends the compacted turns (and the summary) with a JSON schema of `Extraction` as the response format,
 validates the answer with pydantic, and bounds every call: a timeout per request and a fixed number of
-retries with backoff on timeouts, connection errors, 429 and 5xx. Anything else — a 4xx, an answer that is not
-JSON, JSON that fails the schema — fails the extraction with the reason; nothing is stored.
+retries (`tenacity`) with exponential backoff on timeouts, connection errors, 429 and 5xx. Anything else — a
+4xx, an answer that is not JSON, JSON that fails the schema — fails the extraction with the reason; nothing is
+stored.
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 from pydantic import ValidationError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from domain.consolidation import CompactionInput, Extraction, ExtractionFailed
 
@@ -23,6 +24,10 @@ SYSTEM_PROMPT = (
     "message_ids it came from), and facts the conversation shows are no longer true (invalidations). Record "
     "relationships, decisions and preferences, not task details. Never claim the org scope."
 )
+
+
+class _Transient(Exception):
+    """A call that failed in a way worth trying again (timeout, connection, 429, 5xx)."""
 
 
 class LLMExtractor:
@@ -55,25 +60,27 @@ class LLMExtractor:
     def extract(self, compaction: CompactionInput) -> Extraction:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         body = self._request(compaction)
-        last = "no attempt made"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                response = httpx.post(self.url, json=body, headers=headers, timeout=self.timeout)
-            except httpx.TimeoutException:
-                last = f"timed out after {self.timeout:g} s"
-                continue
-            except httpx.HTTPError as error:
-                last = f"cannot reach {self.url}: {error}"
-                continue
-            if response.status_code == 429 or response.status_code >= 500:
-                last = f"HTTP {response.status_code} from {self.url}"
-                continue
-            if response.status_code >= 400:
-                raise ExtractionFailed(f"HTTP {response.status_code} from {self.url}: {response.text[:300]}")
-            return self._parse(response)
-        raise ExtractionFailed(f"gave up after {self.retries + 1} attempts: {last}")
+        retrying = Retrying(retry=retry_if_exception_type(_Transient), stop=stop_after_attempt(self.retries + 1),
+                            wait=wait_exponential(multiplier=self.backoff, min=self.backoff), reraise=True)
+        try:
+            response = retrying(self._post, body, headers)
+        except _Transient as error:
+            raise ExtractionFailed(f"gave up after {self.retries + 1} attempts: {error}") from None
+        return self._parse(response)
+
+    def _post(self, body: dict[str, object], headers: dict[str, str]) -> httpx.Response:
+        """One call; a failure worth another try raises `_Transient`, a 4xx fails the extraction."""
+        try:
+            response = httpx.post(self.url, json=body, headers=headers, timeout=self.timeout)
+        except httpx.TimeoutException:
+            raise _Transient(f"timed out after {self.timeout:g} s") from None
+        except httpx.HTTPError as error:
+            raise _Transient(f"cannot reach {self.url}: {error}") from None
+        if response.status_code == 429 or response.status_code >= 500:
+            raise _Transient(f"HTTP {response.status_code} from {self.url}")
+        if response.status_code >= 400:
+            raise ExtractionFailed(f"HTTP {response.status_code} from {self.url}: {response.text[:300]}")
+        return response
 
     def _parse(self, response: httpx.Response) -> Extraction:
         try:

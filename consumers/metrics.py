@@ -1,11 +1,16 @@
-"""Kafka ingestion metrics as Prometheus text (exposition format 0.0.4), served with the standard library."""
+"""Kafka ingestion metrics, with `prometheus_client`, in its default registry (the one registry noumena exports:
+see `api/metrics.py`). `noumena consume --metrics-port` serves it with prometheus_client's own server
+(`serve_metrics`); an API process that runs the consumer serves it at `/metrics`."""
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import Counter, Gauge, disable_created_metrics, start_http_server
+
+disable_created_metrics()
 
 Partition = tuple[str, int]
 
@@ -19,91 +24,67 @@ COUNTERS = {
     "batches": "Batches written (one transaction each).",
     "retries": "Batches retried after a broker or event-store failure.",
 }
+_PARTITION = ["topic", "partition"]
+_COUNTERS = {name: Counter(f"noumena_kafka_{name}", help_text, _PARTITION) for name, help_text in COUNTERS.items()}
+_BATCH_SECONDS = Counter("noumena_kafka_batch_seconds", "Time spent writing batches.", _PARTITION)
+_LAG = Gauge("noumena_kafka_lag", "Messages in the partition not yet stored (high watermark - next).", _PARTITION)
+_CONSOLIDATION_SIGNALS = Counter("noumena_consolidation_signals", "session.compacted events handed to the hook.")
 
 
 class KafkaMetrics:
-    """Counters per source partition and lag per partition; safe to read from another thread."""
+    """One consumer's view of the Kafka metrics: it adds to the process's counters (by source partition) and
+    sets the lag of the partitions it is assigned; `total` and `lag` answer for this consumer alone (the
+    counters in the registry add up every consumer of the process)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counters: dict[str, dict[Partition, int]] = {name: defaultdict(int) for name in COUNTERS}
+        self._totals: dict[str, int] = defaultdict(int)
         self._lag: dict[Partition, int] = {}
-        self._batch_seconds: dict[Partition, float] = defaultdict(float)
-        self.consolidation_signals = 0
+        self._signals_seen = 0
 
     def add(self, name: str, partition: Partition, amount: int = 1) -> None:
+        _COUNTERS[name].labels(partition[0], str(partition[1])).inc(amount)
         with self._lock:
-            self._counters[name][partition] += amount
+            self._totals[name] += amount
 
     def observe_batch(self, partition: Partition, seconds: float) -> None:
-        with self._lock:
-            self._counters["batches"][partition] += 1
-            self._batch_seconds[partition] += seconds
+        self.add("batches", partition)
+        _BATCH_SECONDS.labels(partition[0], str(partition[1])).inc(seconds)
 
     def set_lag(self, partition: Partition, lag: int) -> None:
+        lag = max(0, lag)
+        _LAG.labels(partition[0], str(partition[1])).set(lag)
         with self._lock:
-            self._lag[partition] = max(0, lag)
+            self._lag[partition] = lag
 
     def forget_partition(self, partition: Partition) -> None:
         """A revoked partition's lag is another consumer's to report."""
         with self._lock:
-            self._lag.pop(partition, None)
+            known = self._lag.pop(partition, None)
+        if known is not None:
+            try:
+                _LAG.remove(partition[0], str(partition[1]))
+            except KeyError:  # (already removed)
+                pass
+
+    def consolidation_signalled(self, count: int) -> None:
+        """The hook's running count of signals: the counter moves on by what is new."""
+        with self._lock:
+            new, self._signals_seen = count - self._signals_seen, max(count, self._signals_seen)
+        if new > 0:
+            _CONSOLIDATION_SIGNALS.inc(new)
 
     def total(self, name: str) -> int:
         with self._lock:
-            return sum(self._counters[name].values())
+            return self._totals[name]
 
     def lag(self) -> dict[Partition, int]:
         with self._lock:
             return dict(self._lag)
 
-    def render(self) -> str:
-        """The Prometheus text exposition of every metric."""
-        lines: list[str] = []
-        with self._lock:
-            for name, help_text in COUNTERS.items():
-                metric = f"noumena_kafka_{name}_total"
-                lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
-                lines += [f"{metric}{_labels(p)} {v}" for p, v in sorted(self._counters[name].items())]
-            lines += ["# HELP noumena_kafka_batch_seconds_total Time spent writing batches.",
-                      "# TYPE noumena_kafka_batch_seconds_total counter"]
-            lines += [f"noumena_kafka_batch_seconds_total{_labels(p)} {v:.6f}"
-                      for p, v in sorted(self._batch_seconds.items())]
-            lines += ["# HELP noumena_kafka_lag Messages in the partition not yet stored (high watermark - next).",
-                      "# TYPE noumena_kafka_lag gauge"]
-            lines += [f"noumena_kafka_lag{_labels(p)} {v}" for p, v in sorted(self._lag.items())]
-            lines += ["# HELP noumena_consolidation_signals_total session.compacted events handed to the hook.",
-                      "# TYPE noumena_consolidation_signals_total counter",
-                      f"noumena_consolidation_signals_total {self.consolidation_signals}"]
-        return "\n".join(lines) + "\n"
 
-
-def _labels(partition: Partition) -> str:
-    topic = partition[0].replace("\\", "\\\\").replace('"', '\\"')
-    return f'{{topic="{topic}",partition="{partition[1]}"}}'
-
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def serve_metrics(render: Callable[[], str], port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """Serve `render()` at http://host:port/metrics from a daemon thread; call `.shutdown()` to stop."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-            if self.path.split("?")[0] not in ("/metrics", "/"):
-                self.send_error(404)
-                return
-            body = render().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass  # scrapes every few seconds would drown the consumer's own log
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="noumena-metrics", daemon=True).start()
+def serve_metrics(port: int, host: str = "127.0.0.1") -> WSGIServer:
+    """Serve the registry at http://host:port/metrics with prometheus_client's server (a daemon thread); call
+    `.shutdown()` to stop it. Port 0 picks a free port (`server.server_address[1]`)."""
+    server, _thread = start_http_server(port, addr=host)
     return server

@@ -79,6 +79,21 @@ class InfrastructureError(NoumenaError):
     """Something below the domain failed (store, broker, file). Carries the cause."""
 
 
+class EventCorrupted(NoumenaError):
+    """A stored event does not read back as it was written: a sealed field fails its integrity check (its key
+    exists, so it was not forgotten). The log was tampered with or damaged; the message names the event."""
+
+    def __init__(self, position: int | None, stream: str, version: int, field: str, key_name: str) -> None:
+        where = f"at log position {position} " if position is not None else ""
+        super().__init__(f"stored event {where}(stream {stream!r}, version {version}) is corrupted: its sealed "
+                         f"field {field!r} (key {key_name!r}) fails its integrity check")
+        self.position = position
+        self.stream = stream
+        self.version = version
+        self.field = field
+        self.key_name = key_name
+
+
 class ConcurrencyError(InfrastructureError):
     """Another writer appended to the same tenant log first and retries ran out."""
 

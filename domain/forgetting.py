@@ -67,7 +67,6 @@ ORG_GROUPS = 256
 """Org-scoped facts that name no person share a group key with 1/256 of their kind (by the first two hex digits
 of the fact id), so forgetting one of them stores at most that share of sibling keys."""
 
-_new_key = tuple.__new__
 _GROUPS: dict[tuple[str, str, str, str], tuple[str, frozenset[str]]] = {}
 """Group id and owners by (tenant, scope, person subject, person object or bucket): made once each."""
 
@@ -93,8 +92,7 @@ def fact_key(tenant: str, fact_id: str, scope: str, subject: str, obj: str) -> C
         if len(_GROUPS) >= _KEPT:
             _GROUPS.clear()
         group = _GROUPS[found] = (f"{tenant}/facts/{name}", others)
-    return _new_key(ContentKey, (f"{tenant}/fact/{fact_id}", group[1], group[0]))  # (ContentKey(...) without
-    # its Python-level __new__: one is made for every fact written)
+    return ContentKey(f"{tenant}/fact/{fact_id}", group[1], group[0])
 
 
 def own_owners(key: ContentKey) -> frozenset[str]:
@@ -172,31 +170,30 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
         kind = _kind(type(event))
     if kind == _NO_KEY:
         return None
-    values = event.__dict__  # (the model's fields, read as a dict: one lookup each, no attribute machinery)
-    tenant = values["tenant"]
+    tenant = event.tenant
     if kind == _ENTITY:
-        ref = values["ref"]
+        ref = event.ref  # type: ignore[attr-defined]
         if not ref.startswith(("person:", "memory:")):
             return None
         return ContentKey(f"{tenant}/entity/{ref}", frozenset((ref,)))
     if kind == _ASSERTED or kind == _FACT:
-        if values["reason"] is None:
+        if event.reason is None:  # type: ignore[attr-defined]
             return None
-        fact_id = values["fact_id"]
+        fact_id = event.fact_id  # type: ignore[attr-defined]
         if kind == _ASSERTED:
-            return fact_key(tenant, fact_id, values["scope"], values["subject"], values["object"])
+            return fact_key(tenant, fact_id, event.scope, event.subject, event.object)  # type: ignore[attr-defined]
         fact = getattr(state, "facts", {}).get(fact_id)
         if fact is None:
             return fact_key(tenant, fact_id, "org", "", "")
         return fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object)
-    session_id = values["session_id"]
+    session_id = event.session_id  # type: ignore[attr-defined]
     known = _SESSION_KEYS.get(tenant)  # (by tenant, then session: no key id to build for a cached key)
     cached = known.get(session_id) if known is not None else None
     if cached is not None and cached[0]() is state:
         return cached[1]
     key_id = f"{tenant}/session/{session_id}"
-    serving = values.get("serving")  # (fields only some session events have)
-    parent = values.get("parent_session_id")
+    serving = getattr(event, "serving", None)  # (fields only some session events have)
+    parent = getattr(event, "parent_session_id", None)
     key = ContentKey(key_id, _session_owners(state, session_id, serving, parent))
     if session_id in getattr(state, "sessions", {}):
         if known is None:

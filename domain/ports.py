@@ -73,11 +73,9 @@ class KeyStore(Protocol):
         ...
 
     def keys_pending(self, keys: Iterable[ContentKey]
-                     ) -> tuple[dict[str, tuple[str, bytes] | tuple[str, bytes, str]],
-                                Callable[[], Callable[[], None]]]:
-        """By key id: the name a sealed field records (the key id) and the key's bytes, or, for a derived key,
-        its group's key id and key and its own key id (its name is `<group key id>/<key id>`, and its key is
-        derived from the group's);
+                     ) -> tuple[dict[str, tuple[str, bytes]], Callable[[], Callable[[], None]]]:
+        """By key id: the name a sealed field records and the key's bytes (for a key derived from its group's,
+        the name is `<group key id>/<key id>`);
         and `ready`, to call before the sealed events are committed: it waits until the new keys are durable
         (raising if they could not be stored), then holds off every forget until the function it returns is
         called, after the events are committed or failed. It raises `KeysForgotten` when a forget may have

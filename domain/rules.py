@@ -67,8 +67,7 @@ def decide(state: Ontology, command: c.Command, now: datetime) -> list[DomainEve
         return []
     if not isinstance(command, c.CreateTenant) and not state.exists:
         raise UnknownTenant(command.tenant)
-    rule = _decide.registry.get(type(command))  # the exact class: skips singledispatch's wrapper (hot path)
-    return (rule or _decide)(command, state, now)
+    return _decide(command, state, now)
 
 
 def _base(command: c.Command, now: datetime) -> dict[str, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -15,11 +16,16 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.sqlite import SQLiteProcessRecorder
 from eventsourcing.utils import Environment
+from prometheus_client import Counter
 
-from domain.errors import InfrastructureError
+from domain.errors import EventCorrupted, InfrastructureError
 from domain.events import DomainEvent
 from domain.ports import AlreadyTracked, KeyStore, Logged, Pending, TrackingPosition, VersionConflict
-from infra.mapper import EventMapper, stream_id
+from infra.mapper import EventMapper, SealedFieldCorrupted, stream_id
+
+log = logging.getLogger(__name__)
+CORRUPTED_EVENTS = Counter("noumena_corrupted_events", "Stored events read whose sealed fields failed their "
+                           "integrity check (their key exists: tampering or damage, not forgetting).")
 
 
 class SQLiteLogRecorder(SQLiteProcessRecorder):
@@ -74,7 +80,30 @@ class EventsourcingLog:
 
     def read_stream(self, tenant: str, after_version: int = 0) -> Iterable[DomainEvent]:
         stored = self.recorder.select_events(stream_id(tenant), gt=after_version or None)
-        return [self.mapper.to_event(s.topic, s.state) for s in stored]
+        return [self._event(s) for s in stored]
+
+    def _event(self, stored: StoredEvent) -> DomainEvent:
+        try:
+            return self.mapper.to_event(stored.topic, stored.state)
+        except SealedFieldCorrupted as error:
+            raise self._corrupted(stored, error) from error
+
+    def _unsealed(self, stored: StoredEvent) -> bytes:
+        try:
+            return self.mapper.unsealed_state(stored.topic, stored.state)
+        except SealedFieldCorrupted as error:
+            raise self._corrupted(stored, error) from error
+
+    @staticmethod
+    def _corrupted(stored: StoredEvent, error: SealedFieldCorrupted) -> EventCorrupted:
+        """The integrity error naming the event (its log position when read as a notification, its stream and
+        version), logged and counted (`noumena_corrupted_events_total`)."""
+        stream = stored.originator_id if isinstance(stored.originator_id, str) else stored.originator_id.hex
+        named = EventCorrupted(getattr(stored, "id", None), stream, stored.originator_version, error.field,
+                               error.key_name)
+        CORRUPTED_EVENTS.inc()
+        log.error("%s", named)
+        return named
 
     def append(self, pending: Sequence[Pending], tracking: TrackingPosition | None = None) -> list[int]:
         # The batch's new data keys are being committed while it is sealed and written; the events commit only
@@ -104,7 +133,7 @@ class EventsourcingLog:
         notifications = self.recorder.select_notifications(
             start=after_position, limit=limit, inclusive_of_start=False
         )
-        return [Logged(n.id, self.mapper.to_event(n.topic, n.state)) for n in notifications]
+        return [Logged(n.id, self._event(n)) for n in notifications]
 
     def read_raw(self, after_position: int, limit: int) -> Sequence[tuple[int, str, bytes]]:
         """Notifications as JSON bytes with their content opened (or `[forgotten]`), for readers that parse
@@ -112,7 +141,7 @@ class EventsourcingLog:
         notifications = self.recorder.select_notifications(
             start=after_position, limit=limit, inclusive_of_start=False
         )
-        return [(n.id, n.topic, self.mapper.unsealed_state(n.topic, n.state)) for n in notifications]
+        return [(n.id, n.topic, self._unsealed(n)) for n in notifications]
 
     def tenants(self) -> list[str]:
         """Every tenant ever created, in order of creation."""
@@ -125,7 +154,7 @@ class EventsourcingLog:
                                                       topics=[TenantCreated.stored_topic()])
             if not page:
                 return found
-            found += [self.mapper.to_event(n.topic, n.state).tenant for n in page]
+            found += [self._event(n).tenant for n in page]
             position = page[-1].id
 
     def max_position(self) -> int:

@@ -211,5 +211,3 @@ class KafkaFollower:
         self._thread.join(timeout=30)
         self.consumer.close()
 
-    def metrics_text(self) -> str:
-        return str(self.consumer.metrics.render())

@@ -97,7 +97,9 @@ class Settings(BaseSettings):
 
     def key_store(self) -> KeyStore | None:
         """The data-key store: its own SQLite file in the home, or tables beside the PostgreSQL event store."""
-        from infra.keystore import MemoryKeyStore, PostgresKeyStore, SQLiteKeyStore
+        from infra.keys.memory import MemoryKeyStore
+        from infra.keys.postgres import PostgresKeyStore
+        from infra.keys.sqlite import SQLiteKeyStore
 
         if not self.encrypt_content:
             return None

@@ -25,13 +25,8 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from projections.perspective_index import (
-    STATUS_CODES,
-    PerspectiveIndex,
-    _Column,
-    _Texts,
-    provenance_text,
-)
+from projections.perspective_columns import Column, Texts
+from projections.perspective_index import STATUS_CODES, PerspectiveIndex, provenance_text
 from projections.schema import PROJECTION_NAME
 
 
@@ -60,21 +55,21 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
                 index.merge(index.entity(ref), index.entity(into))
     if relations is not None:
         for name, weight in zip(relations["name"].to_list(), relations["weight"].to_list(), strict=True):
-            index._relation(name, float(weight))
+            index.relation(name, float(weight))
     if sessions is not None:
         for sid, agent, serving in zip(sessions["session_id"].to_list(), sessions["agent"].to_list(),
                                        sessions["serving"].to_list(), strict=True):
-            index._session(sid, index.resolve(index.entity(agent)),
-                           index.resolve(index.entity(serving)) if serving else -1)
+            index.session(sid, index.resolve(index.entity(agent)),
+                          index.resolve(index.entity(serving)) if serving else -1)
 
     # refs, relations and scopes named only by facts get their codes here (few distinct values)
     for ref in pl.concat([facts["subject"], facts["object"]]).unique().to_list():
         if ref not in index.entity_ids:
             index.entity(ref)
     for name in facts["relation"].unique().to_list():
-        index._relation(name)
+        index.relation(name)
     for name in facts["scope"].unique().to_list():
-        index._scope(name)
+        index.scope_code(name)
 
     def codes(column: str, mapping: dict[str, int], dtype: type) -> np.ndarray:
         table = pl.DataFrame({"k": list(mapping), "v": list(mapping.values())}, schema={"k": pl.String, "v": pl.Int64})
@@ -83,26 +78,26 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
 
     n = facts.height
     canonical = index.canonical.view  # a fact naming a merged entity belongs to the one it was merged into
-    index.src = _Column(np.int32, data=canonical[codes("subject", index.entity_ids, np.int64)])
-    index.dst = _Column(np.int32, data=canonical[codes("object", index.entity_ids, np.int64)])
-    index.rel = _Column(np.int16, data=codes("relation", index.rel_codes, np.int16))
-    index.scope = _Column(np.int32, data=codes("scope", index.scope_codes, np.int32))
-    index.conf = _Column(np.float32, data=facts["confidence"].to_numpy())
-    index.status = _Column(np.int8, data=codes("status", STATUS_CODES, np.int8))
-    index.asserted = _Column(np.float64, data=facts["asserted_at"].cast(pl.Float64).to_numpy())
-    index.ids = _Column("S32", data=facts["fact_id"].to_numpy().astype("S32"))
-    index.hashes = _Column(np.int64, data=_hashes(facts["fact_id"]))
+    index.src = Column(np.int32, data=canonical[codes("subject", index.entity_ids, np.int64)])
+    index.dst = Column(np.int32, data=canonical[codes("object", index.entity_ids, np.int64)])
+    index.rel = Column(np.int16, data=codes("relation", index.rel_codes, np.int16))
+    index.scope = Column(np.int32, data=codes("scope", index.scopes.codes, np.int32))
+    index.conf = Column(np.float32, data=facts["confidence"].to_numpy())
+    index.status = Column(np.int8, data=codes("status", STATUS_CODES, np.int8))
+    index.asserted = Column(np.float64, data=facts["asserted_at"].cast(pl.Float64).to_numpy())
+    index.ids = Column("S32", data=facts["fact_id"].to_numpy().astype("S32"))
+    index.hashes = Column(np.int64, data=_hashes(facts["fact_id"]))
     reasons = facts["reason"].fill_null("")
-    index.reasons = _Texts(reasons.to_list()) if n else _Texts()
+    index.reasons = Texts(reasons.to_list()) if n else Texts()
     provenance = facts["provenance"].fill_null("") if "provenance" in facts.columns else pl.Series([""] * n)
-    index.provenance = _Texts(provenance.to_list()) if n else _Texts()
+    index.provenance = Texts(provenance.to_list()) if n else Texts()
     current = index.status.view == 0
-    index.live = _Column(np.int32, data=np.where(current, index.scope.view + 1, 0))
+    index.live = Column(np.int32, data=np.where(current, index.scope.view + 1, 0))
 
-    def fan(facts: np.ndarray) -> _Column:
+    def fan(facts: np.ndarray) -> Column:
         src, dst = index.src.view[facts], index.dst.view[facts]
         ends = np.concatenate([src, dst[src != dst]])
-        return _Column(np.int32, data=np.bincount(ends, minlength=len(index.refs)).astype(np.int32))
+        return Column(np.int32, data=np.bincount(ends, minlength=len(index.refs)).astype(np.int32))
 
     index.fan = fan(current)
     index.fan_org = fan(current & (index.scope.view == 0))
@@ -113,8 +108,7 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
         for agent, group in uses.with_columns(pl.Series("f", fact_index)).filter(pl.col("f") >= 0).group_by(
                 "agent", maintain_order=True):
             agent_id = index.resolve(index.entity(str(agent[0])))
-            index.uses[agent_id] = (_Column(np.int32, data=group["f"].to_numpy()),
-                                    _Column(np.float64, data=group["used_at"].cast(pl.Float64).to_numpy()))
+            index.uses.load(agent_id, group["f"].to_numpy(), group["used_at"].cast(pl.Float64).to_numpy())
     index.position = position
     if clock is not None:
         index.clock = clock
@@ -125,13 +119,7 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
 
 def _index_of(index: PerspectiveIndex, ids: pl.Series) -> np.ndarray:
     """The int ids of many fact ids (-1 when unknown), vectorized over the sorted hashes."""
-    hashes = _hashes(ids)
-    at = np.searchsorted(index._sorted_hashes, hashes)
-    at[at >= len(index._sorted_hashes)] = 0
-    found = index._sorted_order[at] if len(index._sorted_order) else np.zeros(len(ids), dtype=np.int32)
-    ok = (index._sorted_hashes[at] == hashes) if len(index._sorted_hashes) else np.zeros(len(ids), dtype=bool)
-    ok &= index.ids.view[found] == ids.to_numpy().astype("S32")
-    return np.where(ok, found, -1).astype(np.int64)
+    return index.fact_indexes(ids.to_numpy().astype("S32"), _hashes(ids))
 
 
 def _epoch(column: str) -> str:

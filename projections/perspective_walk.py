@@ -7,41 +7,32 @@ reached from a node expanded at an earlier hop, spread x = activation x fan shar
 other parties it serves are reached but never expanded). Nodes are marked with per-walk stamps in a scratch
 array, so nothing is cleared after a walk. Then B per fact for this agent,
 A = B + ln(confidence) + S + ln(x), a ranking, and the tiers (`tier_codes`, the vectorized
-`domain.activation.assign_tiers`).
-
-Two implementations of the same steps: `_spread` + `_ranked` in numpy (above), and `_spread_kernel`, one call
-of the C extension `projections/_walk_kernel.c` (built by `pip install -e .`; entry by entry, in the numpy
-path's order, so the results agree: bit for bit but for the last digits of B and A). `use_kernel` picks the
-kernel when it is built; tests/test_perspective_reference.py holds both to the plain-Python reference.
+`domain.activation.assign_tiers`). tests/test_perspective_reference.py holds it to a plain-Python reference.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from domain.activation import ActivationParameters, Tier
-from infra.kernels import load
 
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
 
-KERNEL_VERSION = 4
-"""The `VERSION` of `projections/_walk_kernel.c` this module calls; a stale build is not used."""
-_kernel: Any
-_kernel, use_kernel = load("projections._walk_kernel", KERNEL_VERSION, "NOUMENA_WALK_KERNEL",
-                           "the walk uses numpy")
-"""Whether `walk` runs its hop loop in the compiled kernel (when built; `NOUMENA_WALK_KERNEL=0` turns it off) or
-in numpy. Both give the same values (tests/test_perspective_reference.py runs both)."""
 _EMPTY = np.zeros(0, dtype=np.int64)
-_NO_TIMES = np.zeros(0, dtype=np.float64)
 _NO_TIERS = np.zeros(0, dtype=np.int8)
 
-STOP = (1 << 10) - 1
-"""`perspective_index.STOP`: a stop point's offset from the walk's stamp."""
+STAMP_STRIDE = 1 << 10
+"""Walk stamps advance by this much: a node's stamp is the walk's plus its hop (< STOP), stop points' plus STOP."""
+STOP = STAMP_STRIDE - 1
+STAMP_LIMIT = (1 << 31) - 1 - 2 * STAMP_STRIDE
 TIER_CODES = {Tier.FULL: 0, Tier.GIST: 1, Tier.MARKER: 2, Tier.COUNT: 3, Tier.FORGOTTEN: 4}
 TIERS_BY_CODE = {code: tier for tier, code in TIER_CODES.items()}
 
@@ -109,6 +100,47 @@ class Walked:
         return int(np.count_nonzero(self.tiers == TIER_CODES[tier]))
 
 
+class WalkScratch:
+    """The walk's per-entity buffers, held by the index and used by one walk at a time (`start`).
+
+    `visited` holds stamps instead of flags, so nothing is cleared after a walk: an entry counts for this walk
+    only if it is >= the walk's stamp. A node reached at hop h holds stamp + h (the sources stamp + 0), a node
+    that is reached but passes nothing on (hub, blocked party, below the floor) stamp + STOP. `received` (the
+    activation a node receives at a hop) and `extra_fan` (what the viewer's own scopes add to a node's fan) are
+    zero outside a walk: the walk resets what it wrote."""
+
+    def __init__(self) -> None:
+        self.visited = np.zeros(0, dtype=np.int32)
+        self.received = np.zeros(0, dtype=np.float64)
+        self.extra_fan = np.zeros(0, dtype=np.int32)
+        self._stamp = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def start(self, n_entities: int) -> Iterator[int]:
+        """Hold the buffers for one walk over `n_entities` entities; yields the walk's stamp."""
+        with self._lock:
+            if len(self.visited) < n_entities:
+                size = max(n_entities, 64) * 2
+                self.visited = np.zeros(size, dtype=np.int32)
+                self.received = np.zeros(size, dtype=np.float64)
+                self.extra_fan = np.zeros(size, dtype=np.int32)
+                self._stamp = 0
+            self._stamp += STAMP_STRIDE
+            if self._stamp > STAMP_LIMIT:
+                self.visited[:] = 0
+                self._stamp = STAMP_STRIDE
+            yield self._stamp
+
+    def zeroed(self) -> tuple[np.ndarray, np.ndarray]:
+        """The buffers that are zero outside a walk."""
+        return self.received, self.extra_fan
+
+    @property
+    def nbytes(self) -> int:
+        return self.visited.nbytes + self.received.nbytes + self.extra_fan.nbytes
+
+
 def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationParameters, now: float) -> Walked:
     """Spread activation from the viewpoint, rank every reached fact and cut the ranking into tiers.
 
@@ -116,7 +148,7 @@ def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationPa
     all it received at that hop. A node whose facts could not rise above tau even with this agent's freshest
     possible base level passes nothing on (`spread_floor`): what lies beyond it would be forgotten anyway.
     """
-    index._maybe_compact()
+    index.prepare_for_walk()
     p = parameters
     n_entities = len(index.refs)
     unknown: list[str] = []
@@ -139,10 +171,8 @@ def walk(index: PerspectiveIndex, viewpoint: Viewpoint, parameters: ActivationPa
     # A hub viewer: the other parties it serves are neither reached from it nor traversed.
     hub_sources = sorted({s for s in source_ids if hub[s]})
     blocked_nodes = _blocked(index, p, hub_sources, serving) if hub_sources else None
-    with index._lock:
-        stamp = index._scratch(n_entities)
-        spread = _spread_kernel if use_kernel and _kernel is not None else _spread
-        return spread(index, p, now, source_ids, unknown, agent, serving, hub_sources, blocked_nodes, stamp)
+    with index.walk_scratch.start(n_entities) as stamp:
+        return _spread(index, p, now, source_ids, unknown, agent, serving, hub_sources, blocked_nodes, stamp)
 
 
 def _blocked(index: PerspectiveIndex, p: ActivationParameters, hub_sources: list[int], serving: int
@@ -152,7 +182,7 @@ def _blocked(index: PerspectiveIndex, p: ActivationParameters, hub_sources: list
     if not party_codes:
         return None
     sources = np.array(hub_sources, dtype=np.int64)
-    nbr = index.expand(sources, np.zeros(len(sources)))[0].view(np.int32)[0::2]
+    nbr = index.expand(sources, np.zeros(len(sources)))[0]["neighbour"]
     blocked = np.unique(nbr[np.isin(index.kind.view[nbr], party_codes) & (nbr != serving)]).astype(np.int64)
     return blocked if len(blocked) else None
 
@@ -160,23 +190,23 @@ def _blocked(index: PerspectiveIndex, p: ActivationParameters, hub_sources: list
 def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source_ids: list[int],
             unknown: list[str], agent: int, serving: int, hub_sources: list[int], blocked_nodes: np.ndarray | None,
             stamp: int) -> Walked:
-    visited = index._visited_scratch
-    received, extra_fan = index._spread_scratch, index._extra_scratch
+    scratch = index.walk_scratch
+    visited, received, extra_fan = scratch.visited, scratch.received, scratch.extra_fan
     max_weight = index.max_weight
     floor = spread_floor(index, agent, p)
     extra_scopes = index.visible_codes(agent, serving)
-    visible = np.zeros(len(index.scope_names) + 1, dtype=bool)  # by scope code + 1; 0: not current
+    visible = np.zeros(len(index.scopes.names) + 1, dtype=bool)  # by scope code + 1; 0: not current
     visible[1] = True  # org
     visible[extra_scopes + 1] = True
     # the viewer's fan of a node: its current org facts plus its current facts in the viewer's own scopes
-    extra_ends = index.visible_fan_extra(extra_scopes)
+    extra_ends = index.viewer_fan_extra(extra_scopes)
     if len(extra_ends):
         np.add.at(extra_fan, extra_ends, 1)
     fan_org = index.fan_org.view
     exp_s = math.exp(p.associative_strength)
-    shares = index._shares(exp_s)
+    shares = index.fan_shares(exp_s)
     stop = stamp + STOP
-    visited[index._hub_nodes()] = stop  # hubs and blocked parties: reached, never expanded
+    visited[index.hub_nodes()] = stop  # hubs and blocked parties: reached, never expanded
     if blocked_nodes is not None:
         visited[blocked_nodes] = stop
     counts: dict[int, int] = {}
@@ -188,8 +218,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     frontier_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
     visited[frontier] = stamp
     viewpoint_facts = index.between(agent, serving) if agent >= 0 and serving >= 0 else []
-    rec_rows: list[np.ndarray] = []
-    rec_rank: list[np.ndarray] = []
+    rec_entries: list[np.ndarray] = []
     rec_x: list[np.ndarray] = []
     rec_hop: list[int] = []
     rec_via: list[np.ndarray] = []
@@ -211,19 +240,18 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
                     frontier, out = frontier[strong], out[strong]
                     if len(frontier) == 0:
                         break
-            reach, rows, rank, x, via = index.expand(frontier, out)
-            if len(rows) == 0:
+            entries, x, via = index.expand(frontier, out)
+            if len(entries) == 0:
                 break
             # a neighbour expanded at an earlier hop: the fact was reached from there already
             layer = stamp + hop - 1
-            pair = reach.view(np.int32)
-            nbr = pair[0::2]
+            nbr = entries["neighbour"]
             at = visited[nbr]
-            keep = visible[pair[1::2]] & ((at < stamp) | (at >= layer))
+            keep = visible[entries["live"]] & ((at < stamp) | (at >= layer))
             if hop == 1:
                 if viewpoint_facts:
                     # the fact that the agent serves this person is the viewpoint itself: the header says it
-                    fact_ids = rows.view(np.int32)[0::4]
+                    fact_ids = entries["fact"]
                     for excluded in viewpoint_facts:
                         keep &= fact_ids != excluded
                 if blocked_nodes is not None:
@@ -231,16 +259,15 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             kept = np.flatnonzero(keep)
             if len(kept) == 0:
                 break
-            rows, rank, nbr, x, via, at = rows[kept], rank[kept], nbr[kept], x[kept], via[kept], at[kept]
-            x = x * rows.view(np.float32)[1::4]
+            entries, nbr, x, via, at = entries[kept], nbr[kept], x[kept], via[kept], at[kept]
+            x = x * entries["weight"]
             twin = at == layer
             if twin.any():
                 # both ends of a fact in this frontier: it was gathered twice; one entry, the spreads summed
-                rows, rank, nbr, x, via, at = _merge_twins(twin, rows, rank, nbr, x, via, at)
-            rec_rows.append(rows)
-            rec_rank.append(rank)
+                entries, nbr, x, via, at = _merge_twins(twin, entries, nbr, x, via, at)
+            rec_entries.append(entries)
             rec_x.append(x)
-            rec_hop.append(len(rows))
+            rec_hop.append(len(entries))
             rec_via.append(via)
             if hop == p.depth:
                 break
@@ -268,29 +295,25 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             received[pending] = 0.0
 
     nodes = node_ids  # the parents are found lazily, for paths only (`Walked.parents`)
-    if not rec_rows:
+    if not rec_entries:
         return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _NO_TIERS, source_ids,
                       unknown, nodes, now, p)
-    if len(rec_rows) == 1:
-        rows, rank, spread, via = rec_rows[0], rec_rank[0], rec_x[0], rec_via[0]
-        hops = np.ones(len(rows), dtype=np.int64)
+    if len(rec_entries) == 1:
+        entries, spread, via = rec_entries[0], rec_x[0], rec_via[0]
+        hops = np.ones(len(entries), dtype=np.int64)
     else:
-        rows = np.concatenate(rec_rows)
-        rank = np.concatenate(rec_rank)
+        entries = np.concatenate(rec_entries)
         spread = np.concatenate(rec_x)
         via = np.concatenate(rec_via)
         hops = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
-    columns = rows.view(np.int32)
-    ranking = rank.view(np.int64)
-    return _ranked(index, p, now, agent, columns[0::4].astype(np.int64), columns[2::4].view(np.float32),
-                   ranking[0::2].view(np.float64), ranking[1::2], spread, hops, via, source_ids, unknown, nodes)
+    return _ranked(index, p, now, agent, entries["fact"].astype(np.int64), entries["confidence"],
+                   entries["asserted"], entries["hash"], spread, hops, via, source_ids, unknown, nodes)
 
 
 def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent: int, facts: np.ndarray,
             conf: np.ndarray, asserted: np.ndarray, hashes: np.ndarray, spread: np.ndarray, hops: np.ndarray,
             via: np.ndarray, source_ids: list[int], unknown: list[str], nodes: list[np.ndarray]) -> Walked:
-    """Every reached fact's B and A = B + ln(confidence) + S + ln(x), highest first, and the tiers (new arrays:
-    the inputs may be the kernel's buffers)."""
+    """Every reached fact's B and A = B + ln(confidence) + S + ln(x), highest first, and the tiers."""
     base = base_levels(index, agent, facts, now, p, asserted)
     with np.errstate(divide="ignore"):
         act = base + np.log(conf, dtype=np.float64) + p.associative_strength + np.log(spread)
@@ -298,50 +321,6 @@ def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent:
     facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
     tiers = tier_codes(p, act, via)
     return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
-
-
-def _kernel_scratch(index: PerspectiveIndex, name: str, size: int) -> np.ndarray:
-    """A byte array of the kernel's, zero outside a walk: "marks" (per entity), "visible" (per scope code + 1)."""
-    scratch = index._kernel_scratch.get(name)
-    if scratch is None or len(scratch) < size:
-        scratch = index._kernel_scratch[name] = np.zeros(max(2 * size, 64), dtype=np.uint8)
-    return scratch
-
-
-def _spread_kernel(index: PerspectiveIndex, p: ActivationParameters, now: float, source_ids: list[int],
-                   unknown: list[str], agent: int, serving: int, hub_sources: list[int],
-                   blocked_nodes: np.ndarray | None, stamp: int) -> Walked:
-    """`_spread` and `_ranked` in `projections/_walk_kernel.c`: one call per walk (the index's columns as they
-    are, their lengths given: no numpy call before it)."""
-    index._fresh_weights()
-    counts: dict[int, int] = {}
-    for s in source_ids:
-        counts[s] = counts.get(s, 0) + 1
-    ordered_sources = sorted(counts)
-    share_each = p.source_weight / len(source_ids)
-    uses = index._sorted_uses(agent) if agent >= 0 else None
-    used_facts, used_at = uses if uses is not None else (_EMPTY, _NO_TIMES)
-    facts, act, spread, base, hops, via, tiers, nodes, layers = _kernel.walk(
-        index.indptr, index.adj_reach, index.adj_fact, index.adj_rank, index.src.data, index.dst.data,
-        index.live.data, index.rel.data, index.rel_weight.data, index.conf.data, index.asserted.data,
-        index.hashes.data, index.fan_org.data, _kernel_scratch(index, "marks", len(index._visited_scratch)),
-        index._spread_scratch, index._extra_scratch, _kernel_scratch(index, "visible", len(index.scope_names) + 1),
-        index.scope_indptr, index.scope_ends, index.scope_end_facts,
-        _EMPTY if blocked_nodes is None else blocked_nodes, index._hub_nodes(), used_facts, used_at,
-        index._visible_code_list(agent, serving), hub_sources, ordered_sources,
-        [counts[s] * share_each for s in ordered_sources],
-        index.fact_count, len(index.refs), len(index.rel_names), index.csr_facts, agent, serving, p.depth,
-        p.hop_factor, math.exp(p.associative_strength), spread_floor(index, agent, p),
-        index.max_weight, now, p.minimum_age_seconds, p.time_unit_seconds, p.decay, p.associative_strength,
-        p.threshold, p.full_capacity, p.gist_capacity, p.markers_per_neighbour, p.marker_capacity)
-    all_nodes = np.frombuffer(nodes, dtype=np.int64)
-    node_layers, start = [], 0
-    for size in layers:
-        node_layers.append(all_nodes[start:start + size])
-        start += size
-    return Walked(np.frombuffer(facts, dtype=np.int64), np.frombuffer(act), np.frombuffer(spread),
-                  np.frombuffer(base), np.frombuffer(hops, dtype=np.int64), np.frombuffer(via, dtype=np.int64),
-                  np.frombuffer(tiers, dtype=np.int8), source_ids, unknown, node_layers, now, p)
 
 
 def _rank(act: np.ndarray, hashes: np.ndarray) -> np.ndarray:
@@ -354,17 +333,17 @@ def _rank(act: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     return order
 
 
-def _merge_twins(twin: np.ndarray, rows: np.ndarray, rank: np.ndarray, nbr: np.ndarray, x: np.ndarray,
-                 via: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, ...]:
+def _merge_twins(twin: np.ndarray, entries: np.ndarray, nbr: np.ndarray, x: np.ndarray, via: np.ndarray,
+                 at: np.ndarray) -> tuple[np.ndarray, ...]:
     """A fact whose two ends are both in the frontier was gathered from each: keep its first entry with the
     two spreads summed, reached through the end that gave more (on a tie the lower entity id, whether the fact
     is in the CSR or the delta tail)."""
     candidates = np.flatnonzero(twin)
-    fact = rows.view(np.int32)[0::4]
+    fact = entries["fact"]
     order = candidates[np.argsort(fact[candidates], kind="stable")]
     pair = np.flatnonzero(fact[order[1:]] == fact[order[:-1]])
     if not len(pair):
-        return rows, rank, nbr, x, via, at
+        return entries, nbr, x, via, at
     first, second = order[pair], order[pair + 1]
     x = x.copy()
     via = via.copy()
@@ -373,7 +352,7 @@ def _merge_twins(twin: np.ndarray, rows: np.ndarray, rank: np.ndarray, nbr: np.n
     x[first] = x[first] + x[second]
     keep = np.ones(len(fact), dtype=bool)
     keep[second] = False
-    return rows[keep], rank[keep], nbr[keep], x[keep], via[keep], at[keep]
+    return entries[keep], nbr[keep], x[keep], via[keep], at[keep]
 
 
 def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -> float:
@@ -381,13 +360,7 @@ def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -
     B_max is the base level of a fact asserted and used (as often as this agent ever used one fact) within
     the last `minimum_age_seconds`. Never below `minimum_spread`."""
     fresh = (p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay
-    most = index._most_uses.get(agent)
-    if most is None:
-        uses = index._sorted_uses(agent)
-        most = 0
-        if uses is not None and len(uses[0]):
-            most = int(np.unique(uses[0], return_counts=True)[1].max())
-        index._most_uses[agent] = most
+    most = index.uses.most(agent)
     best_base = math.log(fresh * (1 + most))
     if not p.cut_off:
         return p.minimum_spread
@@ -406,7 +379,7 @@ def base_levels(index: PerspectiveIndex, agent: int, facts: np.ndarray, now: flo
         total = (np.maximum(age, floor, out=age) / unit) ** -d
     else:
         total = np.where(age >= 0, (np.maximum(age, floor) / unit) ** -d, 0.0)
-    uses = index._sorted_uses(agent)
+    uses = index.uses.sorted(agent)
     if uses is not None and len(uses[0]):
         used_facts, used_at = uses
         lo = np.searchsorted(used_facts, facts, "left")

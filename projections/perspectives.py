@@ -296,7 +296,7 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
             tier=TIERS_BY_CODE[int(walked.tiers[k])],
             fact_id=index.fact_id(fact), subject=index.refs[subject], relation=index.rel_names[index.rel.data[fact]],
             object=index.refs[obj], subject_label=index.labels[subject], object_label=index.labels[obj],
-            scope=index.scope_names[index.scope.data[fact]], reason=reason or None,
+            scope=index.scopes.names[index.scope.data[fact]], reason=reason or None,
             confidence=round(float(index.conf.data[fact]), 6), provenance=index.provenance.get(fact),
             activation=round(float(walked.activation[k]), 6), base_level=round(float(walked.base[k]), 6),
             spread=float(walked.spread[k]), hops=int(walked.hops[k]), about=index.refs[via],

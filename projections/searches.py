@@ -39,7 +39,8 @@ from domain.search import (
     squash_activation,
 )
 from domain.service import OntologyService
-from projections.perspective_index import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION, PerspectiveIndex, Viewpoint, fold
+from projections.perspective_index import PerspectiveIndex, Viewpoint, fold
+from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION
 from projections.perspectives import FORGOTTEN_TEXT, Perspectives
 from projections.search_index import SearchIndex
 from projections.search_text import Analyzer
@@ -153,13 +154,13 @@ class Searches:
         serving_id = pindex.lookup(serving) if serving is not None else -1
         session_code = None
         if session_id is not None:
-            owner = pindex.sessions.get(session_id)
+            owner = pindex.scopes.sessions.get(session_id)
             if owner is None:
                 raise UnknownSession(session_id)
             if owner[0] != agent_id or (owner[1] >= 0 and owner[1] != serving_id):
                 raise InvalidInput(f"session {session_id!r} is not a session of {agent}"
                                    + (f" serving {serving}" if serving else ""), field="session_id")
-            session_code = pindex.scope_codes.get(f"session:{session_id}")
+            session_code = pindex.scopes.codes.get(f"session:{session_id}")
         now = moment.timestamp()
         visible = visible_facts(pindex, agent_id, serving_id, len(index.doc_len))
         terms = self.analyzer.terms(query)
@@ -188,7 +189,7 @@ class Searches:
             return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
         activation = self._activation(pindex, agent_id, docs, reached, now)
         ages = now - self._last_use(pindex, agent_id, docs)
-        scope_kind = pindex.scope_kind.data[pindex.scope.data[docs]]
+        scope_kind = pindex.scopes.kind.data[pindex.scope.data[docs]]
         scopes = pindex.scope.data[docs]
         ranked: list[Candidate] = []
         for k, doc in enumerate(docs.tolist()):
@@ -262,7 +263,7 @@ class Searches:
     def _last_use(pindex: PerspectiveIndex, agent: int, docs: np.ndarray) -> np.ndarray:
         """The last use of each fact by this agent: its first use (see `first_use`), or a later recall."""
         last = pindex.asserted.data[docs].astype(np.float64).copy()
-        uses = pindex.uses.get(agent)
+        uses = pindex.uses.by_agent.get(agent)
         if uses is not None and uses[0].size:
             facts, times = uses[0].view, uses[1].view
             hit = np.isin(facts, docs)
@@ -300,7 +301,7 @@ class Searches:
         return SearchItem(
             rank=rank, fact_id=pindex.fact_id(doc), subject=pindex.refs[subject], relation=relation,
             object=pindex.refs[obj], subject_label=pindex.labels[subject], object_label=pindex.labels[obj],
-            text=text, reason=reason, scope=pindex.scope_names[int(pindex.scope.data[doc])], tier=c.tier,
+            text=text, reason=reason, scope=pindex.scopes.names[int(pindex.scope.data[doc])], tier=c.tier,
             valid_from=_iso(index.valid_from[doc]), score=c.score, scores=c.scores, session_id=index.sessions[doc],
             message_ids=list(index.message_ids[doc]))
 

@@ -6,8 +6,6 @@ A missing server fails the PostgreSQL tests loudly: they are never skipped.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,9 +18,6 @@ from infra.settings import Settings
 
 BACKENDS = ["popo", "sqlite", "postgres"]
 
-collect_ignore: list[str] = []
-if os.environ.get("NOUMENA_SEAL_KERNEL") == "0" and importlib.util.find_spec("infra._seal_kernel") is None:
-    collect_ignore.append("test_seal_kernel.py")  # the Python path alone, on purpose (see that file)
 
 
 class TickingClock:

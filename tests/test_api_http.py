@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api_support import Server, Tenant, api_server, register_story  # noqa: F401
 
@@ -224,6 +225,10 @@ def test_health_readiness_with_projection_lag_and_metrics(api_server: Server, st
         metrics = anonymous.get("/metrics").text
     assert 'noumena_http_requests_total{method="POST",route="/v1/facts",status="200"}' in metrics
     assert "noumena_projection_lag " in metrics and "noumena_http_request_seconds_bucket" in metrics
+    # one registry, in a format Prometheus parses: the API's, the event log's and (when it runs here) Kafka's
+    families = {family.name for family in text_string_to_metric_families(metrics)}
+    assert {"noumena_http_requests", "noumena_http_request_seconds", "noumena_log_position",
+            "noumena_corrupted_events"} <= families
 
 
 def test_the_openapi_document_has_every_route_with_examples(api_server: Server) -> None:  # noqa: F811

@@ -18,7 +18,7 @@ from domain.entities import EntityRegistered
 from domain.facts import FactAsserted, FactCorroborated
 from domain.forgetting import FORGOTTEN, SubjectForgotten
 from infra.bootstrap import bootstrap
-from infra.keystore import SQLiteKeyStore
+from infra.keys.sqlite import SQLiteKeyStore
 from infra.settings import Settings
 from tests.conftest import TickingClock, postgres_settings
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from domain.forgetting import ContentKey
-from infra.keystore import PostgresKeyStore, SQLiteKeyStore
+from infra.keys.postgres import PostgresKeyStore
+from infra.keys.sqlite import SQLiteKeyStore
 from tests.conftest import postgres_settings
 
 
@@ -133,9 +134,9 @@ def test_events_are_not_committed_when_their_keys_could_not_be(tmp_path):
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_key_cache_starts_over_past_its_limit_and_every_key_stays_the_same(backend, tmp_path, monkeypatch):
-    import infra.keystore
+    import infra.keys.cache
 
-    monkeypatch.setattr(infra.keystore, "CACHE_LIMIT", 50)
+    monkeypatch.setattr(infra.keys.cache, "CACHE_LIMIT", 50)
     store, _other = _stores(backend, tmp_path)
     first = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}") for i in range(40)])
     generation = store.generation

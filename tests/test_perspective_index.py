@@ -221,7 +221,7 @@ def test_applying_records_one_by_one_equals_the_bulk_fold_and_the_frames():
         "fact_id": [folded.fact_id(k) for k in range(n)],
         "subject": [folded.refs[s] for s in folded.src.view], "relation": ["rel"] * n,
         "object": [folded.refs[o] for o in folded.dst.view],
-        "scope": [folded.scope_names[s] for s in folded.scope.view],
+        "scope": [folded.scopes.names[s] for s in folded.scope.view],
         "reason": [None] * n, "confidence": folded.conf.view.astype(float),
         "status": [["current", "invalidated", "archived"][s] for s in folded.status.view],
         "asserted_at": folded.asserted.view,
@@ -229,7 +229,7 @@ def test_applying_records_one_by_one_equals_the_bulk_fold_and_the_frames():
     entities = pl.DataFrame({"ref": folded.refs, "label": folded.labels, "hub": folded.hub.view.tolist()})
     sessions = pl.DataFrame({"session_id": ["s"], "agent": ["person:0"], "serving": ["person:1"]})
     agent = folded.entity_ids["person:0"]
-    used_facts, used_at = folded.uses[agent]
+    used_facts, used_at = folded.uses.by_agent[agent]
     uses = pl.DataFrame({"agent": ["person:0"] * used_facts.size,
                          "fact_id": [folded.fact_id(int(f)) for f in used_facts.view], "used_at": used_at.view})
     bulk = from_frames("acme", entities, facts, sessions, None, uses)

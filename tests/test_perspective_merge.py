@@ -54,7 +54,7 @@ def _frames(index: PerspectiveIndex, merged: dict[str, str]) -> PerspectiveIndex
         "fact_id": [index.fact_id(k) for k in range(n)],
         "subject": [subjects[index.fact_id(k)] for k in range(n)], "relation": [index.rel_names[r] for r in
                                                                                index.rel.view],
-        "object": [index.refs[o] for o in index.dst.view], "scope": [index.scope_names[s] for s in index.scope.view],
+        "object": [index.refs[o] for o in index.dst.view], "scope": [index.scopes.names[s] for s in index.scope.view],
         "reason": [None] * n, "confidence": index.conf.view.astype(float),
         "status": [["current", "invalidated", "archived"][s] for s in index.status.view],
         "asserted_at": index.asserted.view,

@@ -12,10 +12,7 @@ more (the lower entity id on a tie); B over the assertion and this agent's recal
 from __future__ import annotations
 
 import math
-import os
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -25,7 +22,6 @@ from hypothesis import strategies as st
 
 from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Ranked, Tier, assign_tiers
 from domain.relations import BUILTIN_RELATIONS
-from projections import perspective_walk
 from projections.perspective_index import TIER_CODES, PerspectiveIndex, Viewpoint, id_hash
 from tests.perspective_support import Org
 from tests.test_perspective_property import AGENTS, PERSONS, THINGS, worlds
@@ -180,26 +176,6 @@ def reference(world: RefWorld, view: Viewpoint, p: ActivationParameters, now: fl
             for k, (fact_id, a, hop, about) in enumerate(rows)}
 
 
-WALK_PATHS = ["numpy"] + ([] if perspective_walk._kernel is None and os.environ.get("NOUMENA_WALK_KERNEL") == "0"
-                           else ["kernel"])
-"""The walk's two implementations of the hop loop: numpy, and the compiled kernel (`projections/_walk_kernel.c`,
-built by `pip install -e .`). Every test here runs on both; only `NOUMENA_WALK_KERNEL=0` on a machine without the
-built kernel leaves the kernel's variants out (otherwise they fail, so CI cannot lose them silently)."""
-
-
-@contextmanager
-def walk_path(name: str) -> Iterator[None]:
-    if name == "kernel" and perspective_walk._kernel is None:
-        pytest.fail("the walk kernel is not built (pip install -e . builds it with a C compiler): build it, or set "
-                    "NOUMENA_WALK_KERNEL=0 to test the numpy path alone")
-    saved = perspective_walk.use_kernel
-    perspective_walk.use_kernel = name == "kernel"
-    try:
-        yield
-    finally:
-        perspective_walk.use_kernel = saved
-
-
 def walked(org: Org, view: Viewpoint, p: ActivationParameters, incremental: bool = False,
            index: PerspectiveIndex | None = None) -> dict[str, tuple[float, int, str, str]]:
     if index is None:
@@ -228,15 +204,13 @@ def _draw_view(data: st.DataObject) -> tuple[Viewpoint, ActivationParameters]:
     return Viewpoint(agent, serving, focus), p
 
 
-@pytest.mark.parametrize("path", WALK_PATHS)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), data=st.data())
-def test_the_index_walk_equals_the_reference_value_for_value(path: str, world, data: st.DataObject):
+def test_the_index_walk_equals_the_reference_value_for_value(world, data: st.DataObject):
     view, p = _draw_view(data)
     expected = reference(read(world.org), view, p, world.org.now.timestamp())
-    with walk_path(path):
-        _equal(walked(world.org, view, p), expected)
-        _equal(walked(world.org, view, p, incremental=True), expected)  # the delta tail, never compacted
+    _equal(walked(world.org, view, p), expected)
+    _equal(walked(world.org, view, p, incremental=True), expected)  # the delta tail, never compacted
 
 
 def _split(world, cut: int) -> PerspectiveIndex:
@@ -252,42 +226,24 @@ def _split(world, cut: int) -> PerspectiveIndex:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), data=st.data())
-def test_the_kernel_and_numpy_walks_agree(world, data: st.DataObject):
-    """The compiled walk and the numpy one reach the same facts with bit for bit the same spreads, hops, reaching
-    nodes and layers (the sums passed to the next hop are added in the same order), and the same tiers; base
-    levels and activations agree to the last digits (numpy's vectorized pow and log round differently from C's),
-    with part of the facts in the CSR and the rest in the delta tail; and both equal the reference."""
+def test_a_walk_over_a_csr_and_a_delta_tail_equals_the_reference_and_leaves_its_scratch_clean(
+        world, data: st.DataObject):
+    """With part of the facts in the CSR and the rest in the delta tail, a walk equals the reference, a second
+    walk on the used scratch gives the same facts, and the scratch is left as found (zero; the stamps aside)."""
     view, p = _draw_view(data)
     cut = data.draw(st.integers(0, len(world.org.records)))
     now = world.org.now.timestamp()
-    results = {}
-    for path in WALK_PATHS:
-        with walk_path(path):
-            index = _split(world, cut)
-            results[path] = index.walk(view, p, now), index.walk(view, p, now)  # the second on used scratch
-            _equal(walked(world.org, view, p, index=index), reference(read(world.org), view, p, now))
-            # the scratch is left as found (zero; the numpy path's stamps aside)
-            for scratch in (index._spread_scratch, index._extra_scratch, *index._kernel_scratch.values()):
-                assert not scratch.any()
-    for numpy_walk, kernel_walk in zip(results["numpy"], results["kernel"], strict=True):
-        def by_fact(w: perspective_walk.Walked) -> dict[int, tuple]:
-            return {f: rest for f, *rest in zip(w.facts.tolist(), w.spread.tolist(), w.hops.tolist(),
-                                                w.via.tolist(), w.tiers.tolist(), w.activation.tolist(),
-                                                w.base.tolist(), strict=True)}
-
-        got, expected = by_fact(kernel_walk), by_fact(numpy_walk)
-        assert got.keys() == expected.keys()
-        for fact, values in expected.items():
-            assert got[fact][:4] == values[:4], fact
-            assert got[fact][4:] == pytest.approx(values[4:], rel=1e-12, abs=1e-12), fact
-        for name in ("facts", "activation", "spread", "base", "hops", "via", "tiers"):
-            assert getattr(kernel_walk, name).dtype == getattr(numpy_walk, name).dtype, name
-        assert [a.tolist() for a in kernel_walk.node_layers] == [a.tolist() for a in numpy_walk.node_layers]
-        assert kernel_walk.sources == numpy_walk.sources
+    index = _split(world, cut)
+    first = index.walk(view, p, now)
+    _equal(walked(world.org, view, p, index=index), reference(read(world.org), view, p, now))
+    again = index.walk(view, p, now)
+    assert again.facts.tolist() == first.facts.tolist()
+    assert again.activation.tolist() == first.activation.tolist()
+    for scratch in index.walk_scratch.zeroed():
+        assert not scratch.any()
 
 
-@pytest.mark.parametrize("path", WALK_PATHS)
-def test_the_fan_counts_only_what_the_viewer_may_see(path: str):
+def test_the_fan_counts_only_what_the_viewer_may_see():
     """A node's fan share is computed from the facts this viewer may see: how many facts about a thing exist in
     another person's scope changes nothing in what this viewer's perspective says (not even the numbers)."""
 
@@ -306,17 +262,15 @@ def test_the_fan_counts_only_what_the_viewer_may_see(path: str):
     plain, far = org_with(0)
     crowded, _ = org_with(40)
     view = Viewpoint("agent:a", serving="person:p")
-    with walk_path(path):
-        assert walked(crowded, view, DEFAULT_PARAMETERS) == walked(plain, view, DEFAULT_PARAMETERS)
-        # two sources of 0.5; thing:x has 2 facts this viewer sees (fan 2 <= e^1.5): 0.5 * 0.5 * 0.5 reach thing:y
-        assert walked(crowded, view, DEFAULT_PARAMETERS)[far][0] == pytest.approx(1.5 + math.log(0.125))
-        # serving q, the 40 are visible and dilute thing:x's share: 42 facts
-        seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), DEFAULT_PARAMETERS)
-        assert seen_by_q[far][0] == pytest.approx(1.5 + math.log(0.125 * math.exp(1.5) / 42))
+    assert walked(crowded, view, DEFAULT_PARAMETERS) == walked(plain, view, DEFAULT_PARAMETERS)
+    # two sources of 0.5; thing:x has 2 facts this viewer sees (fan 2 <= e^1.5): 0.5 * 0.5 * 0.5 reach thing:y
+    assert walked(crowded, view, DEFAULT_PARAMETERS)[far][0] == pytest.approx(1.5 + math.log(0.125))
+    # serving q, the 40 are visible and dilute thing:x's share: 42 facts
+    seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), DEFAULT_PARAMETERS)
+    assert seen_by_q[far][0] == pytest.approx(1.5 + math.log(0.125 * math.exp(1.5) / 42))
 
 
-@pytest.mark.parametrize("path", WALK_PATHS)
-def test_equal_activations_rank_by_id_hash(path: str):
+def test_equal_activations_rank_by_id_hash():
     """Many facts with the same activation (one bulk import: same node, relation, confidence and moment) are
     ranked by their id hash, as the reference ranks them; long runs of ties take the kernel's other sort."""
     org = Org()
@@ -327,9 +281,8 @@ def test_equal_activations_rank_by_id_hash(path: str):
     org.advance(3)
     view = Viewpoint("agent:a", focus=("thing:x",))
     p = DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})
-    with walk_path(path):
-        index = org.index()
-        w = index.walk(view, p, org.now.timestamp())
+    index = org.index()
+    w = index.walk(view, p, org.now.timestamp())
     ranked = [index.fact_id(int(f)) for f in w.facts]
     assert [f for f in ranked if f in tied] == sorted(tied, key=id_hash)
     assert len({float(a) for f, a in zip(ranked, w.activation, strict=True) if f in tied}) == 1

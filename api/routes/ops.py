@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, Response
 
 from api.auth import MemoryDep
-from api.metrics import gauge
+from api.metrics import LOG_POSITION, PROJECTION_LAG, PROJECTION_POSITION, render
 
 router = APIRouter(tags=["operations"])
 READY_LAG = 10_000
@@ -42,16 +42,13 @@ def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
-def metrics(memory: MemoryDep, request: Request) -> PlainTextResponse:
-    """Prometheus text: requests and latency per route, log position, projection position and lag."""
-    parts = [request.app.state.metrics.render(),
-             gauge("noumena_log_position", "Last position in the event log.", memory.noumena.log.max_position())]
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+def metrics(memory: MemoryDep, request: Request) -> Response:
+    """Prometheus text: requests and latency per route, log position, projection position and lag, the Kafka
+    consumer's counters when it runs in this process, and every other metric in the registry."""
+    LOG_POSITION.set(memory.noumena.log.max_position())
     if memory.follower is not None:
-        parts += [gauge("noumena_projection_position", "Last log position applied to DuckDB.",
-                        memory.follower.position),
-                  gauge("noumena_projection_lag", "Log positions not yet applied to DuckDB.", memory.follower.lag())]
-    kafka = getattr(request.app.state, "kafka", None)
-    if kafka is not None:
-        parts.append(kafka.metrics_text())
-    return PlainTextResponse("".join(parts), media_type="text/plain; version=0.0.4")
+        PROJECTION_POSITION.set(memory.follower.position)
+        PROJECTION_LAG.set(memory.follower.lag())
+    body, content_type = render(request.headers.get("accept"))
+    return Response(body, media_type=content_type)

@@ -32,15 +32,9 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from domain.activation import DEFAULT_PARAMETERS, ActivationParameters  # noqa: E402
-from projections.perspective_index import (  # noqa: E402
-    CURRENT,
-    SCOPE_ORG,
-    SCOPE_PERSON,
-    PerspectiveIndex,
-    Viewpoint,
-    tier_codes,
-)
+from projections.perspective_index import CURRENT, PerspectiveIndex, Viewpoint, tier_codes  # noqa: E402
 from projections.perspective_load import from_frames  # noqa: E402
+from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON  # noqa: E402
 from projections.perspectives import build_perspective  # noqa: E402
 
 ENTITIES = int(os.environ.get("NOUMENA_BENCH_ENTITIES", "100000"))
@@ -191,8 +185,8 @@ def networkx_walk(graph: nx.MultiGraph, index: PerspectiveIndex, uses: dict[int,
     """The same algorithm, in pure Python over networkx (no numpy)."""
     agent = index.entity_ids[view.agent]
     serving = index.entity_ids[view.serving] if view.serving else -1
-    kinds, persons = index.scope_kind.view, index.scope_person.view
-    s_agent, s_serving = index.scope_agent.view, index.scope_serving.view
+    kinds, persons = index.scopes.kind.view, index.scopes.person.view
+    s_agent, s_serving = index.scopes.agent.view, index.scopes.serving.view
 
     def visible(code: int) -> bool:
         k = kinds[code]
@@ -280,9 +274,9 @@ def to_duckdb(index: PerspectiveIndex, uses: pl.DataFrame) -> duckdb.DuckDBPyCon
     con.register("nodes_frame", pl.DataFrame({"node": np.arange(len(index.refs), dtype=np.int32),
                                               "fan": index.fan_org.view, "hub": index.hub.view}))
     con.execute("CREATE TABLE nodes AS SELECT * FROM nodes_frame")
-    scopes = pl.DataFrame({"scope": np.arange(len(index.scope_names), dtype=np.int32),
-                           "kind": index.scope_kind.view, "person": index.scope_person.view,
-                           "s_agent": index.scope_agent.view, "s_serving": index.scope_serving.view})
+    scopes = pl.DataFrame({"scope": np.arange(len(index.scopes.names), dtype=np.int32),
+                           "kind": index.scopes.kind.view, "person": index.scopes.person.view,
+                           "s_agent": index.scopes.agent.view, "s_serving": index.scopes.serving.view})
     con.register("scopes_frame", scopes)
     con.execute("CREATE TABLE scopes AS SELECT * FROM scopes_frame")
     agent_ids = pl.DataFrame({"agent": index.refs, "agent_id": np.arange(len(index.refs), dtype=np.int32)})
@@ -381,7 +375,7 @@ def main() -> None:
     graph = to_networkx(index)
     print(f"  networkx graph built in {time.perf_counter() - started:.1f} s")
     use_map: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for agent_id, (fact_col, time_col) in index.uses.items():
+    for agent_id, (fact_col, time_col) in index.uses.by_agent.items():
         for f, t in zip(fact_col.view.tolist(), time_col.view.tolist(), strict=True):
             use_map[agent_id][f].append(t)
     scoped = scoped_ends(index)

@@ -1,14 +1,15 @@
-"""Key stores for crypto-shredding: data keys live here, never in the log.
+"""The SQLite key store (the default, `<home>/keys.sqlite`).
 
-SQLite (default, `<home>/keys.sqlite`, WAL with synchronous=FULL, so a key is durable before any event it
-seals is appended): `secure_delete` overwrites deleted content with zeros, `VACUUM` after each forget rewrites
-the file so no free page still holds a key, and a truncating WAL checkpoint empties the WAL of old page copies.
-The SQLite store derives a fact's key from its group's key (`domain.forgetting.fact_key`), so writing a fact
-writes no key; forgetting one fact first stores the group's other members' keys on their own. Sealed writes
-hold its write lock while their events commit, and a forget moves its forget count (`PRAGMA user_version`) on,
-so a writer in another process never commits events sealed with a key a forget deleted.
-PostgreSQL (`noumena_data_keys` tables in the event store's schema): one key per fact; `DELETE` then
-`VACUUM FULL`, which rewrites the tables into new files. In memory: for tests (POPO), one key per fact.
+WAL with synchronous=FULL, so a key is durable before any event it sealed is appended; `secure_delete`
+overwrites deleted content with zeros, `VACUUM` after each forget rewrites the file so no free page still holds a
+key, and a truncating WAL checkpoint empties the WAL of old page copies. A fact's key is derived from its group's
+key (`infra.keys.derivation`), so writing a fact writes no key; forgetting one fact first stores the group's
+other members' keys on their own.
+
+Two kinds of concurrency: a batch's new keys are committed on a background thread while the mapper seals with
+them (`keys_pending`), and a cross-process fence keeps forgets and sealed writes apart: sealed writes hold the
+file's write lock while their events commit, and a forget moves the store's forget count (`PRAGMA
+user_version`) on, so a writer in another process never commits events sealed with a key a forget deleted.
 """
 
 from __future__ import annotations
@@ -22,119 +23,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from domain.forgetting import ContentKey, ForgetPlan, own_owners
+from domain.forgetting import ContentKey, ForgetPlan
 from domain.ports import KeysForgotten
+from infra.keys.cache import NO_OWNERS, KeyCache
+from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
 
-KEY_BYTES = 32  # AES-256
-_COMMIT_BESIDE = 32
+COMMIT_BESIDE = 32
 """From this many new keys in a batch on, their commit runs on a background thread while the batch is sealed."""
-_NONE: frozenset[str] = frozenset()
-CACHE_LIMIT = 100_000
-"""Keys a key store keeps in memory (each with its owners) before it starts its cache over."""
-_DERIVED = re.compile(r"^([a-z0-9][a-z0-9_-]*/root/[0-9a-f]{32})/(.+)$")
-"""A derived key's name: `<tenant>/root/<random hex>/<key id>`, the group key it comes from and its own id."""
-
-Sealing = tuple[str, bytes] | tuple[str, bytes, str]
-"""What seals one content key: the name the sealed field records and the key's bytes; for a group member (a
-derived key), its group's key id and key and its own key id: its name is `<group key id>/<key id>`, and
-`sealing_key` derives its key (the mapper's seal kernel derives it itself, so the member's key never becomes a
-Python object)."""
-
-
-def derive(group_key: bytes, key_id: str) -> bytes:
-    """A member's key from its group's key: keyed BLAKE2b (a pseudorandom function) of the member's key id."""
-    return _blake2b(key_id.encode(), key=group_key, digest_size=KEY_BYTES, person=b"noumena-derive").digest()
-
-
-_blake2b = hashlib.blake2b
-
-
-def _member(group: tuple[str, bytes], key_id: str) -> Sealing:
-    """A group member's sealing: its group's key id and key, and its own key id (its name is
-    `<group key id>/<key id>`)."""
-    return group[0], group[1], key_id
-
-
-def sealing_key(sealing: Sealing) -> bytes:
-    """The bytes of the key a `Sealing` names (a member's derived from its group's)."""
-    return derive(sealing[1], sealing[2]) if len(sealing) == 3 else sealing[1]
-
-
-class _Cached:
-    """Keys already read or written by this process, with the owners known to be recorded. `generation` moves on
-    every clear, so holders of derived objects (the mapper's ciphers) know to drop theirs too."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, bytes] = {}
-        self.owners: dict[str, frozenset[str]] = {}
-        self.groups: dict[str, tuple[str, bytes]] = {}
-        """By group: its current key's id and bytes."""
-        self.verified: dict[str, tuple[ContentKey, Sealing]] = {}
-        """By key id: the last `ContentKey` object found cached with all its owners, and its sealing. The domain
-        hands out one object per session key, so most lookups are one identity check."""
-        self.generation = 0
-
-    def missing(self, wanted: Iterable[ContentKey]) -> list[ContentKey]:
-        return [k for k in wanted if k.key_id not in self.keys or not own_owners(k) <= self.owners.get(k.key_id, _NONE)]
-
-    def bound(self) -> None:
-        """Keep memory flat in a long-running process: past CACHE_LIMIT keys start over (every key is in the
-        store; a dropped one is read back or, if new to this process, found by its insert's conflict)."""
-        if len(self.keys) > CACHE_LIMIT:
-            self.clear()
-
-    def clear(self) -> None:
-        self.keys.clear()
-        self.owners.clear()
-        self.groups.clear()
-        self.verified.clear()
-        self.generation += 1
-
-
-class MemoryKeyStore:
-    def __init__(self) -> None:
-        self._keys: dict[str, bytes] = {}
-        self._owners: dict[str, set[str]] = {}
-        self._lock = threading.Lock()
-        self.generation = 0
-
-    def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
-        with self._lock:
-            result = {}
-            for k in wanted:
-                key = self._keys.get(k.key_id)
-                if key is None:
-                    key = self._keys[k.key_id] = os.urandom(KEY_BYTES)
-                self._owners.setdefault(k.key_id, set()).update(own_owners(k))
-                result[k.key_id] = key
-            return result
-
-    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
-        """As `SQLiteKeyStore.keys_pending`; every key is stored on its own (no groups) and at once."""
-        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _ready
-
-    def key_for(self, key: ContentKey) -> bytes:
-        return self.keys_for([key])[key.key_id]
-
-    def get(self, key_id: str) -> bytes | None:
-        return self._keys.get(key_id)
-
-    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
-        also = plan().also if plan else ()  # (no groups here: only the further keys matter)
-        with self._lock:
-            doomed = [k for k, owners in self._owners.items() if owner in owners and k.startswith(f"{tenant}/")]
-            doomed += [k for k in also if k in self._keys and k not in doomed]
-            for key_id in doomed:
-                self._keys.pop(key_id, None)
-                self._owners.pop(key_id, None)
-            self.generation += 1
-            return len(doomed)
-
-    def evict_cache(self) -> None:
-        self.generation += 1
-
-    def close(self) -> None:
-        pass
 
 
 class SQLiteKeyStore:
@@ -170,7 +65,7 @@ class SQLiteKeyStore:
         self._lock = threading.Lock()
         """Held from the start of a write until its commit is done (released by the committer thread)."""
         self._committer: ThreadPoolExecutor | None = None
-        self._cache = _Cached()
+        self._cache = KeyCache()
         self._epoch = self._db.execute("PRAGMA user_version").fetchone()[0]
         """The store's forget count when the cache was last known good."""
         self._forgetting: int | None = None
@@ -180,7 +75,7 @@ class SQLiteKeyStore:
         """Every key asked for, creating missing ones and recording new owners in one committed transaction."""
         keys, ready = self.keys_pending(wanted)
         ready()()
-        return {key_id: sealing_key(sealing) for key_id, sealing in keys.items()}
+        return {key_id: sealing[1] for key_id, sealing in keys.items()}
 
     def keys_pending(self, wanted: Iterable[ContentKey]
                      ) -> tuple[dict[str, Sealing], Callable[[], Callable[[], None]]]:
@@ -219,14 +114,14 @@ class SQLiteKeyStore:
                         new_groups[group] = k.owners
                         later.append(k)
                     else:
-                        result[k.key_id] = found[0], found[1], k.key_id  # (`_member`, inlined: once per fact)
+                        result[k.key_id] = member_sealing(found, k.key_id)
                     continue
                 hit = verified.get(k.key_id)
                 if hit is not None and hit[0] is k:
                     result[k.key_id] = hit[1]
                     continue
                 key_id = k.key_id
-                if key_id in keys and k.owners <= known_owners.get(key_id, _NONE):
+                if key_id in keys and k.owners <= known_owners.get(key_id, NO_OWNERS):
                     sealing = result[key_id] = (key_id, keys[key_id])
                     verified[key_id] = (k, sealing)
                     continue
@@ -240,7 +135,8 @@ class SQLiteKeyStore:
                     known = known_owners.get(key_id)
                     known_owners[key_id] = more if known is None else known | more
             for k in later:
-                result[k.key_id] = (k.key_id, keys[k.key_id]) if k.group is None else _member(groups[k.group], k.key_id)
+                result[k.key_id] = ((k.key_id, keys[k.key_id]) if k.group is None
+                                    else member_sealing(groups[k.group], k.key_id))
         except BaseException:
             if self._db.in_transaction:  # nothing of this batch was committed: neither may the cache hold it
                 self._db.execute("ROLLBACK")
@@ -251,7 +147,7 @@ class SQLiteKeyStore:
         if not written:
             self._lock.release()
             return result, self._hold
-        if written < _COMMIT_BESIDE:  # a handful of keys: nothing worth overlapping, commit here
+        if written < COMMIT_BESIDE:  # a handful of keys: nothing worth overlapping, commit here
             self._commit()
             return result, self._hold
         if self._committer is None:
@@ -391,7 +287,7 @@ class SQLiteKeyStore:
         """A key's bytes by id or derived name, or None once it is forgotten. A derived key comes from its group's
         key while that exists; once the group's key is deleted, from the member's own key stored at the time
         (`forget` with splits), if it was not forgotten itself."""
-        derived = _DERIVED.match(key_id) if "/root/" in key_id else None
+        derived = derived_name(key_id)
         if self._forgetting == threading.get_ident():  # a forget's plan, reading the log: the lock is ours
             return self._get_derived(key_id, derived)
         with self._lock:
@@ -486,97 +382,9 @@ class SQLiteKeyStore:
             self._db.close()
 
 
-def _let_go() -> None:
-    """Nothing was held."""
-
-
-def _ready() -> Callable[[], None]:
-    """Every key was committed before, and nothing needs holding."""
-    return _let_go
-
-
 def _key_hash(key_id: str) -> bytes:
     return hashlib.blake2b(key_id.encode(), digest_size=16, person=b"noumena-key").digest()
 
 
 def _owners_text(owners: set[str] | frozenset[str]) -> str:
     return " " + " ".join(sorted(owners)) + " "
-
-
-class PostgresKeyStore:
-    def __init__(self, connect_kwargs: dict[str, object], schema: str = "public") -> None:
-        import psycopg
-
-        self._db = psycopg.connect(**connect_kwargs, autocommit=True)  # type: ignore[arg-type]
-        self._schema = schema or "public"
-        self._keys = f'"{self._schema}".noumena_data_keys'
-        self._owners = f'"{self._schema}".noumena_key_owners'
-        self._db.execute(f"CREATE TABLE IF NOT EXISTS {self._keys} (key_id TEXT PRIMARY KEY, key BYTEA NOT NULL)")
-        self._db.execute(f"CREATE TABLE IF NOT EXISTS {self._owners} (key_id TEXT NOT NULL, owner TEXT NOT NULL, "
-                         "PRIMARY KEY (key_id, owner))")
-        self._db.execute(f"CREATE INDEX IF NOT EXISTS noumena_key_owners_by_owner ON {self._owners} (owner)")
-        self._lock = threading.Lock()
-        self._cache = _Cached()
-
-    def keys_for(self, wanted: Iterable[ContentKey]) -> dict[str, bytes]:
-        wanted = list(wanted)
-        with self._lock:
-            self._cache.bound()
-            missing = self._cache.missing(wanted)
-            if missing:
-                with self._db.transaction(), self._db.cursor() as cursor:
-                    cursor.executemany(f"INSERT INTO {self._keys} VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                       [(k.key_id, os.urandom(KEY_BYTES)) for k in missing])
-                    cursor.executemany(f"INSERT INTO {self._owners} VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                                       [(k.key_id, o) for k in missing for o in own_owners(k)])
-                    cursor.execute(f"SELECT key_id, key FROM {self._keys} WHERE key_id = ANY(%s)",
-                                   ([k.key_id for k in missing],))
-                    self._cache.keys.update((r[0], bytes(r[1])) for r in cursor.fetchall())
-                for k in missing:
-                    self._cache.owners[k.key_id] = self._cache.owners.get(k.key_id, frozenset()) | own_owners(k)
-            return {k.key_id: self._cache.keys[k.key_id] for k in wanted}
-
-    def keys_pending(self, wanted: Iterable[ContentKey]) -> tuple[dict[str, Sealing], Callable[[], None]]:
-        """As `SQLiteKeyStore.keys_pending`, but every key is stored on its own (groups are not used) and
-        committed before this returns."""
-        return {key_id: (key_id, key) for key_id, key in self.keys_for(wanted).items()}, _ready
-
-    def key_for(self, key: ContentKey) -> bytes:
-        return self.keys_for([key])[key.key_id]
-
-    def get(self, key_id: str) -> bytes | None:
-        with self._lock:
-            key = self._cache.keys.get(key_id)
-            if key is None:
-                row = self._db.execute(f"SELECT key FROM {self._keys} WHERE key_id = %s", (key_id,)).fetchone()
-                if row is None:
-                    return None
-                key = self._cache.keys[key_id] = bytes(row[0])
-            return key
-
-    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
-        """Delete every key of the tenant that `owner` owns and the plan's further keys (its splits have nothing
-        to do: no groups here)."""
-        also = list(plan().also) if plan else []
-        with self._lock:
-            with self._db.transaction():
-                doomed = [r[0] for r in self._db.execute(
-                    f"SELECT key_id FROM {self._keys} WHERE key_id IN (SELECT key_id FROM {self._owners} "
-                    "WHERE owner = %s AND key_id LIKE %s) OR key_id = ANY(%s)", (owner, f"{tenant}/%", also))]
-                self._db.execute(f"DELETE FROM {self._keys} WHERE key_id = ANY(%s)", (doomed,))
-                self._db.execute(f"DELETE FROM {self._owners} WHERE key_id = ANY(%s)", (doomed,))
-            self._db.execute(f"VACUUM FULL {self._keys}")
-            self._db.execute(f"VACUUM FULL {self._owners}")
-            self._cache.clear()
-            return len(doomed)
-
-    @property
-    def generation(self) -> int:
-        return self._cache.generation
-
-    def evict_cache(self) -> None:
-        with self._lock:
-            self._cache.clear()
-
-    def close(self) -> None:
-        self._db.close()

@@ -1,0 +1,69 @@
+"""Storage for a perspective index: growable numpy columns and many short texts in one buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+class Column:
+    """A growable numpy column (amortized doubling): `view` is its filled part, `data` the whole buffer."""
+
+    __slots__ = ("data", "size")
+
+    def __init__(self, dtype: Any, capacity: int = 64, data: np.ndarray | None = None) -> None:
+        if data is not None:
+            self.data = np.ascontiguousarray(data, dtype=dtype)
+            self.size = len(self.data)
+        else:
+            self.data = np.zeros(capacity, dtype=dtype)
+            self.size = 0
+
+    def append(self, value: Any) -> int:
+        if self.size == len(self.data):
+            grown = np.zeros(max(64, 2 * len(self.data)), dtype=self.data.dtype)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size] = value
+        self.size += 1
+        return self.size - 1
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+
+class Texts:
+    """Many short strings in one UTF-8 buffer: `get(i)` decodes the i-th."""
+
+    __slots__ = ("blob", "offsets")
+
+    def __init__(self, texts: Sequence[str] | None = None) -> None:
+        if texts:
+            encoded = [t.encode() for t in texts]
+            self.blob = bytearray(b"".join(encoded))
+            offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+            np.cumsum([len(e) for e in encoded], out=offsets[1:])
+            self.offsets = Column(np.int64, data=offsets)
+        else:
+            self.blob = bytearray()
+            self.offsets = Column(np.int64)
+            self.offsets.append(0)
+
+    def append(self, text: str) -> None:
+        self.blob += text.encode()
+        self.offsets.append(len(self.blob))
+
+    def get(self, index: int) -> str:
+        offsets = self.offsets.data
+        return self.blob[int(offsets[index]): int(offsets[index + 1])].decode()
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.blob) + self.offsets.nbytes

@@ -1,0 +1,107 @@
+"""The recalls of each agent in a perspective index: which facts it used, and when (the assertion is every agent's
+first use and is not stored here). The walk reads them sorted by (fact, time) for the base levels, and the most
+uses of one fact for its cut-off."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from projections.perspective_columns import Column
+
+
+class Uses:
+    def __init__(self) -> None:
+        self.by_agent: dict[int, tuple[Column, Column]] = {}
+        """agent entity id -> (fact ids, times) in the order recorded."""
+        self._sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._most: dict[int, int] = {}
+        self._prepared = False
+
+    def record(self, agent: int, facts: list[int], at: float) -> None:
+        columns = self.by_agent.get(agent)
+        if columns is None:
+            columns = self.by_agent[agent] = (Column(np.int32), Column(np.float64))
+        for fact in facts:
+            columns[0].append(fact)
+            columns[1].append(at)
+        self._forget_derived(agent)
+
+    def load(self, agent: int, facts: np.ndarray, times: np.ndarray) -> None:
+        """An agent's uses in bulk (building an index at start)."""
+        self.by_agent[agent] = (Column(np.int32, data=facts), Column(np.float64, data=times))
+        self._forget_derived(agent)
+
+    def merge(self, merged: int, into: int) -> None:
+        """`merged`'s uses become `into`'s (the two entities are one)."""
+        if merged not in self.by_agent:
+            return
+        facts, times = self.by_agent.pop(merged)
+        columns = self.by_agent.get(into)
+        if columns is None:
+            columns = self.by_agent[into] = (Column(np.int32), Column(np.float64))
+        for fact, moment in zip(facts.view.tolist(), times.view.tolist(), strict=True):
+            columns[0].append(fact)
+            columns[1].append(moment)
+        self._forget_derived(merged)
+        self._forget_derived(into)
+
+    def sorted(self, agent: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The agent's uses as (fact ids, times) sorted by fact then time; None if it used nothing."""
+        cached = self._sorted.get(agent)
+        if cached is not None:
+            return cached
+        columns = self.by_agent.get(agent)
+        if columns is None:
+            return None
+        if not self._prepared:
+            self._prepare_all()
+            return self._sorted[agent]
+        facts, times = columns
+        order = np.lexsort((times.view, facts.view))
+        cached = self._sorted[agent] = (facts.view[order].astype(np.int64), times.view[order].copy())
+        return cached
+
+    def most(self, agent: int) -> int:
+        """The most times the agent used any one fact."""
+        most = self._most.get(agent)
+        if most is None:
+            uses = self.sorted(agent)
+            most = 0
+            if uses is not None and len(uses[0]):
+                most = int(np.unique(uses[0], return_counts=True)[1].max())
+            self._most[agent] = most
+        return most
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes + b.nbytes for a, b in self.by_agent.values())
+
+    def _forget_derived(self, agent: int) -> None:
+        self._sorted.pop(agent, None)
+        self._most.pop(agent, None)
+
+    def _prepare_all(self) -> None:
+        """Sort every agent's uses by (fact, time) and count its most used fact, all agents at once (the first
+        query of each agent then finds them ready)."""
+        self._prepared = True
+        agents = [a for a in self.by_agent if a not in self._sorted]
+        if not agents:
+            return
+        sizes = [self.by_agent[a][0].size for a in agents]
+        owner = np.repeat(np.arange(len(agents)), sizes)
+        facts = np.concatenate([self.by_agent[a][0].view for a in agents])
+        times = np.concatenate([self.by_agent[a][1].view for a in agents])
+        order = np.lexsort((times, facts, owner))
+        owner, facts, times = owner[order], facts[order], times[order]
+        bounds = np.zeros(len(agents) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        run_start = np.ones(len(facts), dtype=bool)
+        run_start[1:] = (facts[1:] != facts[:-1]) | (owner[1:] != owner[:-1])
+        starts = np.flatnonzero(run_start)
+        runs = np.diff(np.append(starts, len(facts)))
+        most = np.zeros(len(agents), dtype=np.int64)
+        np.maximum.at(most, owner[starts], runs)
+        for k, agent in enumerate(agents):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            self._sorted[agent] = (facts[lo:hi].astype(np.int64), times[lo:hi])
+            self._most[agent] = int(most[k])
