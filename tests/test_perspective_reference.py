@@ -272,7 +272,7 @@ def test_the_fan_counts_only_what_the_viewer_may_see():
 
 def test_equal_activations_rank_by_id_hash():
     """Many facts with the same activation (one bulk import: same node, relation, confidence and moment) are
-    ranked by their id hash, as the reference ranks them; long runs of ties take the kernel's other sort."""
+    ranked by their id hash, as the reference ranks them (the walk sorts twice only when activations tie)."""
     org = Org()
     for ref in ("agent:a", "thing:x", *(f"thing:h{k}" for k in range(80))):
         org.entity(ref)
