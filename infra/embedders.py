@@ -43,8 +43,8 @@ class WordLlamaEmbedder:
     from the installed package; nothing is ever downloaded. Loaded on first use (about half a second), once per
     process, under a lock, and shared by every instance; `embed` may then be called from any number of threads.
 
-    The pooling is wordllama's own (average over the tokens) but done over the tokens as they come, without padding
-    a batch to its longest text: memory stays within `token_budget` token vectors however long a text is."""
+    The pooling is wordllama's own (average over the tokens), but texts are grouped by length so little padding is
+    gathered, and no group gathers more than `token_budget` token vectors however long a text is."""
 
     config = "l2_supercat"
     DIMENSIONS = (64, 128, 256)
@@ -80,37 +80,46 @@ class WordLlamaEmbedder:
         for start in range(0, len(live), self._CHUNK_TEXTS):
             rows = live[start:start + self._CHUNK_TEXTS]
             encodings = tokenizer.encode_batch([texts[i] for i in rows], add_special_tokens=False)
-            lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(rows))
-            ids = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=np.intp,
-                              count=int(lengths.sum()))
-            np.clip(ids, 0, len(table) - 1, out=ids)  # as wordllama does: an id past the table is its last row
+            tokens = [e.ids for e in encodings]
+            lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(rows))
+            ids = np.fromiter(chain.from_iterable(tokens), dtype=np.intp, count=int(lengths.sum()))
+            np.clip(ids, 0, len(table) - 2, out=ids)  # as wordllama does: an id past the vocabulary is its last
             out[rows] = _token_sums(table, ids, lengths, self.token_budget)
         return normalise_rows(out)
 
 
 def _token_sums(table: np.ndarray, ids: np.ndarray, lengths: np.ndarray, budget: int) -> np.ndarray:
-    """Per text, the sum of its tokens' vectors (`ids` holds every text's tokens one after another), gathering at
-    most `budget` token vectors at a time. (The sum's direction is the mean's: rows are normalised after.)"""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    """Per text, the sum of its tokens' vectors (`ids` holds every text's tokens one after another; the table's
+    last row is zeros, for padding). Texts are taken shortest first in groups padded to their longest, each group
+    gathering at most `budget` token vectors; a text longer than that is summed a slice at a time. (The sum's
+    direction is the mean's: rows are normalised after.)"""
+    count = len(lengths)
+    pad = len(table) - 1
+    offsets = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    sums = np.zeros((len(lengths), table.shape[1]), dtype=np.float32)
-    first = 0
-    while first < len(lengths):
-        low = int(offsets[first])
-        # texts first..last-1 together hold at most `budget` tokens
-        last = int(np.searchsorted(offsets, low + budget, side="right")) - 1
-        if last <= first:  # one text longer than the budget: sum it a slice at a time
-            high = int(offsets[first + 1])
-            for begin in range(low, high, budget):
-                sums[first] += table[ids[begin:min(begin + budget, high)]].sum(axis=0)
-            first += 1
-            continue
-        high = int(offsets[last])
-        if high > low:
-            nonempty = lengths[first:last] > 0
-            starts = offsets[first:last][nonempty] - low
-            sums[first:last][nonempty] = np.add.reduceat(table[ids[low:high]], starts, axis=0)
-        first = last
+    sums = np.zeros((count, table.shape[1]), dtype=np.float32)
+    order = np.argsort(lengths, kind="stable")
+    ordered = lengths[order]
+    first = int(np.searchsorted(ordered, 1))  # texts without tokens keep a zero row
+    while first < count:
+        shortest = int(ordered[first])
+        if shortest > budget:  # the rest are each longer than the budget
+            for text in order[first:]:
+                low, high = int(offsets[text]), int(offsets[text + 1])
+                for begin in range(low, high, budget):
+                    sums[text] += table[ids[begin:min(begin + budget, high)]].sum(axis=0)
+            break
+        # the longest group from `first` whose size times its longest text stays within the budget
+        sizes = np.arange(1, min(count - first, budget // shortest) + 1)
+        fits = sizes * ordered[first:first + len(sizes)] <= budget
+        size = len(sizes) if fits.all() else max(int(np.argmin(fits)), 1)
+        group = order[first:first + size]
+        longest = int(ordered[first + size - 1])
+        column = np.arange(longest)
+        positions = offsets[group][:, None] + column
+        padded = np.where(column < lengths[group][:, None], ids[np.minimum(positions, len(ids) - 1)], pad)
+        sums[group] = table[padded].sum(axis=1)
+        first += size
     return sums
 
 
@@ -141,11 +150,11 @@ def _load_wordllama(config: str, dimensions: int) -> tuple[Any, np.ndarray]:
                                   ) from None
     tokenizer = model.tokenizer
     tokenizer.no_padding()  # wordllama turned padding on; we pool over the real tokens only
-    table = np.ascontiguousarray(model.embedding, dtype=np.float32)
+    table = np.asarray(model.embedding, dtype=np.float32)
     if table.ndim != 2 or table.shape[1] != dimensions:
         raise EmbedderUnavailable(f"the wordllama model {config} has shape {table.shape}, expected "
                                   f"(vocabulary, {dimensions})")
-    return tokenizer, table
+    return tokenizer, np.vstack([table, np.zeros((1, dimensions), dtype=np.float32)])  # a zero row to pad with
 
 
 def embeddings_url(base_url: str) -> str:
