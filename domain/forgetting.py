@@ -20,8 +20,10 @@ Who owns which content (`content_key`):
   owned by the session, its main session (for workers) and the person it serves.
 
 So "forget me" (a person) erases their name, their episodic facts' reasons, the reasons of org facts about
-them, and every session that served them. In other people's facts that mention them only their name is
-blanked: the other person's own words (the fact's reason) stay, and nothing else breaks.
+them, and every session that served them: its messages, tasks, reports and summaries, its workers', and the
+reasons of facts scoped to any of those sessions (`sessions_erased_with`: the forget deletes the keys those
+sessions own as well). Forgetting a session erases its workers' the same way. In other people's facts that
+mention them only their name is blanked: the other person's own words (the fact's reason) stay, and nothing else breaks.
 """
 
 from __future__ import annotations
@@ -228,18 +230,45 @@ def linked_memories(state: object, person: str) -> list[str]:
     return list(found)
 
 
+def sessions_erased_with(state: object, subject: str) -> list[str]:
+    """The sessions whose every key goes with `subject` (as `session:<id>` owners): for a person, every session
+    that served them and those sessions' workers; for a session, its workers (and theirs). Their keys own more
+    than messages: a fact scoped to one of them (`scope: session:<id>`) is owned by that session alone, so
+    forgetting the person must name the session too."""
+    sessions = getattr(state, "sessions", {})
+    if subject.startswith("person:"):
+        todo = [s.session_id for s in sessions.values() if s.serving == subject]
+    elif subject.startswith("session:"):
+        todo = [subject.split(":", 1)[1]]
+    else:
+        return []
+    found: dict[str, None] = {}
+    while todo:
+        session_id = todo.pop()
+        if f"session:{session_id}" in found:
+            continue
+        found[f"session:{session_id}"] = None
+        session = sessions.get(session_id)
+        if session is not None:
+            todo.extend(session.workers)
+    found.pop(subject, None)
+    return list(found)
+
+
 @dataclass(frozen=True)
 class ForgetPlan:
     """What forgetting a subject deletes besides the keys it owns, worked out from the ontology: the groups to
-    split (`fact_groups`) and further keys (`linked_memories`)."""
+    split (`fact_groups`), further keys (`linked_memories`) and further owners whose every key goes too
+    (`sessions_erased_with`)."""
 
     splits: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
     also: tuple[str, ...] = ()
+    owners: tuple[str, ...] = ()
 
 
 def forget_plan(state: object, subject: str) -> ForgetPlan:
     splits = fact_groups(state, subject.split(":", 1)[1]) if subject.startswith("fact:") else {}
-    return ForgetPlan(splits, tuple(linked_memories(state, subject)))
+    return ForgetPlan(splits, tuple(linked_memories(state, subject)), tuple(sessions_erased_with(state, subject)))
 
 
 def check_subject(subject: str) -> str:

@@ -36,6 +36,8 @@ programs = st.lists(st.one_of(asserts, asserts, forgets), min_size=1, max_size=2
 
 
 def _owners(event: FactAsserted) -> set[str]:
+    if event.scope == "session:s0":  # the session serves person:p0: forgetting p0 erases the session's facts
+        return {f"fact:{event.fact_id}", event.scope, "person:p0"}
     if event.scope != "org":
         return {f"fact:{event.fact_id}", event.scope}
     return {f"fact:{event.fact_id}"} | {ref for ref in (event.subject, event.object) if ref.startswith("person:")}

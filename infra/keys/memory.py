@@ -48,9 +48,10 @@ class MemoryKeyStore:
         return self._keys.get(key_id)
 
     def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
-        also = plan().also if plan else ()  # (no groups here: only the further keys matter)
+        todo = plan() if plan else ForgetPlan()  # (no groups here: only the further keys and owners matter)
+        also, gone = todo.also, {owner, *todo.owners}
         with self._lock:
-            doomed = [k for k, owners in self._owners.items() if owner in owners and k.startswith(f"{tenant}/")]
+            doomed = [k for k, owners in self._owners.items() if owners & gone and k.startswith(f"{tenant}/")]
             doomed += [k for k in also if k in self._keys and k not in doomed]
             for key_id in doomed:
                 self._keys.pop(key_id, None)

@@ -67,12 +67,13 @@ class PostgresKeyStore:
     def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
         """Delete every key of the tenant that `owner` owns and the plan's further keys (its splits have nothing
         to do: no groups here)."""
-        also = list(plan().also) if plan else []
+        todo = plan() if plan else ForgetPlan()
+        also, owners = list(todo.also), list(dict.fromkeys((owner, *todo.owners)))
         with self._lock:
             with self._db.transaction():
                 doomed = [r[0] for r in self._db.execute(
                     f"SELECT key_id FROM {self._keys} WHERE key_id IN (SELECT key_id FROM {self._owners} "
-                    "WHERE owner = %s AND key_id LIKE %s) OR key_id = ANY(%s)", (owner, f"{tenant}/%", also))]
+                    "WHERE owner = ANY(%s) AND key_id LIKE %s) OR key_id = ANY(%s)", (owners, f"{tenant}/%", also))]
                 self._db.execute(f"DELETE FROM {self._keys} WHERE key_id = ANY(%s)", (doomed,))
                 self._db.execute(f"DELETE FROM {self._owners} WHERE key_id = ANY(%s)", (doomed,))
             self._db.execute(f"VACUUM FULL {self._keys}")

@@ -339,9 +339,10 @@ class SQLiteKeyStore:
                         db.execute(f"DELETE FROM data_keys WHERE {self._where} = ?", (self._lookup(group_key_id),))
                         deleted += 1
                     db.execute("DELETE FROM key_groups WHERE group_id = ?", (group,))
-                cursor = db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND "
-                                    "instr(owners, ?) > 0", (f"{tenant}/", f"{tenant}0", f" {owner} "))
-                deleted += cursor.rowcount
+                for each in dict.fromkeys((owner, *todo.owners)):
+                    cursor = db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND "
+                                        "instr(owners, ?) > 0", (f"{tenant}/", f"{tenant}0", f" {each} "))
+                    deleted += cursor.rowcount
                 also = list(todo.also)
                 for start in range(0, len(also), 500):
                     chunk = also[start:start + 500]
