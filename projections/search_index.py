@@ -139,11 +139,15 @@ class SearchIndex:
         if self.embedder is not None:
             self._pending.append((statement, statement + " " + sources if sources else ""))
 
-    def sync(self, pindex: PerspectiveIndex) -> None:
-        """Add the facts the perspective index holds and this one does not (an index loaded in bulk from the
-        read model at start): their statements only, since the read model keeps no message text."""
+    def sync(self, pindex: PerspectiveIndex, asserted: dict[str, dict[str, Any]] | None = None) -> None:
+        """Add the facts the perspective index holds and this one does not, from their `fact.asserted` payloads
+        when given (else their statements only); ended facts leave the statistics."""
         for doc in range(len(self.doc_len), pindex.fact_count):
-            self._add(pindex, doc, {"fact_id": pindex.fact_id(doc)})
+            fact_id = pindex.fact_id(doc)
+            self._add(pindex, doc, (asserted or {}).get(fact_id) or {"fact_id": fact_id})
+            if int(pindex.status.data[doc]) != 0:
+                self.live_docs -= 1
+                self.total_len -= self.doc_len[doc]
         self.position = max(self.position, pindex.position)
 
     # ------------------------------------------------------------------------------------------ vectors

@@ -89,7 +89,7 @@ class Searches:
         """The perspective service applied a record to `pindex`: apply it here too."""
         index = self._indexes.get(pindex.tenant)
         if index is None:
-            index = self._indexes[pindex.tenant] = self._new(pindex.tenant)
+            index = self._indexes[pindex.tenant] = self._seeded(pindex)
         index.apply(pindex, position, topic, data)
 
     def refolded(self, tenant: str) -> None:
@@ -101,11 +101,29 @@ class Searches:
         """The tenant's perspective and search indexes, caught up with the log."""
         pindex = self.perspectives.index(tenant)
         index = self._indexes.get(tenant)
-        if index is None or index.position > pindex.position:
-            index = self._indexes[tenant] = self._fold(tenant, None)[1]
+        if index is None:
+            index = self._indexes[tenant] = self._seeded(pindex)
         index.sync(pindex)
         index.flush()
         return pindex, index
+
+    def _seeded(self, pindex: PerspectiveIndex) -> SearchIndex:
+        """A search index for the facts `pindex` already holds (it may have been loaded in bulk from the read model,
+        in another order than the log's), their documents built from one pass over the log: the read model keeps
+        no message text, and a fact's document needs the messages of its provenance."""
+        index = self._new(pindex.tenant)
+        if pindex.fact_count:
+            asserted: dict[str, dict[str, Any]] = {}
+            for _position, topic, data in self.perspectives.records(pindex.position):
+                if data.get("tenant") != pindex.tenant:
+                    continue
+                if topic == "fact.asserted":
+                    asserted[data["fact_id"]] = data
+                else:
+                    index.apply(pindex, _position, topic, data)  # aliases and messages
+            index.sync(pindex, asserted)
+        index.position = pindex.position
+        return index
 
     def _fold(self, tenant: str, until: float | None) -> tuple[PerspectiveIndex, SearchIndex]:
         index = self._new(tenant)

@@ -361,3 +361,33 @@ def test_search_json_is_what_the_wire_promises(served):
     assert set(data["items"][0]) >= {"rank", "fact_id", "subject", "relation", "object", "text", "scope",
                                      "valid_from", "score", "scores", "session_id", "message_ids"}
     assert set(data["items"][0]["scores"]) == {"lexical", "semantic", "activation", "recency"}
+
+
+def test_a_search_over_an_index_loaded_from_the_read_model_equals_one_over_the_log(make_noumena, tmp_path):
+    from domain.commands import AppendMessage
+    from projections.projector import Projector
+
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    facts = _org(noumena)
+    noumena.service.execute(StartSession(tenant=T, session_id="call-3", agent="agent:sales", serving="person:li"))
+    noumena.service.execute(AppendMessage(tenant=T, session_id="call-3", message_id="m1", role="user",
+                                          content="we will wire the money by telegraphic transfer at month end"))
+    wired = noumena.service.execute(AssertFact(
+        tenant=T, subject="person:li", relation="pays_by", object="memory:pay", reason="from the call",
+        source={"session_id": "call-3", "message_ids": ["m1"]})).events[-1].fact_id  # type: ignore[attr-defined]
+    with Projector(noumena.log, tmp_path / "read.duckdb") as projector:
+        projector.catch_up()
+    folded = Searches(Perspectives(noumena.log, noumena.service, tmp_path / "a", clock), noumena.service,
+                      tmp_path / "a", clock, embedder=EMBEDDER)
+    started = Perspectives(noumena.log, noumena.service, tmp_path / "b", clock)
+    assert started.start_from_read_model(tmp_path / "read.duckdb")
+    loaded = Searches(started, noumena.service, tmp_path / "b", clock, embedder=EMBEDDER)
+    for query in ("telegraphic transfer", "monthly settlement", "发货", "dog"):
+        a = folded.search_for(T, "agent:sales", query, serving="person:li", record=False)
+        b = loaded.search_for(T, "agent:sales", query, serving="person:li", record=False)
+        assert [(i.fact_id, i.message_ids) for i in a.items] == [(i.fact_id, i.message_ids) for i in b.items], query
+        assert [i.score for i in a.items] == pytest.approx([i.score for i in b.items], abs=1e-5)  # DuckDB: µs
+    found = loaded.search_for(T, "agent:sales", "telegraphic transfer", serving="person:li", record=False)
+    assert found.items[0].fact_id == wired and found.items[0].message_ids == ["m1"]
+    assert facts["pay"] != wired
