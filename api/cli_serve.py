@@ -37,6 +37,9 @@ def serve(
     if not settings.admin_key.get_secret_value():
         errors.print("[yellow]warning:[/] no NOUMENA_ADMIN_KEY: the /v1/admin routes refuse every request"
                      " (development mode); create keys with `noumena keys create --tenant T`")
+    from infra.embedders import embedder_from
+
+    embedder_from(settings)  # a broken embedder setting is refused now, naming the setting, not at the first search
     noumena = bootstrap(settings)
     try:
         uvicorn.run(create_app(noumena), host=host or settings.api_host,

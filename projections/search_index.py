@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from domain.errors import EmbedderUnavailable
 from domain.ports import Embedder
 from projections.perspective_index import PerspectiveIndex, timestamp
 from projections.search_text import Analyzer
@@ -162,7 +163,7 @@ class SearchIndex:
             texts = [s for s, _ in batch] + [w for _, w in batch if w]
             try:
                 vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
-            except Exception as error:  # the embedder is outside our control: keep the documents, say why
+            except EmbedderUnavailable as error:  # outside our control: keep the documents, say why
                 self.embed_error = str(error)
                 return
             self.embed_error = None

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from domain.commands import RecordRecall
-from domain.errors import InvalidInput, NoumenaError, UnknownEntity, UnknownSession
+from domain.errors import EmbedderUnavailable, InvalidInput, NoumenaError, UnknownEntity, UnknownSession
 from domain.ports import Embedder
 from domain.recalls import RecallMode
 from domain.search import (
@@ -247,7 +247,7 @@ class Searches:
             return {}, f"failed: {index.embed_error}"
         try:
             vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
-        except Exception as error:  # outside our control: answer lexically and say so
+        except EmbedderUnavailable as error:  # outside our control: answer lexically and say so
             return {}, f"failed: {error}"
         everything = np.flatnonzero(visible)
         if len(everything) <= p.exact_semantic_limit:
