@@ -289,9 +289,12 @@ class MemoryApplication:
     # ------------------------------------------------------------------ recall by content
 
     def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
-                   session_id: str | None = None, k: int = 10, as_of: datetime | None = None) -> dict[str, Any]:
+                   session_id: str | None = None, k: int = 10, as_of: datetime | None = None,
+                   min_position: int | None = None) -> dict[str, Any]:
         """The facts `agent` may see (serving `serving`, in `session_id`) that best match `query`, nearest tier
         first, with their score components (projections/searches.py). Records a recall (`looked_up`)."""
+        if min_position is not None and self.follower is not None:
+            self.wait_for(min_position)
         from api.search_engine import searches_of
         from projections.searches import search_json
 

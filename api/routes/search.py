@@ -23,7 +23,8 @@ def search(request: SearchRequest, tenant: TenantDep, memory: MemoryDep) -> Sear
     tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search records
     nothing."""
     answer = memory.search_for(tenant, request.agent, request.query, serving=request.serving,
-                               session_id=request.session_id, k=request.k, as_of=request.as_of)
+                               session_id=request.session_id, k=request.k, as_of=request.as_of,
+                               min_position=request.min_position)
     return SearchPublic.model_validate(answer)
 
 

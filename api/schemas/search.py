@@ -16,6 +16,8 @@ class SearchRequest(BaseModel):
     session_id: Identifier | None = None
     k: int = Field(default=10, ge=1, le=100)
     as_of: AwareDatetime | None = Field(default=None, description="Search what was believed then (records nothing).")
+    min_position: int | None = Field(default=None, ge=0, description="Read your writes: wait (bounded) until this "
+                                     "log position, returned by a write, is visible.")
 
 
 class SearchItemPublic(BaseModel):
