@@ -70,18 +70,25 @@ async def _conversation(home: Path, key: str) -> dict[str, Any]:
         seen["bad"] = await call("remember", {"subject": "person:li", "relation": "knows", "object": "person:ghost"})
         seen["recall"] = _data(await call("recall", {"agent": "agent:wang-assistant", "serving": "person:wang",
                                                      "subject": "person:li"}))
+        seen["search"] = _data(await call("search", {"agent": "agent:wang-assistant", "serving": "person:wang",
+                                                     "query": "how does Li want to pay"}))
         seen["perspective"] = _data(await call("perspective", {"agent": "agent:wang-assistant",
                                                                "serving": "person:wang", "format": "json"}))
         seen["deeper"] = _data(await call("deepen", {"perspective_id": seen["perspective"]["perspective_id"]}))
         seen["forget"] = _data(await call("forget", {"subject": "memory:li-monthly"}))
         seen["after"] = _data(await call("perspective", {"agent": "agent:wang-assistant", "serving": "person:wang"}))
+        seen["search_after"] = _data(await call("search", {"agent": "agent:wang-assistant", "serving": "person:wang",
+                                                           "query": "monthly settlement"}))
     return seen
 
 
 def test_the_sdk_client_lists_the_tools_remembers_recalls_and_gets_a_perspective(mcp_home: tuple[Path, str]
                                                                                  ) -> None:
     seen = asyncio.run(_conversation(*mcp_home))
-    assert {"perspective", "deepen", "remember", "correct", "recall", "forget"} <= set(seen["tools"])
+    assert {"perspective", "deepen", "remember", "correct", "recall", "search", "forget"} <= set(seen["tools"])
+    assert seen["search"]["items"][0]["fact_id"] == seen["prefers"]["fact_id"]
+    assert seen["search"]["answered_by"] == "person" and seen["search"]["search_id"].startswith("srch-")
+    assert all("monthly settlement" not in item["text"] for item in seen["search_after"]["items"])
     assert seen["knows"]["change"] == "asserted" and seen["knows"]["position"] > 0
     assert seen["correct"]["change"] == "invalidated"
     assert seen["bad"].isError and "object" in seen["bad"].content[0].text
