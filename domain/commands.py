@@ -178,3 +178,5 @@ class RecordForgetting(Command):
 
     subject: Annotated[str, Field(min_length=3, max_length=310, pattern=r"^(person|session|fact|memory):\S+$")]
     keys_deleted: Annotated[int, Field(ge=0)]
+    receipt_id: str | None = None
+    erased_with: tuple[str, ...] = ()

@@ -53,6 +53,10 @@ class SubjectForgotten(DomainEvent):
 
     subject: str
     keys_deleted: int
+    receipt_id: str | None = None
+    """The forget receipt's id (`fgt-...`): what a privacy officer quotes to show when and what was erased."""
+    erased_with: tuple[str, ...] = ()
+    """Further subjects erased with this one (the sessions that served a person, a session's workers)."""
 
 
 class ContentKey(NamedTuple):

@@ -86,12 +86,15 @@ class KeyStore(Protocol):
         """The key's bytes by id or derived name, or None once forgotten."""
         ...
 
-    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
+    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None,
+               record: Callable[[int], object] | None = None) -> int:
         """Delete, for real, every key of the tenant that `owner` owns, the keys in the plan's `also` (by id),
         and the key of each group in its `splits` once the group's other members' keys (by key id, with their
         owners) are stored on their own; return how many keys were deleted. Where the store can, `plan()` is
         called with every sealed write held off, so it sees the log as it stays until the keys are gone (it
-        may read keys: the store lets the calling thread)."""
+        may read keys: the store lets the calling thread). The plan's `owners` are deleted like `owner`.
+        `record(deleted)` records the forget in the log while sealed writes are still held off (where the store
+        can), so none lands between the deletion and the event."""
         ...
 
     def evict_cache(self) -> None:

@@ -443,4 +443,5 @@ def _(cmd: c.RecordForgetting, state: Ontology, now: datetime) -> list[DomainEve
         state.require_session(rest, "subject")
     elif rest not in state.facts:
         raise UnknownFact(rest, field="subject")
-    return [SubjectForgotten(**_base(cmd, now), subject=cmd.subject, keys_deleted=cmd.keys_deleted)]
+    return [SubjectForgotten(**_base(cmd, now), subject=cmd.subject, keys_deleted=cmd.keys_deleted,
+                             receipt_id=cmd.receipt_id, erased_with=cmd.erased_with)]

@@ -70,6 +70,8 @@ class Settings(BaseSettings):
             return "NOUMENA_ADMIN_KEY is not set; it is required outside NOUMENA_ENVIRONMENT=development"
         return None
 
+    kek_file: Path | None = Field(default=None, description="The key-encryption key that wraps PostgreSQL's data "
+                                  "keys (default: <home>/keys.kek); every process of one store must share it.")
     encrypt_content: bool = Field(default=True, description="Seal content fields with per-subject data keys "
                                   "(crypto-shredding). Turning it off makes `forget` unable to erase.")
     extractor: Literal["structured", "llm"] = Field(
@@ -95,6 +97,10 @@ class Settings(BaseSettings):
     disuse_period_days: float = Field(default=30.0, gt=0, description="Archive facts whose activation stayed "
                                       "below tau for every agent this long (`noumena sweep`).")
 
+    @property
+    def kek_path(self) -> Path:
+        return self.kek_file or self.home / "keys.kek"
+
     def key_store(self) -> KeyStore | None:
         """The data-key store: its own SQLite file in the home, or tables beside the PostgreSQL event store."""
         from infra.keys.memory import MemoryKeyStore
@@ -108,7 +114,7 @@ class Settings(BaseSettings):
         if self.event_store == "postgres":
             return PostgresKeyStore({"host": self.pg_host, "port": self.pg_port, "user": self.pg_user,
                                      "password": self.pg_password.get_secret_value(), "dbname": self.pg_dbname},
-                                    self.pg_schema)
+                                    self.pg_schema, self.kek_path)
         return MemoryKeyStore()
 
     def event_store_env(self) -> dict[str, str]:

@@ -310,7 +310,8 @@ class SQLiteKeyStore:
             key = self._cache.keys[key_id] = row[0]
         return key
 
-    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None) -> int:
+    def forget(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None = None,
+               record: Callable[[int], object] | None = None) -> int:
         """Delete every key of the tenant that `owner` owns, the plan's further keys, and the key of every group
         it splits after storing each other member's derived key on its own (with its owners); then rewrite the
         file so no free page holds a deleted key. Returns the number of keys deleted.
@@ -318,7 +319,9 @@ class SQLiteKeyStore:
         Runs holding the file's write lock, which every sealed write holds while its events commit (`ready`
         from `keys_pending`), so `plan()` sees the log as it stays until the keys are gone; it may read keys
         (this thread is let through). The store's forget count (`PRAGMA user_version`) moves on, so that other
-        processes drop the keys they cached and decide again any batch sealed with them."""
+        processes drop the keys they cached and decide again any batch sealed with them. `record(deleted)` (the
+        `subject.forgotten` event) runs after the file's write lock is let go: a sealed write holds the event
+        file's lock before it asks for the key file's, so recording under the key file's lock could deadlock."""
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
@@ -365,7 +368,9 @@ class SQLiteKeyStore:
                 self._cache.clear()
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            return deleted
+        if record is not None:
+            record(deleted)
+        return deleted
 
     @property
     def generation(self) -> int:
