@@ -8,8 +8,10 @@ BIN := $(VENV)/bin
 export NOUMENA_PG_PORT ?= 55432
 export NOUMENA_KAFKA_PORT ?= 59092
 export NOUMENA_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NOUMENA_KAFKA_PORT)
+# mkdocs-material prints a banner about mkdocs 2 on every build; we pin mkdocs < 2.
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo test services services-stop bench eval lint clean chromium
+.PHONY: install demo test services services-stop bench eval lint docs docs-serve clean chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +48,14 @@ services-stop:
 
 test: install services chromium
 	$(BIN)/pytest -p no:cacheprovider
+	$(BIN)/mkdocs build --strict
+
+# The documentation site (mkdocs, material theme) into site/; the settings page is generated from infra/settings.py.
+docs: install
+	$(BIN)/mkdocs build --strict
+
+docs-serve: install
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 bench: install services
 	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 || echo "(no wrk: bench_api.py uses its Python load only)"
@@ -61,4 +71,4 @@ lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .noumena .infra ui/node_modules $(VENDOR)
+	rm -rf $(VENV) .noumena .infra ui/node_modules $(VENDOR) site

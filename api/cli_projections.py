@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 errors = Console(stderr=True)
@@ -131,7 +132,7 @@ def sql(query: Annotated[str, typer.Argument(help="One SQL statement, e.g. \"SEL
     for name, dtype in frame.schema.items():
         table.add_column(f"{name}\n[dim]{dtype}[/]")
     for row in frame.head(limit).iter_rows():
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text("" if v is None else str(v)) for v in row))  # data, never rich markup: `[forgotten]`
     console.print(table)
     console.print(f"{frame.height} rows" + (f" ({limit} shown)" if frame.height > limit else ""))
 

@@ -1,4 +1,4 @@
-"""The seed's story seen from three agents, at two moments (seed 000, 现象).
+"""The seed's story seen from three agents, at two moments (seed 000, 现象; docs/design.md "Sources").
 
 While the story is ingested, perspectives are served at their moments, exactly as a main session would be fed:
 

@@ -1,5 +1,6 @@
-"""The seed's story (seed 000) as envelopes: Wang's export company, his agent, the sales and customer-service
-agents, the key customer Li, legal, the quote, contract v3, and a worker session dispatched for a new quote.
+"""The seed's story (seed 000, see docs/design.md "Sources") as envelopes: Wang's export company, his agent, the
+sales and customer-service agents, the key customer Li, legal, the quote, contract v3, and a worker session
+dispatched for a new quote.
 
 Each envelope's `occurred_at` is when it happened in the story; the demo records each one at that moment so
 that "what was believed at T" has story-sized gaps between moments.

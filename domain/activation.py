@@ -36,7 +36,8 @@ SECONDS_PER_WEEK = 7 * SECONDS_PER_DAY
 
 
 class ActivationParameters(BaseModel):
-    """Every default of the perspective, with its source (DESIGN.md, "The perspective"). Tune on real data."""
+    """Every default of the perspective, with its source (docs/design.md, "The perspective's rules"). Tune on real
+    data."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -109,7 +110,7 @@ class ActivationParameters(BaseModel):
 
     party_kinds: tuple[str, ...] = ("person",)
     """Entity kinds that are parties a hub serves. A hub that is itself the viewer never reaches parties other
-    than the one it is serving (privacy by structure, DESIGN.md)."""
+    than the one it is serving (privacy by structure, docs/perspectives.md)."""
 
     def deeper(self) -> ActivationParameters:
         """The parameters for "think deeper": one more hop and a lower threshold."""

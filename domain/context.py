@@ -1,7 +1,7 @@
 """Context assembly: the budgeted block a main session puts in its prompt, compiled again for every request.
 
-Seeds 003 and 004: context is a working set compiled per request from separate layers, each with its own budget,
-and every piece can say why it is there. The layers, in the order they are laid out:
+Seeds 003 and 004 (docs/design.md, "Sources"): context is a working set compiled per request from separate layers,
+each with its own budget, and every piece can say why it is there. The layers, in the order they are laid out:
 
 1. **hard constraints** — current facts the agent must respect (`CONSTRAINT_RELATIONS`: preferences,
    prohibitions, decisions, terms) about the agent, the person served, the session or a thing in focus, visible

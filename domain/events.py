@@ -30,7 +30,7 @@ class DomainEvent(BaseModel):
 
     tenant: str
     recorded_at: AwareDatetime
-    """Transaction time: stamped by the writer at append, under its write lock (see DESIGN.md, Time)."""
+    """Transaction time: stamped by the writer at append, under its write lock (see docs/concepts.md, "Time")."""
     event_id: str | None = None
     """The id of the ingest envelope that caused this event, if it came from outside."""
 

@@ -1,4 +1,5 @@
-"""Rolling summaries: a reduction tree over a session's compaction summaries (seed 004, 分层压缩).
+"""Rolling summaries: a reduction tree over a session's compaction summaries (seed 004, 分层压缩; see
+docs/design.md, "Sources").
 
 Each `session.compacted` event that carries a `summary` is a leaf (level 0, its id is the compaction id). Every
 `FAN_IN` (10) consecutive nodes of one level are folded into one node of the next level, whose `child_ids` keep

@@ -99,12 +99,15 @@ class ProjectionFollower:
                     self.position = self._projector.position
                     self._advanced.notify_all()
             due = self._snapshot_interval > 0 and time.monotonic() - last_publish >= self._snapshot_interval
-            if due and published != self.position and not applied:
+            requested = self._files.snapshot_request.exists()  # `noumena snapshot` from another process
+            if (requested or (due and published != self.position)) and not applied:
                 try:
                     published, last_publish = self._projector.publish(self._files.snapshot), time.monotonic()
                 except Exception:
                     log.exception("snapshot publication failed")
                     last_publish = time.monotonic()
+                if requested:
+                    self._files.snapshot_request.unlink(missing_ok=True)
             if not applied:
                 self._wake.wait(self._poll)
 

@@ -1,4 +1,5 @@
-"""All settings, from the environment (prefix NOUMENA_). One class; documented in the README."""
+"""All settings, from the environment (prefix NOUMENA_). One class; docs/settings.md is generated from it, so every
+field carries a description."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ class Settings(BaseSettings):
     event_store: Literal["sqlite", "postgres", "popo"] = Field(
         default="sqlite", description="sqlite (embedded file in home), postgres (shared), popo (memory, tests)."
     )
-    pg_host: str = "127.0.0.1"
-    pg_port: int = 5432
-    pg_user: str = "noumena"
-    pg_password: SecretStr = SecretStr("noumena")
-    pg_dbname: str = "noumena"
+    pg_host: str = Field(default="127.0.0.1", description="PostgreSQL host (with event_store=postgres).")
+    pg_port: int = Field(default=5432, description="PostgreSQL port.")
+    pg_user: str = Field(default="noumena", description="PostgreSQL user.")
+    pg_password: SecretStr = Field(default=SecretStr("noumena"), description="PostgreSQL password.")
+    pg_dbname: str = Field(default="noumena", description="PostgreSQL database.")
     pg_schema: str = Field(default="", description="PostgreSQL schema for the event tables (default: public).")
     projection_batch_size: int = Field(default=2000, ge=1, description="Events per DuckDB transaction when"
                                        " the projector follows the log.")
@@ -32,27 +33,30 @@ class Settings(BaseSettings):
     snapshot_interval: float = Field(default=5.0, ge=0, description="Seconds between snapshot publications"
                                      " (only when changed; 0: only on request).")
 
-    # Kafka ingestion (README "Kafka ingestion"); empty bootstrap = Kafka not configured.
+    # Kafka ingestion (docs/kafka.md); empty bootstrap = Kafka not configured.
     kafka_bootstrap: str = Field(default="", description="Kafka bootstrap servers, host:port[,host:port...].")
-    kafka_topic: str = "noumena.session-events"
-    kafka_dlq_topic: str = "noumena.session-events.dlq"
-    kafka_group: str = "noumena"
+    kafka_topic: str = Field(default="noumena.session-events", description="The session-events topic.")
+    kafka_dlq_topic: str = Field(default="noumena.session-events.dlq", description="The dead-letter topic.")
+    kafka_group: str = Field(default="noumena", description="Consumer group: every process writing one event log"
+                             " uses the same group.")
     kafka_batch_size: int = Field(default=500, ge=1, le=100_000, description="Most records per poll and write.")
-    kafka_poll_timeout_ms: int = Field(default=500, ge=1)
-    kafka_session_timeout_ms: int = Field(default=45_000, ge=1_000)
+    kafka_poll_timeout_ms: int = Field(default=500, ge=1, description="How long a poll waits for records.")
+    kafka_session_timeout_ms: int = Field(default=45_000, ge=1_000, description="A silent consumer's partitions"
+                                          " move to another after this.")
     kafka_instance_id: str = Field(default="", description="Static group membership: a restart resumes at once.")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="How to reach the brokers.")
     kafka_sasl_mechanism: str = Field(default="", description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")
-    kafka_sasl_username: str = ""
-    kafka_sasl_password: SecretStr = SecretStr("")
-    kafka_ssl_cafile: str = ""
+    kafka_sasl_username: str = Field(default="", description="SASL user name.")
+    kafka_sasl_password: SecretStr = Field(default=SecretStr(""), description="SASL password.")
+    kafka_ssl_cafile: str = Field(default="", description="CA bundle to verify the brokers with SSL.")
 
-    # HTTP API and MCP (README "HTTP API and MCP").
+    # HTTP API and MCP (docs/http-mcp.md).
     environment: Literal["development", "production"] = Field(
         default="development", description="Outside development, `serve` refuses to start without an admin key.")
     admin_key: SecretStr = Field(default=SecretStr(""), description="The key that manages tenants and API keys.")
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(default=8000, ge=0, le=65535)
+    api_host: str = Field(default="127.0.0.1", description="Where `serve` listens (`--host` overrides).")
+    api_port: int = Field(default=8000, ge=0, le=65535, description="Where `serve` listens (`--port` overrides).")
     api_keys_file: Path | None = Field(default=None, description="Hashed API keys (default: <home>/api_keys.json).")
     api_read_wait_seconds: float = Field(default=5.0, ge=0, le=60, description="How long a read with"
                                          " `min_position` waits for the projection before a 503.")
@@ -77,17 +81,19 @@ class Settings(BaseSettings):
     extractor: Literal["structured", "llm"] = Field(
         default="structured", description="structured: the payload's own facts; llm: plus an LLM's extraction.")
     llm_url: str = Field(default="", description="OpenAI-compatible base URL, e.g. https://host/v1.")
-    llm_model: str = ""
-    llm_api_key: SecretStr = SecretStr("")
-    llm_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
-    llm_retries: int = Field(default=2, ge=0, le=10)
+    llm_model: str = Field(default="", description="The model the LLM extractor asks.")
+    llm_api_key: SecretStr = Field(default=SecretStr(""), description="Bearer key for the LLM endpoint.")
+    llm_timeout_seconds: float = Field(default=20.0, gt=0, le=300, description="Bound on each extraction call.")
+    llm_retries: int = Field(default=2, ge=0, le=10, description="Retries on timeouts, connection errors, 429"
+                             " and 5xx.")
     # Semantic search (docs/embedders.md).
     embedder: Literal["wordllama", "openai", "none"] = Field(
         default="wordllama", description="wordllama: the offline 256-d model shipped in its wheel; openai: any "
         "OpenAI-compatible /v1/embeddings endpoint; none: lexical search only.")
     embedder_url: str = Field(default="", description="OpenAI-compatible base URL, e.g. https://host/v1.")
-    embedder_model: str = ""
-    embedder_api_key: SecretStr = SecretStr("")
+    embedder_model: str = Field(default="", description="The embedding model to ask (NOUMENA_EMBEDDER=openai).")
+    embedder_api_key: SecretStr = Field(default=SecretStr(""), description="Bearer key for the embedding "
+                                        "endpoint.")
     embedder_dimensions: int = Field(default=0, ge=0, le=65_536, description="What the model answers; every "
                                      "vector is checked against it (required with NOUMENA_EMBEDDER=openai).")
     embedder_timeout_seconds: float = Field(default=10.0, gt=0, le=300, description="Bound on each request.")

@@ -1,6 +1,6 @@
 """Point-in-time table macros, stored in the DuckDB file itself so that stock `duckdb` can call them.
 
-Semantics (the README documents them with examples; tests hold them equal to a replay of the log):
+Semantics (docs/sql.md documents them with examples; tests hold them equal to a replay of the log):
 
 - `facts_as_of(recorded_at, valid_at := NULL)`: the fact versions believed at transaction time `recorded_at`
   (`recorded_from <= recorded_at < recorded_to`). Without `valid_at`: only those whose status was 'current'

@@ -1,11 +1,11 @@
 """The index walk equals a plain-Python reference of the same rules, value for value, over random organizations.
 
-The reference reads the log records directly (no index, no numpy) and follows DESIGN.md "The perspective" and
-`domain.activation` step by step: sources share W; a node passes activation on once, at its first hop, when it is
-a source or its spread could still lift a fact over tau; crossing a fact multiplies by the hop factor, the
-relation's weight and the node's fan share min(1, e^S / f), where f counts the node's current facts that this
-viewer may see; a fact's spread sums the ways it is reached at its first hop, and it is about the end that gave
-more (the lower entity id on a tie); B over the assertion and this agent's recalls; tiers by
+The reference reads the log records directly (no index, no numpy) and follows docs/perspectives.md, docs/design.md
+("The perspective's rules") and `domain.activation` step by step: sources share W; a node passes activation on once,
+at its first hop, when it is a source or its spread could still lift a fact over tau; crossing a fact multiplies by
+the hop factor, the relation's weight and the node's fan share min(1, e^S / f), where f counts the node's current
+facts that this viewer may see; a fact's spread sums the ways it is reached at its first hop, and it is about the
+end that gave more (the lower entity id on a tie); B over the assertion and this agent's recalls; tiers by
 `domain.activation.assign_tiers`.
 """
 

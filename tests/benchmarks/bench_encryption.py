@@ -17,7 +17,7 @@ the median and range of the per-round ratios follow. Goal: ratio >= 0.8.
 (Interleaving the two sides batch by batch, in one process or in two, or running them side by side on the two
 CPUs, was tried for a steadier figure and dropped: each design can favour the sealed side, through the caches
 the other side leaves cold, the garbage collections they share, or the CPU the slower side gets to itself; see
-the README.)
+docs/benchmarks.md.)
 Sizes: NOUMENA_BENCH_EVENTS (default 20000), NOUMENA_BENCH_BATCH (default 500).
 """
 
