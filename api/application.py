@@ -290,7 +290,7 @@ class MemoryApplication:
 
     def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
                    session_id: str | None = None, k: int = 10, as_of: datetime | None = None,
-                   min_position: int | None = None) -> dict[str, Any]:
+                   min_position: int | None = None, about: Sequence[str] = ()) -> dict[str, Any]:
         """The facts `agent` may see (serving `serving`, in `session_id`) that best match `query`, nearest tier
         first, with their score components (projections/searches.py). Records a recall (`looked_up`)."""
         if min_position is not None and self.follower is not None:
@@ -299,7 +299,7 @@ class MemoryApplication:
         from projections.searches import search_json
 
         answer = searches_of(self).search(tenant, agent, query, serving=serving, session_id=session_id, k=k,
-                                          as_of=as_of)
+                                          as_of=as_of, about=about)
         if answer.recall_position is not None and self.follower is not None:
             self.follower.nudge()
         return search_json(answer)
@@ -313,7 +313,7 @@ class MemoryApplication:
 
     def perspective(self, tenant: str, agent: str, serving: str | None = None, focus: Sequence[str] = (),
                     as_of: datetime | None = None, budget_tokens: int | None = None, deeper: bool = False,
-                    min_position: int | None = None) -> dict[str, Any]:
+                    min_position: int | None = None, about: Sequence[str] = ()) -> dict[str, Any]:
         if min_position is not None and self.follower is not None:
             self.wait_for(min_position)
         return self.perspectives.perspective(tenant, agent, serving, focus, as_of, budget_tokens, deeper)

@@ -40,6 +40,7 @@ def search(
     agent: Annotated[str, typer.Option(help="Who is looking, e.g. agent:wang-assistant.")],
     serving: Annotated[str | None, typer.Option(help="The person the agent serves now.")] = None,
     session: Annotated[str | None, typer.Option(help="The agent's session (its facts answer first).")] = None,
+    about: Annotated[list[str] | None, typer.Option(help="Only facts touching this entity (repeat).")] = None,
     k: Annotated[int, typer.Option(min=1, max=100, help="How many results.")] = 10,
     as_of: Annotated[datetime | None, typer.Option(help="Search what was believed then (ISO time with zone).")]
     = None,
@@ -50,7 +51,8 @@ def search(
     from projections.searches import search_json
 
     with _searches() as searches:
-        answer = searches.search_for(tenant, agent, query, serving=serving, session_id=session, k=k, as_of=as_of)
+        answer = searches.search_for(tenant, agent, query, serving=serving, session_id=session, k=k, as_of=as_of,
+                                     about=about or ())
     if as_json:
         print(dumps(search_json(answer)))
         return

@@ -134,11 +134,12 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
         agent: str, query: Annotated[str, Field(description="What you are looking for, in your own words")],
         serving: str | None = None, session_id: str | None = None,
         k: Annotated[int, Field(ge=1, le=100)] = 10, as_of: datetime | None = None,
+        about: Annotated[list[str] | None, Field(description="Only facts touching these entities")] = None,
     ) -> dict[str, Any]:
         """Recall by content: the facts you may see that match the query (words and meaning), nearest tier first
         (your session, the person you serve, the org), each with its score components and source messages."""
         return _call(lambda: memory.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
-                                               as_of=as_of))
+                                               as_of=as_of, about=about or ()))
 
     @server.tool()
     def forget(subject: Annotated[str, Field(description="person:<ref>, memory:<ref>, session:<id> or fact:<id>")]

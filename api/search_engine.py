@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -51,10 +52,11 @@ class EngineSearches:
         return getattr(self._memory.perspectives, "_lock", None) or threading.Lock()
 
     def search(self, tenant: str, agent: str, query: str, serving: str | None = None,
-               session_id: str | None = None, k: int | None = None, as_of: datetime | None = None) -> SearchAnswer:
+               session_id: str | None = None, k: int | None = None, as_of: datetime | None = None,
+               about: Sequence[str] = ()) -> SearchAnswer:
         with self.lock():
             return self.searches.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
-                                             as_of=as_of)
+                                             as_of=as_of, about=about)
 
     def explain(self, tenant: str, search_id: str) -> SearchAnswer:
         served = self.searches.explain(search_id)

@@ -20,7 +20,8 @@ recency only reorder close calls, as the seeds ask ("similarity minus a little p
 Then maximal marginal relevance removes near-duplicates: a result that repeats an earlier one (same provenance,
 or a cosine above `duplicate_cosine`) is skipped, so five results do not say one thing.
 
-Tiers (seed 001): the session's facts first, then the person served, then the organization; a tier answers when
+Tiers (seed 001, named as `recall` names them): the session's facts first, then the person served (episodic),
+then the organization (semantic); a tier answers when
 its best score reaches `tier_threshold`, else the search falls back to the next (and finally answers from all
 visible facts together, best first, saying `all`).
 """
@@ -37,8 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class SearchTier(StrEnum):
     SESSION = "session"
-    PERSON = "person"
-    ORG = "org"
+    EPISODIC = "episodic"
+    """The person served: `person:<ref>` scope."""
+    SEMANTIC = "semantic"
+    """The organization: `org` scope."""
     ALL = "all"
     """No single tier had a match above the threshold: the best of every visible fact."""
 
@@ -173,7 +176,9 @@ class SearchAnswer(BaseModel):
     served_at: str
     log_position: int
     answered_by: SearchTier | None
-    """The tier that answered (session, person, org), `all` after falling back through them, None: nothing."""
+    """The tier that answered (session, episodic, semantic), `all` after falling back through them, None: nothing."""
+    about: list[str] = Field(default_factory=list)
+    """The exact filter: only facts touching one of these entities were candidates."""
     semantic: str
     """How the semantic signal was computed: `exact` (every visible fact), `candidates` (too many visible facts:
     the lexical candidates, the viewer's tiers and its perspective), `off` (no embedder), or `failed: <why>`

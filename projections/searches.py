@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,8 @@ from projections.search_index import SearchIndex
 from projections.search_text import Analyzer
 
 SEARCH_PREFIX = "srch-"
-TIER_OF_KIND = {SCOPE_SESSION: SearchTier.SESSION, SCOPE_PERSON: SearchTier.PERSON, SCOPE_ORG: SearchTier.ORG}
-TIER_ORDER = (SearchTier.SESSION, SearchTier.PERSON, SearchTier.ORG)
+TIER_OF_KIND = {SCOPE_SESSION: SearchTier.SESSION, SCOPE_PERSON: SearchTier.EPISODIC, SCOPE_ORG: SearchTier.SEMANTIC}
+TIER_ORDER = (SearchTier.SESSION, SearchTier.EPISODIC, SearchTier.SEMANTIC)
 SEMANTIC_POOL = 200
 """How many of the best semantic matches join the lexical ones as candidates."""
 RANKED_FULLY = 150
@@ -136,10 +136,11 @@ class Searches:
 
     def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
                    session_id: str | None = None, k: int | None = None, as_of: datetime | None = None,
-                   record: bool = True) -> SearchAnswer:
+                   record: bool = True, about: Sequence[str] = ()) -> SearchAnswer:
         """The facts `agent` may see (serving `serving`, in session `session_id`) that best match `query`, nearest
-        tier first. A current search records one recall (mode `looked_up`) of what it returns and keeps its
-        evidence; an as-of search records nothing (looking at the past does not use a fact now)."""
+        tier first. `about`: the exact filter (seed 004): only facts touching one of these entities. A current
+        search records one recall (mode `looked_up`) of what it returns and keeps its evidence; an as-of search
+        records nothing (looking at the past does not use a fact now)."""
         p = self.parameters if k is None else self.parameters.model_copy(update={"k": k})
         if not query.strip():
             raise InvalidInput("the query is empty", field="query")
@@ -154,7 +155,8 @@ class Searches:
             else:
                 pindex, index = self._fold(tenant, as_of.timestamp())
                 moment = as_of
-            answer = self._answer(tenant, pindex, index, agent, query, serving, session_id, p, moment, as_of)
+            answer = self._answer(tenant, pindex, index, agent, query, serving, session_id, p, moment, as_of,
+                                  tuple(dict.fromkeys(about)))
         if record and as_of is None:
             answer.recall_position = self._record_recall(answer)
         if record:
@@ -163,7 +165,7 @@ class Searches:
 
     def _answer(self, tenant: str, pindex: PerspectiveIndex, index: SearchIndex, agent: str, query: str,
                 serving: str | None, session_id: str | None, p: SearchParameters, moment: datetime,
-                as_of: datetime | None) -> SearchAnswer:
+                as_of: datetime | None, about: tuple[str, ...] = ()) -> SearchAnswer:
         for field_name, ref in (("agent", agent), ("serving", serving)):
             if ref is not None and pindex.lookup(ref) is None:
                 raise UnknownEntity(ref, tenant, field=field_name)
@@ -181,6 +183,15 @@ class Searches:
             session_code = pindex.scopes.codes.get(f"session:{session_id}")
         now = moment.timestamp()
         visible = visible_facts(pindex, agent_id, serving_id, len(index.doc_len))
+        if about:
+            ends = []
+            for ref in about:
+                eid = pindex.lookup(ref)
+                if eid is None:
+                    raise UnknownEntity(ref, tenant, field="about")
+                ends.append(eid)
+            n = len(visible)
+            visible &= np.isin(pindex.src.data[:n], ends) | np.isin(pindex.dst.data[:n], ends)
         terms = self.analyzer.terms(query)
         lex_docs, lex_scores = index.bm25(terms, p.bm25_k1, p.bm25_b)
         keep = visible[lex_docs] if len(lex_docs) else np.zeros(0, dtype=bool)
@@ -213,7 +224,7 @@ class Searches:
         for k, doc in enumerate(docs.tolist()):
             tier = TIER_OF_KIND[int(scope_kind[k])]
             if tier is SearchTier.SESSION and session_code is not None and int(scopes[k]) != session_code:
-                tier = SearchTier.PERSON if serving_id >= 0 else SearchTier.ORG  # another session's: farther
+                tier = SearchTier.EPISODIC if serving_id >= 0 else SearchTier.SEMANTIC  # another session's: farther
             ranked.append(score(Candidate(
                 doc=doc, tier=tier, lexical=lexical.get(doc, 0.0), semantic=semantic.get(doc, 0.0),
                 activation=squash_activation(float(activation[k]), self.perspectives.parameters.threshold),
@@ -226,7 +237,8 @@ class Searches:
             search_id=SEARCH_PREFIX + uuid.uuid4().hex, tenant=tenant, agent=agent, serving=serving,
             session_id=session_id, query=query, k=p.k, as_of=as_of.isoformat() if as_of else None,
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=answered_by,
-            semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=items)
+            semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=items,
+            about=list(about))
 
     def _empty(self, tenant: str, agent: str, serving: str | None, session_id: str | None, query: str,
                p: SearchParameters, moment: datetime, as_of: datetime | None, pindex: PerspectiveIndex,
@@ -403,7 +415,8 @@ def search_json(answer: SearchAnswer) -> dict[str, Any]:
     return {
         "search_id": answer.search_id, "answered_by": answer.answered_by.value if answer.answered_by else None,
         "semantic": answer.semantic, "query": answer.query, "agent": answer.agent, "serving": answer.serving,
-        "session_id": answer.session_id, "as_of": answer.as_of, "log_position": answer.log_position,
+        "session_id": answer.session_id, "about": answer.about, "as_of": answer.as_of,
+        "log_position": answer.log_position,
         "items": [item.model_dump(mode="json", exclude={"subject_label", "object_label", "reason", "tier"})
                   | {"tier": item.tier.value} for item in answer.items],
     }

@@ -87,7 +87,7 @@ def test_the_sdk_client_lists_the_tools_remembers_recalls_and_gets_a_perspective
     seen = asyncio.run(_conversation(*mcp_home))
     assert {"perspective", "deepen", "remember", "correct", "recall", "search", "forget"} <= set(seen["tools"])
     assert seen["search"]["items"][0]["fact_id"] == seen["prefers"]["fact_id"]
-    assert seen["search"]["answered_by"] == "person" and seen["search"]["search_id"].startswith("srch-")
+    assert seen["search"]["answered_by"] == "episodic" and seen["search"]["search_id"].startswith("srch-")
     assert all("monthly settlement" not in item["text"] for item in seen["search_after"]["items"])
     assert seen["knows"]["change"] == "asserted" and seen["knows"]["position"] > 0
     assert seen["correct"]["change"] == "invalidated"

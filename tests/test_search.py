@@ -94,7 +94,7 @@ def test_a_person_scoped_fact_is_found_only_while_serving_that_person_and_answer
     other = searches.search_for(T, "agent:pa", "private discount", serving="person:li", record=False)
     assert facts["secret"] not in _ids(other)
     own = searches.search_for(T, "agent:pa", "private discount", serving="person:zhang", record=False)
-    assert _ids(own)[0] == facts["secret"] and own.answered_by == "person" and own.items[0].tier == "person"
+    assert _ids(own)[0] == facts["secret"] and own.answered_by == "episodic" and own.items[0].tier == "episodic"
 
 
 def test_a_hub_agent_serving_one_customer_never_finds_another_customers_facts(served):
@@ -391,3 +391,13 @@ def test_a_search_over_an_index_loaded_from_the_read_model_equals_one_over_the_l
     found = loaded.search_for(T, "agent:sales", "telegraphic transfer", serving="person:li", record=False)
     assert found.items[0].fact_id == wired and found.items[0].message_ids == ["m1"]
     assert facts["pay"] != wired
+
+
+def test_the_exact_filter_keeps_only_facts_touching_the_named_entities(served):
+    _noumena, searches, facts, _clock = served
+    answer = searches.search_for(T, "agent:sales", "monthly settlement dog", about=["person:caroline"],
+                                 record=False)
+    assert _ids(answer) == [facts["pet"]] and answer.about == ["person:caroline"]
+    with pytest.raises(UnknownEntity) as unknown:
+        searches.search_for(T, "agent:sales", "pay", about=["person:nobody"])
+    assert unknown.value.field == "about"

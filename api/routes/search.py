@@ -24,7 +24,7 @@ def search(request: SearchRequest, tenant: TenantDep, memory: MemoryDep) -> Sear
     nothing."""
     answer = memory.search_for(tenant, request.agent, request.query, serving=request.serving,
                                session_id=request.session_id, k=request.k, as_of=request.as_of,
-                               min_position=request.min_position)
+                               min_position=request.min_position, about=request.about)
     return SearchPublic.model_validate(answer)
 
 

@@ -14,6 +14,8 @@ class SearchRequest(BaseModel):
     query: str = Field(min_length=1, max_length=10_000, examples=["how does Li want to pay?"])
     serving: Ref | None = Field(default=None, examples=["person:li"])
     session_id: Identifier | None = None
+    about: list[Ref] = Field(default=[], max_length=20, description="The exact filter: only facts touching one "
+                             "of these entities (a person, a contract).")
     k: int = Field(default=10, ge=1, le=100)
     as_of: AwareDatetime | None = Field(default=None, description="Search what was believed then (records nothing).")
     min_position: int | None = Field(default=None, ge=0, description="Read your writes: wait (bounded) until this "
@@ -28,7 +30,7 @@ class SearchItemPublic(BaseModel):
     object: str
     text: str = Field(description="The fact in one line: subject -relation-> object: reason.")
     scope: str
-    tier: str = Field(description="session | person | org: the memory tier the fact is in.")
+    tier: str = Field(description="session | episodic | semantic: the memory tier the fact is in.")
     valid_from: str | None = None
     score: float
     scores: dict[str, float] = Field(description="lexical, semantic, activation, recency (weighted; they add up).")
@@ -46,6 +48,7 @@ class SearchPublic(BaseModel):
     agent: str
     serving: str | None = None
     session_id: str | None = None
+    about: list[str] = []
     as_of: str | None = None
     log_position: int
     items: list[SearchItemPublic]
