@@ -69,15 +69,16 @@ class EventMapper:
         stored = []
         for p in pending:
             sealing = keys[p.key.key_id] if p.key is not None and keys else None
+            state = event_json.encode(p.event) if sealing is None else self._sealed_state(p.event, sealing)
             stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
-                                      topic=event_json.topic_of(p.event), state=self._state(p.event, sealing)))
+                                      topic=event_json.topic_of(p.event), state=state))
         return stored, ready
 
-    def _state(self, event: DomainEvent, sealing: tuple[str, bytes] | None) -> bytes:
-        """The stored state: the event's JSON, or (with a key and some content) the JSON without its content
-        fields followed by their sealed records."""
+    def _sealed_state(self, event: DomainEvent, sealing: tuple[str, bytes]) -> bytes:
+        """The JSON without the event's content fields followed by their sealed records (just the JSON when the
+        event has no content to seal)."""
         content = [field for field in type(event).content_fields if getattr(event, field) not in _EMPTY]
-        if sealing is None or not content or self.cipher is None:
+        if not content or self.cipher is None:
             return event_json.encode(event)
         key_name, key = sealing
         records = [self.cipher.seal(key_name, key, field, getattr(event, field)) for field in content]
