@@ -255,14 +255,15 @@ def report(tally: Tally, latencies: list[float], context_hits: list[bool], conte
     n = len([v for (m, k, _c), vs in tally.hits.items() if m == methods[0] and k == KS[0] for v in vs])
     print(f"\nLoCoMo retrieval recall, {n} questions (categories 1-4); a hit: an item's provenance holds an"
           " evidence turn\n")
-    header = "| method | " + " | ".join(f"R@{k}" for k in KS) + " | " + " | ".join(
-        f"R@10 {name}" for name in CATEGORIES.values()) + " |"
-    print(header)
-    print("|" + " --- |" * (1 + len(KS) + len(CATEGORIES)))
+    print("| method | questions | " + " | ".join(f"R@{k}" for k in KS) + " |")
+    print("|" + " --- |" * (2 + len(KS)))
     for method in methods:
-        cells = [f"{tally.recall(method, k):.3f}" for k in KS]
-        cells += [f"{tally.recall(method, 10, c):.3f}" for c in CATEGORIES]
-        print(f"| {method} | " + " | ".join(cells) + " |")
+        for category, name in ((None, "all"), *CATEGORIES.items()):
+            count = len(tally.hits.get((method, KS[0], category), [])) if category is not None else n
+            if not count:
+                continue
+            cells = [f"{tally.recall(method, k, category):.3f}" for k in KS]
+            print(f"| {method} | {name} ({count}) | " + " | ".join(cells) + " |")
     ours = "noumena search"
     others = [m for m in methods if m != ours]
     for k in (5, 10):
