@@ -50,6 +50,8 @@ TIER_OF_KIND = {SCOPE_SESSION: SearchTier.SESSION, SCOPE_PERSON: SearchTier.EPIS
 TIER_ORDER = (SearchTier.SESSION, SearchTier.EPISODIC, SearchTier.SEMANTIC)
 SEMANTIC_POOL = 200
 """How many of the best semantic matches join the lexical ones as candidates."""
+MASKS_KEPT = 32
+"""Viewers whose visibility masks are kept (the oldest goes first)."""
 RANKED_FULLY = 150
 """How many of the best candidates by content are ranked with activation and recency (the rest cannot reach the
 top k: those two terms add at most their weights, 0.07 by default)."""
@@ -78,6 +80,7 @@ class Searches:
         self.analyzer = Analyzer()
         self.evidence_dir = Path(home) / "searches"
         self._indexes: dict[str, SearchIndex] = {}
+        self._masks: dict[tuple[int, int, int], tuple[tuple[int, int, int], np.ndarray]] = {}
         perspectives.followers.append(self)
 
     # ------------------------------------------------------------------------------------------ following
@@ -182,7 +185,7 @@ class Searches:
                                    + (f" serving {serving}" if serving else ""), field="session_id")
             session_code = pindex.scopes.codes.get(f"session:{session_id}")
         now = moment.timestamp()
-        visible = visible_facts(pindex, agent_id, serving_id, len(index.doc_len))
+        visible = self._visible(pindex, agent_id, serving_id, len(index.doc_len))
         if about:
             ends = []
             for ref in about:
@@ -191,7 +194,7 @@ class Searches:
                     raise UnknownEntity(ref, tenant, field="about")
                 ends.append(eid)
             n = len(visible)
-            visible &= np.isin(pindex.src.data[:n], ends) | np.isin(pindex.dst.data[:n], ends)
+            visible = visible & (np.isin(pindex.src.data[:n], ends) | np.isin(pindex.dst.data[:n], ends))
         terms = self.analyzer.terms(query)
         lex_docs, lex_scores = index.bm25(terms, p.bm25_k1, p.bm25_b)
         keep = visible[lex_docs] if len(lex_docs) else np.zeros(0, dtype=bool)
@@ -239,6 +242,21 @@ class Searches:
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=answered_by,
             semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=items,
             about=list(about))
+
+    def _visible(self, pindex: PerspectiveIndex, agent: int, serving: int, n: int) -> np.ndarray:
+        """`visible_facts` for this viewer, kept while the index has not moved (a viewer asks again and again; at
+        a million facts the mask costs milliseconds). Read only: callers combine it into new arrays."""
+        key = (id(pindex), agent, serving)
+        stamp = (pindex.position, pindex.fact_count, n)
+        cached = self._masks.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        visible = visible_facts(pindex, agent, serving, n)
+        visible.flags.writeable = False
+        if len(self._masks) >= MASKS_KEPT:
+            self._masks.pop(next(iter(self._masks)))
+        self._masks[key] = (stamp, visible)
+        return visible
 
     def _empty(self, tenant: str, agent: str, serving: str | None, session_id: str | None, query: str,
                p: SearchParameters, moment: datetime, as_of: datetime | None, pindex: PerspectiveIndex,
