@@ -128,6 +128,16 @@ def test_every_make_target_the_docs_name_exists() -> None:
     assert not missing, "\n".join(missing)
 
 
+REPO_PATH = re.compile(r"(?<![\w<$./-])((?:domain|projections|consumers|api|infra|tests|docs|ui)/[\w.*/-]*[\w*])")
+
+
+def test_every_file_of_the_repository_the_docs_name_exists() -> None:
+    named = {(where, path) for where, text in _spans() for path in REPO_PATH.findall(text)}
+    assert len(named) > 30
+    missing = sorted(f"{where}: {path}" for where, path in named if not any(ROOT.glob(path)))
+    assert not missing, "the docs name files that are not in the repository:\n" + "\n".join(missing)
+
+
 @pytest.mark.parametrize("text", ["noumena sql", "noumena consolidation list"])
 def test_a_command_is_resolved_through_its_groups(text: str) -> None:
     command, rest = _resolve(text.split()[1:])
