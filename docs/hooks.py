@@ -27,12 +27,14 @@ def settings_table() -> str:
     from infra.settings import Settings
 
     prefix = Settings.model_config.get("env_prefix", "")
-    rows = ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for name, field in Settings.model_fields.items():
         if not field.description:
             log.warning("infra/settings.py: the setting %r has no description (Field(description=...))", name)
         variable = f"{prefix}{name}".upper()
-        rows.append(f"| `{variable}` | {_type(field)} | {_default(field)} | {_cell(field.description or '')} |")
+        kind = _type(field)
+        rows.append(f"| `{variable}` | {_default(field)} | {_cell(field.description or '')}"
+                    f"{f' ({kind})' if kind != 'text' else ''} |")
     return "\n".join(rows)
 
 
@@ -48,7 +50,7 @@ def _type(field: FieldInfo) -> str:
 def _name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
-        return " \\| ".join(f"`{value}`" for value in typing.get_args(annotation))
+        return "one of " + ", ".join(f"`{value}`" for value in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_name(a) for a in typing.get_args(annotation) if a is not type(None)) + " (optional)"
     if annotation is SecretStr:
