@@ -83,6 +83,8 @@ class Written:
     change: str | None = None
     supersedes: str | None = None
     keys_deleted: int | None = None
+    receipt: Any = None
+    """A forget's receipt (`domain.workflows.ForgetReport`)."""
 
 
 @dataclass
@@ -195,11 +197,14 @@ class MemoryApplication:
                 # The keys are gone already; give the purge (a rebuild of the read model) longer than a read
                 # waits, and answer even if it is still running: the forget itself has happened.
                 self.follower.wait_for(report.position, max(60.0, self.settings.api_read_wait_seconds))
+            report.files_rewritten.append("projections: rebuilt by the running projector")
         else:
-            self.noumena.purge_projections()  # None when a server's projector holds the file: it purges itself
+            purged = self.noumena.purge_projections()  # None when a server's projector holds the file
             self.perspectives.forgotten()
+            report.files_rewritten.append("projections: " + ("rebuilt, snapshot and exports rewritten"
+                                                             if purged is not None else "none here"))
         return Written(position=report.position, events=1 if report.position is not None else 0,
-                       keys_deleted=report.keys_deleted)
+                       keys_deleted=report.keys_deleted, receipt=report)
 
     # ------------------------------------------------------------------ recall by tier
 

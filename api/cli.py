@@ -89,7 +89,8 @@ def import_(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, re
         TransferSpeedColumn(), TimeRemainingColumn(), console=errors, transient=False,
     ) as progress:
         task = progress.add_task(file.name, total=file.stat().st_size)
-        report = import_file(file, n.ingestor(), lambda done: progress.advance(task, done))  # type: ignore[attr-defined]
+        report = import_file(file, n.ingestor(), lambda done: progress.advance(task, done),  # type: ignore[attr-defined]
+                             home=n.settings.home)
     for line in report.first_rejections:
         errors.print(f"[yellow]rejected[/] {line}")
     console.print(

@@ -188,3 +188,11 @@ def forget_command(subject: str, tenant: Tenant) -> None:
         purged = n.purge_projections()
         console.print(f"forgot {report.subject}: {report.keys_deleted} data keys deleted"
                       + (f"; projections rebuilt without it at position {purged}" if purged is not None else ""))
+        when = report.recorded_at.isoformat() if report.recorded_at else "-"
+        console.print(f"receipt {report.receipt_id} (recorded at log position {report.position}, {when})",
+                      markup=False)
+        console.print(f"  events affected: {report.events_affected}", markup=False)
+        if report.erased_with:
+            console.print("  erased with it: " + ", ".join(report.erased_with), markup=False)
+        for line in report.files_rewritten + [f"projections: {'rebuilt' if purged is not None else 'none here'}"]:
+            console.print(f"  files rewritten: {line}", markup=False)

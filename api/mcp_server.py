@@ -147,7 +147,8 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
         """Really delete what is known about a subject ("forget me", "forget that"): its content becomes
         unreadable everywhere; ids and relations stay."""
         written = _call(lambda: memory.forget(tenant, subject))
-        return {"subject": subject, "keys_deleted": written.keys_deleted, "position": written.position}
+        return {"subject": subject, "keys_deleted": written.keys_deleted, "position": written.position,
+                "receipt_id": written.receipt.receipt_id if written.receipt is not None else None}
 
     @server.tool()
     def context(

@@ -23,6 +23,7 @@ from domain.errors import (
     NoumenaError,
     SessionAlreadyEnded,
     SessionConflict,
+    SubjectWasForgotten,
     TenantAlreadyExists,
     UnknownFact,
 )
@@ -83,7 +84,8 @@ def _domain_problem(error: DomainError) -> ApiProblem:
                           errors=[FieldError(field=error.field or "tenant", detail=str(error), index=error.index)])
     if isinstance(error, UnknownFact):
         return ApiProblem(404, "not-found", "Not found", error.message, field=error.field)
-    if isinstance(error, FactNotCurrent | SessionConflict | SessionAlreadyEnded | TenantAlreadyExists):
+    if isinstance(error, FactNotCurrent | SessionConflict | SessionAlreadyEnded | TenantAlreadyExists
+                  | SubjectWasForgotten):
         return ApiProblem(409, "conflict", "Conflict with the current state", error.message, field=error.field)
     field = error.field
     return ApiProblem(422, "invalid-input", "Invalid input", error.message, field=field,

@@ -63,6 +63,16 @@ class SessionAlreadyEnded(DomainError):
         super().__init__(f"session {session_id!r} has ended", field="session_id")
 
 
+class SubjectWasForgotten(DomainError):
+    """A write names a person who was forgotten and not registered anew since (see docs/forgetting.md)."""
+
+    def __init__(self, ref: str, receipt_id: str, field: str) -> None:
+        receipt = f" (forget receipt {receipt_id})" if receipt_id else ""
+        super().__init__(f"{ref} was forgotten{receipt}: nothing more can be written about them until they are "
+                         f"registered anew (register the entity {ref} again)", field=field)
+        self.ref = ref
+
+
 class SessionConflict(DomainError):
     """A session id was reused with different attributes."""
 

@@ -19,6 +19,7 @@ from domain.consolidation import (
 )
 from domain.entities import EntitiesMerged, EntityRegistered, EntityState, EntityUpdated
 from domain.errors import (
+    SubjectWasForgotten,
     UnknownEntity,
     UnknownFact,
     UnknownSession,
@@ -88,6 +89,8 @@ class Ontology:
     compactions: dict[str, CompactionState] = field(default_factory=dict)
     person_scopes: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
     """(subject, relation, object) -> the person scopes in which it is currently believed (for promotion)."""
+    forgotten_people: dict[str, str] = field(default_factory=dict)
+    """`person:` refs forgotten and not registered anew since, with their forget receipt's id."""
     recall_count: int = 0
     recall_uses: dict[str, dict[str, list[datetime]]] = field(default_factory=dict)
     """fact id -> agent -> when that agent recalled it (each recall is a use that strengthens it for that agent)."""
@@ -186,6 +189,11 @@ class Ontology:
             raise UnknownEntity(ref, self.tenant, field=field_name)
         return entity
 
+    def require_not_forgotten(self, ref: str | None, field_name: str) -> None:
+        """Writes about a forgotten person are refused until the person is registered anew."""
+        if ref is not None and ref in self.forgotten_people:
+            raise SubjectWasForgotten(ref, self.forgotten_people[ref], field_name)
+
     def require_session(self, session_id: str, field_name: str = "session_id") -> SessionState:
         session = self.sessions.get(session_id)
         if session is None:
@@ -224,6 +232,8 @@ class Ontology:
 
     @_applies
     def _(self, e: EntityUpdated) -> None:
+        if e.ref in self.forgotten_people:  # registered anew after it was forgotten
+            self._delete(self.forgotten_people, e.ref)
         entity = self.entities[e.ref]
         self._attrs(entity, label=e.label, aliases=e.aliases, hub=e.hub,
                     needs_review=entity.needs_review if e.needs_review is None else e.needs_review)
@@ -374,7 +384,10 @@ class Ontology:
 
     @_applies
     def _(self, e: SubjectForgotten) -> None:
-        pass  # the content is gone from the log's point of view; services reload their folded state
+        # the content is gone from the log's point of view; services reload their folded state. A person stays
+        # closed to writes until registered anew.
+        if e.subject.startswith("person:"):
+            self._set(self.forgotten_people, e.subject, e.receipt_id or "")
 
     def _track_person_scope(self, fact: FactState, current: bool) -> None:
         if not fact.scope.startswith("person:"):

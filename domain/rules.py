@@ -50,6 +50,7 @@ from domain.sessions import (
     SessionEnded,
     SessionKind,
     SessionStarted,
+    SessionState,
     WorkerDispatched,
     WorkerReported,
 )
@@ -116,6 +117,17 @@ def _provenance(cmd: c.Command, source: c.Source | None) -> Provenance:
                              "actor": source.actor, "event_id": cmd.event_id, "occurred_at": cmd.occurred_at})
 
 
+def _not_forgotten(state: Ontology, *refs: tuple[str | None, str]) -> None:
+    for ref, field_name in refs:
+        state.require_not_forgotten(ref, field_name)
+
+
+def _session_serving(state: Ontology, session: SessionState) -> str | None:
+    if session.serving is None and session.parent_session_id in state.sessions:
+        return state.sessions[session.parent_session_id].serving
+    return session.serving
+
+
 def _check_scope(state: Ontology, scope: str) -> None:
     if scope.startswith("person:"):
         state.require_entity(scope, "scope")
@@ -132,6 +144,8 @@ def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
         state.require_entity(cmd.object, "object")
     if cmd.scope != "org":
         _check_scope(state, cmd.scope)
+    if state.forgotten_people:
+        _not_forgotten(state, (cmd.subject, "subject"), (cmd.object, "object"), (cmd.scope, "scope"))
     source = cmd.source
     if source is not None and source.session_id is not None:
         state.require_session(source.session_id, "source.session_id")
@@ -330,6 +344,7 @@ def _(cmd: c.StartSession, state: Ontology, now: datetime) -> list[DomainEvent]:
     state.require_entity(cmd.agent, "agent")
     if cmd.serving is not None:
         state.require_entity(cmd.serving, "serving")
+        state.require_not_forgotten(cmd.serving, "serving")
     if cmd.parent_session_id is not None:
         state.require_session(cmd.parent_session_id, "parent_session_id")
     existing = state.sessions.get(cmd.session_id)
@@ -356,6 +371,8 @@ def _live_session(state: Ontology, session_id: str, field_name: str = "session_i
     session = state.require_session(session_id, field_name)
     if session.ended:
         raise SessionAlreadyEnded(session_id)
+    if state.forgotten_people:
+        state.require_not_forgotten(_session_serving(state, session), field_name)
     return session
 
 
@@ -374,6 +391,7 @@ def _(cmd: c.DispatchWorker, state: Ontology, now: datetime) -> list[DomainEvent
     main = _live_session(state, cmd.session_id)
     for i, ref in enumerate(cmd.about):
         state.require_entity(ref, f"about[{i}]")
+        state.require_not_forgotten(ref, f"about[{i}]")
     events: list[DomainEvent] = []
     worker = state.sessions.get(cmd.worker_session_id)
     if worker is not None and worker.parent_session_id not in (None, main.session_id):
@@ -403,7 +421,9 @@ def _(cmd: c.ReportWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 @_decide.register
 def _(cmd: c.CompactSession, state: Ontology, now: datetime) -> list[DomainEvent]:
-    state.require_session(cmd.session_id)
+    session = state.require_session(cmd.session_id)
+    if state.forgotten_people:
+        state.require_not_forgotten(_session_serving(state, session), "session_id")
     return [SessionCompacted(**_base(cmd, now), session_id=cmd.session_id,
                              through_message_id=cmd.through_message_id, summary=cmd.summary,
                              mentions=cmd.mentions, facts=cmd.facts, invalidations=cmd.invalidations,

@@ -58,17 +58,26 @@ class Noumena:
         return done
 
     def forget(self, tenant: str, subject: str) -> ForgetReport:
-        """Forget a subject for real (crypto-shredding); see domain/forgetting.py."""
+        """Forget a subject for real (crypto-shredding; see domain/forgetting.py), then rewrite the copies of
+        content outside the log that this process knows of: perspective, context and search evidence files and
+        lines of import rejects files. The report is the forget's receipt: keys deleted, stored events affected,
+        files rewritten, and the receipt id recorded in the `subject.forgotten` event."""
         if self.log.keys is None:
             raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
                                "forgotten for real", field="subject")
         report = forget(self.service, self.log.keys, tenant, subject)
-        from projections.perspectives import erase_evidence
-
-        erase_evidence(self.settings.home, tenant)  # perspective evidence files are copies outside the log
+        report.events_affected = self.log.count_sealed_with(getattr(self.log.keys, "deleted", ()))
+        from consumers.file_import import redact_rejects
         from projections.contexts import erase_context_evidence
+        from projections.perspectives import erase_evidence
+        from projections.searches import erase_search_evidence
 
-        erase_context_evidence(self.settings.home, tenant)  # so are context evidence files
+        home = self.settings.home
+        rewritten = {"perspective evidence": erase_evidence(home, tenant),  # copies outside the log
+                     "context evidence": erase_context_evidence(home, tenant),
+                     "search evidence": erase_search_evidence(home, tenant),
+                     "import rejects": redact_rejects(home, tenant, (subject, *report.erased_with))}
+        report.files_rewritten = [f"{what}: {count}" for what, count in rewritten.items()]
         return report
 
     def purge_projections(self) -> int | None:

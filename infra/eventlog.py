@@ -160,6 +160,35 @@ class EventsourcingLog:
     def max_position(self) -> int:
         return self.recorder.max_notification_id() or 0
 
+    def count_sealed_with(self, deleted: Iterable[str], page: int = 5000) -> int:
+        """How many stored events have content sealed with one of the `deleted` keys (by name; a member of a
+        deleted group key counts unless its own key was stored when the group was split): a forget receipt's
+        "events affected". Reads only each event's header (no decryption)."""
+        from infra.keys.derivation import derived_name
+        from infra.sealed_format import read_v2
+
+        gone = set(deleted)
+        if not gone:
+            return 0
+        count, position = 0, 0
+        while True:
+            notifications = self.recorder.select_notifications(start=position, limit=page, inclusive_of_start=False)
+            if not notifications:
+                return count
+            for n in notifications:
+                state = n.state
+                if 0 not in state:
+                    continue
+                name = read_v2(state).key_name
+                if name in gone:
+                    count += 1
+                    continue
+                derived = derived_name(name)
+                if derived is not None and derived[1] in gone and self.keys is not None and \
+                        self.keys.get(name) is None:
+                    count += 1
+            position = notifications[-1].id
+
     def tracked_position(self, name: str) -> int | None:
         return self.recorder.max_tracking_id(name)
 

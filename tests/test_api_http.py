@@ -146,8 +146,21 @@ def test_forgetting_a_person_erases_their_content_from_every_read(acme: Tenant) 
     assert "Unique-Name" in seen or "private reason" in seen or "Zhao" in seen
     forgotten = c.post("/v1/forget", json={"subject": "person:zhao"})
     assert forgotten.status_code == 200, forgotten.text
-    assert forgotten.json()["keys_deleted"] >= 1
+    receipt = forgotten.json()
+    assert receipt["keys_deleted"] >= 1 and receipt["receipt_id"].startswith("fgt-")
+    assert receipt["events_affected"] >= 2 and receipt["forgotten_at"] is not None
+    assert any(line.startswith("perspective evidence: ") for line in receipt["files_rewritten"])
     position = forgotten.json()["position"]
+    # writes about the forgotten person answer 409 naming them, until they are registered anew
+    refused = c.post("/v1/facts", json={"subject": "agent:forgetful", "relation": "serves", "object": "person:zhao",
+                                        "reason": "again", "scope": "org"})
+    assert_problem(refused, 409, "object")
+    assert "person:zhao was forgotten" in refused.text and receipt["receipt_id"] in refused.text
+    again = c.post("/v1/entities", json={"ref": "person:zhao", "label": "Zhao, registered anew"})
+    assert again.status_code in (200, 201), again.text
+    accepted = c.post("/v1/facts", json={"subject": "agent:forgetful", "relation": "serves", "object": "person:zhao",
+                                         "reason": "again", "scope": "org"})
+    assert accepted.status_code in (200, 201), accepted.text
     assert c.get("/v1/entities/person:zhao", params={"min_position": position}).json()["label"] == "[forgotten]"
     history = c.get(f"/v1/facts/{fact['fact_id']}").json()
     assert history["current"]["reason"] == "[forgotten]" and history["changes"][0]["reason"] == "[forgotten]"

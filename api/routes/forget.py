@@ -15,7 +15,12 @@ def forget(request: ForgetCreate, tenant: TenantDep, memory: MemoryDep) -> Forge
     """Really delete what is known about a subject (`person:<ref>`, `memory:<ref>`, `session:<id>`,
     `fact:<id>`): its data keys are deleted, so every copy of its content in the log reads `[forgotten]`; the
     read model and the perspective indexes are purged before this answers. Structure (ids, refs, relations,
-    times) stays. 422 when the subject is unknown or content is not encrypted here."""
+    times) stays. The answer is the forget's receipt (its id is recorded in the log). 422 when the subject is
+    unknown or content is not encrypted here. Afterwards, writes about a forgotten person answer 409 until the
+    person is registered anew."""
     written = memory.forget(tenant, request.subject)
+    receipt = written.receipt
     return ForgetWritten(subject=request.subject, position=written.position, events=written.events,
-                         keys_deleted=written.keys_deleted or 0)
+                         keys_deleted=written.keys_deleted or 0, receipt_id=receipt.receipt_id,
+                         forgotten_at=receipt.recorded_at, erased_with=list(receipt.erased_with),
+                         events_affected=receipt.events_affected, files_rewritten=receipt.files_rewritten)

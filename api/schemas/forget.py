@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,5 +19,14 @@ class ForgetCreate(BaseModel):
 
 
 class ForgetWritten(WritePublic):
+    """The forget's receipt: what was erased and when, under an id recorded in the log."""
+
     subject: str
     keys_deleted: int = Field(description="Data keys deleted: the content they sealed is unreadable everywhere.")
+    receipt_id: str = Field(description="Recorded in the `subject.forgotten` event: quote it to show the forget.")
+    forgotten_at: datetime | None = Field(default=None, description="When the forget was recorded.")
+    erased_with: list[str] = Field(default_factory=list, description="Further subjects erased with this one: the "
+                                   "sessions that served a person, a session's workers.")
+    events_affected: int | None = Field(default=None, description="Stored events whose content is now unreadable.")
+    files_rewritten: list[str] = Field(default_factory=list, description="Copies outside the log rewritten "
+                                       "without the content, by kind, with how many files.")

@@ -329,6 +329,7 @@ class SQLiteKeyStore:
             try:
                 todo = plan() if plan is not None else ForgetPlan()
                 deleted = 0
+                names: list[str] = []
                 for group, members in todo.splits.items():
                     row = db.execute("SELECT key_id FROM key_groups WHERE group_id = ?", (group,)).fetchone()
                     if row is None:
@@ -341,17 +342,21 @@ class SQLiteKeyStore:
                                                   for member, owners in members.items()))
                         db.execute(f"DELETE FROM data_keys WHERE {self._where} = ?", (self._lookup(group_key_id),))
                         deleted += 1
+                        names.append(group_key_id)
                     db.execute("DELETE FROM key_groups WHERE group_id = ?", (group,))
                 for each in dict.fromkeys((owner, *todo.owners)):
-                    cursor = db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND "
-                                        "instr(owners, ?) > 0", (f"{tenant}/", f"{tenant}0", f" {each} "))
-                    deleted += cursor.rowcount
+                    gone = db.execute("DELETE FROM data_keys WHERE key_id >= ? AND key_id < ? AND instr(owners, ?) > 0 "
+                                      "RETURNING key_id", (f"{tenant}/", f"{tenant}0", f" {each} ")).fetchall()
+                    deleted += len(gone)
+                    names += [row[0] for row in gone]
                 also = list(todo.also)
                 for start in range(0, len(also), 500):
                     chunk = also[start:start + 500]
                     marks = ",".join("?" * len(chunk))
-                    deleted += db.execute(f"DELETE FROM data_keys WHERE {self._where} IN ({marks})",
-                                          [self._lookup(key_id) for key_id in chunk]).rowcount
+                    gone = db.execute(f"DELETE FROM data_keys WHERE {self._where} IN ({marks}) RETURNING key_id",
+                                      [self._lookup(key_id) for key_id in chunk]).fetchall()
+                    deleted += len(gone)
+                    names += [row[0] for row in gone]
                 # groups whose key went with an owner: their next member makes a new one
                 db.execute("DELETE FROM key_groups WHERE group_id >= ? AND group_id < ? AND key_id NOT IN "
                            "(SELECT key_id FROM data_keys)", (f"{tenant}/", f"{tenant}0"))
@@ -359,6 +364,8 @@ class SQLiteKeyStore:
                 db.execute(f"PRAGMA user_version = {epoch}")
                 db.execute("COMMIT")
                 self._epoch = epoch
+                self.deleted = names
+                """The names of the keys the last forget deleted (for its receipt)."""
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
