@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -222,8 +223,11 @@ class PostgresKeyStore:
                 self._db.execute("SELECT pg_advisory_unlock(%s)", (self._lock_id,))
 
     def _forget_locked(self, tenant: str, owner: str, plan: Callable[[], ForgetPlan] | None) -> int:
+        started = time.perf_counter()
         todo = plan() if plan else ForgetPlan()
         also, owners = list(todo.also), list(dict.fromkeys((owner, *todo.owners)))
+        timings = self.last_forget = {"plan": time.perf_counter() - started}
+        """Seconds of the last forget's steps (plan, delete, rewrap, commit, vacuum): for the benchmark."""
         new = self.kek_file.prepare()
         try:
             with self._db.transaction():
@@ -244,16 +248,20 @@ class PostgresKeyStore:
                                        f"SET lives = GREATEST({self._lives}.lives, EXCLUDED.lives)",
                                        list(lives.items()))
                 self.deleted = doomed
+                timings["delete"] = time.perf_counter() - started - sum(timings.values())
                 self.rewrapped = self._rewrap(old, new)
+                timings["rewrap"] = time.perf_counter() - started - sum(timings.values())
                 self._db.execute(f"UPDATE {self._meta} SET kek_id = %s, epoch = %s", (new.kek_id, epoch + 1))
         except BaseException:
             self.kek_file.discard()
             raise
         self.kek_file.finish(new)
+        timings["commit"] = time.perf_counter() - started - sum(timings.values())
         self._kek, self._epoch = new, epoch + 1
         self._clear()
         self._db.execute(f"VACUUM {self._keys}")
         self._db.execute(f"VACUUM {self._owners}")
+        timings["vacuum"] = time.perf_counter() - started - sum(timings.values())
         return len(doomed)
 
     def _rewrap(self, old: Kek, new: Kek) -> int:

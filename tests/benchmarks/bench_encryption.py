@@ -66,10 +66,22 @@ def _envelopes(fact_every: int, text: str) -> list[dict]:
 WORKLOADS = {"A  half facts, short texts    ": (2, SHORT), "B  session traffic, 5:1, long  ": (6, LONG)}
 
 
+STORE = os.environ.get("NOUMENA_BENCH_STORE", "sqlite")
+"""sqlite (the file) or postgres (a fresh schema on NOUMENA_PG_*; data keys wrapped under a KEK file)."""
+
+
+def _settings(home: Path, encrypt: bool) -> Settings:
+    if STORE != "postgres":
+        return Settings(home=home, event_store="sqlite", encrypt_content=encrypt)
+    from tests.conftest import postgres_settings
+
+    return postgres_settings(home).model_copy(update={"encrypt_content": encrypt})
+
+
 def run(encrypt: bool, envelopes: list[dict]) -> list[float]:
     """One whole run on a fresh store: the seconds of each batch."""
     with tempfile.TemporaryDirectory() as home:
-        app = bootstrap(Settings(home=Path(home), event_store="sqlite", encrypt_content=encrypt))
+        app = bootstrap(_settings(Path(home), encrypt))
         app.service.execute(c.CreateTenant(tenant="bench"))
         setup = [c.RegisterEntity(tenant="bench", ref=f"person:p{i}", label=f"person {i}") for i in range(PEOPLE)]
         setup += [c.RegisterEntity(tenant="bench", ref=f"memory:m{i}", label=f"memory {i}") for i in range(3000)]
@@ -88,7 +100,8 @@ def run(encrypt: bool, envelopes: list[dict]) -> list[float]:
 
 
 def main() -> None:
-    print(f"ingest through the whole path, SQLite file, batches of {BATCH}, {EVENTS} envelopes, {ROUNDS} alternating "
+    where = "PostgreSQL (keys wrapped under a KEK)" if STORE == "postgres" else "SQLite file"
+    print(f"ingest through the whole path, {where}, batches of {BATCH}, {EVENTS} envelopes, {ROUNDS} alternating "
           "whole runs each")
     for name, (fact_every, text) in WORKLOADS.items():
         envelopes = _envelopes(fact_every, text)

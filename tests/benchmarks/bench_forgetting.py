@@ -1,0 +1,80 @@
+"""Benchmark: what a forget costs on PostgreSQL now that it rotates the key-encryption key, by the number of data
+keys stored, and the ingest ratio with sealing on PostgreSQL in the same run.
+
+For each size (NOUMENA_BENCH_KEYS, default "1000,100000"; add 1000000 for the million), a fresh schema is filled
+with that many wrapped data keys (entity keys of memories, 1,000 people owning one in a thousand each), then one
+person is forgotten three times over (three people): the forget's latency (its steps: plan, delete, re-wrap of
+every other key, commit, VACUUM) and the re-wrap's cost per key. Baseline in the same run: the smallest size's
+forget, so the printed ratio is what the rotation adds as the store grows. Then bench_encryption.py's two
+workloads on PostgreSQL (NOUMENA_BENCH_STORE=postgres) with NOUMENA_BENCH_EVENTS (default here 5000) and
+NOUMENA_BENCH_ROUNDS (default here 3): sealed against plaintext ingest, goal >= 0.8.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from domain.forgetting import ContentKey  # noqa: E402
+from infra.keys.postgres import PostgresKeyStore  # noqa: E402
+from tests.conftest import postgres_settings  # noqa: E402
+
+SIZES = [int(n) for n in os.environ.get("NOUMENA_BENCH_KEYS", "1000,100000").split(",")]
+PEOPLE = 1000
+FILL = 20_000
+
+
+def _store(home: Path) -> PostgresKeyStore:
+    settings = postgres_settings(home)
+    return PostgresKeyStore({"host": settings.pg_host, "port": settings.pg_port, "user": settings.pg_user,
+                             "password": settings.pg_password.get_secret_value(), "dbname": settings.pg_dbname},
+                            settings.pg_schema, home / "keys.kek")
+
+
+def measure(size: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as home:
+        store = _store(Path(home))
+        started = time.perf_counter()
+        for start in range(0, size, FILL):
+            store.keys_for([ContentKey(f"bench/entity/memory:{n}", frozenset((f"person:p{n % PEOPLE}",)))
+                            for n in range(start, min(size, start + FILL))])
+        fill = time.perf_counter() - started
+        runs = []
+        for person in range(3):
+            started = time.perf_counter()
+            deleted = store.forget("bench", f"person:p{person}")
+            runs.append((time.perf_counter() - started, dict(store.last_forget), deleted, store.rewrapped))
+        store._db.execute(f"DROP SCHEMA \"{store._schema}\" CASCADE")  # noqa: SLF001
+        store.close()
+    best = min(runs, key=lambda r: r[0])
+    return {"fill": fill, "forget": best[0], "median": statistics.median(r[0] for r in runs), **best[1],
+            "deleted": best[2], "rewrapped": best[3]}
+
+
+def main() -> None:
+    print(f"forget on PostgreSQL with KEK rotation, by data keys stored (best of 3 forgets; {PEOPLE} owners)")
+    baseline = None
+    for size in SIZES:
+        m = measure(size)
+        baseline = baseline or m["forget"]
+        steps = ", ".join(f"{k} {m[k]:.2f} s" for k in ("plan", "delete", "rewrap", "commit", "vacuum"))
+        print(f"  {size:>9,} keys: forget {m['forget']:7.2f} s (median {m['median']:.2f} s; "
+              f"{m['forget'] / baseline:6.1f}x the {SIZES[0]:,}-key forget) - {steps}; "
+              f"re-wrapped {m['rewrapped']:,.0f} keys at "
+              f"{m['rewrap'] / max(m['rewrapped'], 1) * 1e6:.1f} us each; filling took {m['fill']:.1f} s")
+    os.environ["NOUMENA_BENCH_STORE"] = "postgres"
+    os.environ.setdefault("NOUMENA_BENCH_EVENTS", "5000")
+    os.environ.setdefault("NOUMENA_BENCH_ROUNDS", "3")
+    import tests.benchmarks.bench_encryption as encryption
+
+    encryption.main()
+
+
+if __name__ == "__main__":
+    main()
