@@ -154,3 +154,9 @@ def test_every_file_of_the_repository_the_docs_name_exists_unless_it_is_made_by_
 def test_a_command_is_resolved_through_its_groups(text: str) -> None:
     command, rest = _resolve(text.split()[1:])
     assert not _is_group(command) and rest == []
+
+
+def test_the_readme_is_read_in_five_minutes() -> None:
+    """Issue 17: at most 10 KB; the depth lives in docs/."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 10 * 1024, f"README.md is {size} bytes; move the depth into a docs/ page"
