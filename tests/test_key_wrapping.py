@@ -104,3 +104,15 @@ def test_a_rotation_interrupted_before_its_commit_is_undone_on_open_and_a_lost_k
     (tmp_path / "keys.kek").unlink()  # the KEK lost: the keys cannot be opened, and the error says why
     with pytest.raises(KekMissing, match="NOUMENA_KEK_FILE"):
         _open(tmp_path, schema)
+
+
+def test_a_rotation_keeps_keys_whose_ids_hold_backslashes_and_other_scripts(tmp_path):
+    store, schema = _open(tmp_path)
+    odd = [ContentKey(f"{T}/entity/memory:{name}", frozenset(("person:y",))) for name in
+           ("back\\slash", "李总的报价", "tab\\tlike", "ünïcode\\\\x00")]
+    keys = store.keys_for([*odd, _key(1, "person:x")])
+    store.forget(T, "person:x")
+    store.close()
+    again, _ = _open(tmp_path, schema)
+    assert {k.key_id: again.get(k.key_id) for k in odd} == {k.key_id: keys[k.key_id] for k in odd}
+    again.close()

@@ -265,21 +265,36 @@ class PostgresKeyStore:
 
     def _rewrap(self, old: Kek, new: Kek) -> int:
         """Every stored key unwrapped with `old` and wrapped with `new`, into a new table that replaces the old
-        one in this transaction: read a page at a time from a server-side cursor, written with `COPY`, indexed
-        once at the end (updating every row in place cost about ten times as much: a new row version and an
-        index entry for each). Returns how many."""
+        one in this transaction: a page at a time by key id, read and written with `COPY` in text form (rows
+        built and parsed here: psycopg's pure-Python row adapters cost ten times the cryptography), indexed once
+        at the end (updating every row in place cost more again: a new row version and an index entry each).
+        Returns how many."""
+        from psycopg import sql
+
         opened, sealed = old.cipher(), new.cipher()
         following = f'"{self._schema}".noumena_data_keys_next'
         self._db.execute(f"DROP TABLE IF EXISTS {following}")
         self._db.execute(f"CREATE TABLE {following} (key_id TEXT NOT NULL, key BYTEA NOT NULL)")
-        done = 0
-        with self._db.cursor(name="noumena_rewrap") as reader, self._db.cursor() as writer:
-            reader.execute(f"SELECT key_id, key FROM {self._keys}")
-            while page := reader.fetchmany(REWRAP_PAGE):
-                with writer.copy(f"COPY {following} (key_id, key) FROM STDIN") as copy:
-                    for key_id, stored in page:
-                        copy.write_row((key_id, wrap(sealed, key_id, unwrap(opened, key_id, bytes(stored)))))
-                done += len(page)
+        done, after = 0, ""
+        with self._db.cursor() as cursor:
+            while True:
+                query = sql.SQL("COPY (SELECT key_id, encode(key, 'hex') FROM {} WHERE key_id > {} ORDER BY key_id "
+                                "LIMIT {}) TO STDOUT").format(sql.SQL(self._keys), sql.Literal(after),
+                                                               sql.Literal(REWRAP_PAGE))
+                with cursor.copy(query) as copy:
+                    data = b"".join(bytes(block) for block in copy)
+                if not data:
+                    break
+                out = []
+                for line in data.splitlines():
+                    escaped, _, hexed = line.partition(b"\t")
+                    key_id = escaped.replace(b"\\\\", b"\\").decode()
+                    key = wrap(sealed, key_id, unwrap(opened, key_id, bytes.fromhex(hexed.decode())))
+                    out.append(escaped + b"\t\\\\x" + key.hex().encode())
+                with cursor.copy(f"COPY {following} (key_id, key) FROM STDIN") as copy:
+                    copy.write(b"\n".join(out) + b"\n")
+                done += len(out)
+                after = key_id
         self._db.execute(f"ALTER TABLE {following} ADD CONSTRAINT noumena_data_keys_{os.urandom(6).hex()} "
                          "PRIMARY KEY (key_id)")
         self._db.execute(f"DROP TABLE {self._keys}")

@@ -45,13 +45,14 @@ def _fill(store: PostgresKeyStore, start: int, size: int) -> None:
     db = store._db  # noqa: SLF001
     with db.transaction(), db.cursor() as cursor:
         for first in range(start, size, FILL):
-            names = [f"bench/entity/memory:{n}" for n in range(first, min(size, first + FILL))]
+            numbers = range(first, min(size, first + FILL))
+            keys = [f"bench/entity/memory:{n}\t\\\\x{wrap(cipher, f'bench/entity/memory:{n}', os.urandom(32)).hex()}"
+                    for n in numbers]
             with cursor.copy(f"COPY {store._keys} (key_id, key) FROM STDIN") as copy:  # noqa: SLF001
-                for name in names:
-                    copy.write_row((name, wrap(cipher, name, os.urandom(32))))
+                copy.write("\n".join(keys) + "\n")
+            owners = [f"bench/entity/memory:{n}\tperson:p{n % PEOPLE}" for n in numbers]
             with cursor.copy(f"COPY {store._owners} (key_id, owner) FROM STDIN") as copy:  # noqa: SLF001
-                for n, name in enumerate(names, start=first):
-                    copy.write_row((name, f"person:p{n % PEOPLE}"))
+                copy.write("\n".join(owners) + "\n")
 
 
 def measure(size: int) -> dict[str, float]:
