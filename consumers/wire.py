@@ -13,7 +13,6 @@ import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,11 +25,22 @@ from domain import commands as c
 from domain.errors import InvalidInput
 from domain.recalls import RecallMode
 from domain.sessions import SessionKind, WorkerStatus
-from domain.values import Confidence, Identifier, Ref, RelationName, Scope, TenantName, valid_to_after_valid_from
+from domain.values import (
+    Confidence,
+    Flag,
+    Identifier,
+    Label,
+    Ref,
+    RelationName,
+    Scope,
+    TenantName,
+    Text,
+    Timestamp,
+    text,
+    valid_to_after_valid_from,
+)
 
 WIRE_VERSION = 1
-Text = Annotated[str, Field(min_length=1, max_length=20_000)]
-Label = Annotated[str, Field(min_length=1, max_length=500)]
 
 
 class Payload(BaseModel):
@@ -41,13 +51,13 @@ class EntityRegisteredV1(Payload):
     ref: Ref
     label: Label
     aliases: list[Label] = []
-    hub: bool = False
+    hub: Flag = False
 
 
 class SourceV1(Payload):
     session_id: Identifier | None = None
     message_ids: list[Identifier] = []
-    actor: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    actor: text(1, 200) | None = None
 
 
 class FactAssertedV1(Payload):
@@ -56,8 +66,8 @@ class FactAssertedV1(Payload):
     object: Ref
     reason: Text | None = None
     confidence: Confidence | None = None
-    valid_from: AwareDatetime | None = None
-    valid_to: AwareDatetime | None = None
+    valid_from: Timestamp | None = None
+    valid_to: Timestamp | None = None
     scope: Scope = "org"
     source: SourceV1 | None = None
 
@@ -70,7 +80,7 @@ class FactInvalidatedV1(Payload):
     object: Ref
     scope: Scope = "org"
     reason: Text
-    valid_to: AwareDatetime | None = None
+    valid_to: Timestamp | None = None
 
 
 class SessionStartedV1(Payload):
@@ -86,7 +96,7 @@ class MessageAppendedV1(Payload):
     session_id: Identifier
     message_id: Identifier
     role: Literal["user", "assistant", "system", "tool"]
-    content: Annotated[str, Field(max_length=200_000)]
+    content: text(0, 200_000)
 
 
 class WorkerDispatchedV1(Payload):
@@ -99,7 +109,7 @@ class WorkerDispatchedV1(Payload):
 class WorkerReportedV1(Payload):
     session_id: Identifier
     status: Literal["working", "waiting", "done", "failed"]
-    summary: Annotated[str, Field(max_length=20_000)]
+    summary: text(0, 20_000)
     about: list[Ref] = []
 
 
@@ -111,7 +121,7 @@ class MentionV1(Payload):
 class SessionCompactedV1(Payload):
     session_id: Identifier
     through_message_id: Identifier
-    summary: Annotated[str, Field(max_length=50_000)] | None = None
+    summary: text(0, 50_000) | None = None
     mentions: list[MentionV1] = []
     facts: list[FactAssertedV1] = []
     invalidations: list[FactInvalidatedV1] = []
@@ -144,9 +154,9 @@ PAYLOADS: dict[str, type[Payload]] = {
 class EnvelopeBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    event_id: Annotated[str, Field(min_length=1, max_length=200)]
+    event_id: text(1, 200)
     tenant: TenantName
-    occurred_at: AwareDatetime | None = None
+    occurred_at: Timestamp | None = None
     version: Literal[1] = 1
 
 

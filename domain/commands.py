@@ -4,42 +4,52 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from domain.recalls import RecallMode
 from domain.sessions import SessionKind, WorkerStatus
-from domain.values import Confidence, Identifier, Ref, RelationName, Scope, TenantName, valid_to_after_valid_from
-
-Text = Annotated[str, Field(min_length=1, max_length=20_000)]
-Label = Annotated[str, Field(min_length=1, max_length=500)]
+from domain.values import (
+    Confidence,
+    Flag,
+    Identifier,
+    Label,
+    Ref,
+    RelationName,
+    Scope,
+    TenantName,
+    Text,
+    Timestamp,
+    text,
+    valid_to_after_valid_from,
+)
 
 
 class Command(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tenant: TenantName
-    event_id: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    event_id: text(1, 200) | None = None
     """The ingest envelope id: a command carrying an id already seen is a no-op."""
-    occurred_at: AwareDatetime | None = None
+    occurred_at: Timestamp | None = None
     """The source's own clock. Data, never transaction time."""
 
 
 class CreateTenant(Command):
-    display_name: Annotated[str, Field(max_length=200)] = ""
+    display_name: text(0, 200) = ""
 
 
 class RegisterEntity(Command):
     ref: Ref
     label: Label
     aliases: tuple[Label, ...] = ()
-    hub: bool = False
-    needs_review: bool = False
+    hub: Flag = False
+    needs_review: Flag = False
 
 
 class DefineRelation(Command):
     name: RelationName
-    functional: bool = False
-    symmetric: bool = False
+    functional: Flag = False
+    symmetric: Flag = False
     weight: Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)] = 1.0
 
 
@@ -50,7 +60,7 @@ class Source(BaseModel):
 
     session_id: Identifier | None = None
     message_ids: tuple[Identifier, ...] = ()
-    actor: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    actor: text(1, 200) | None = None
 
 
 class AssertFact(Command):
@@ -59,8 +69,8 @@ class AssertFact(Command):
     object: Ref
     reason: Text | None = None
     confidence: Confidence | None = None
-    valid_from: AwareDatetime | None = None
-    valid_to: AwareDatetime | None = None
+    valid_from: Timestamp | None = None
+    valid_to: Timestamp | None = None
     scope: Scope = "org"
     source: Source | None = None
 
@@ -76,7 +86,7 @@ class InvalidateFact(Command):
     object: Ref | None = None
     scope: Scope = "org"
     reason: Text
-    valid_to: AwareDatetime | None = None
+    valid_to: Timestamp | None = None
     source: Source | None = None
 
     @model_validator(mode="after")
@@ -115,7 +125,7 @@ class AppendMessage(Command):
     session_id: Identifier
     message_id: Identifier
     role: Annotated[str, Field(pattern=r"^(user|assistant|system|tool)$")]
-    content: Annotated[str, Field(max_length=200_000)]
+    content: text(0, 200_000)
 
 
 class DispatchWorker(Command):
@@ -128,14 +138,14 @@ class DispatchWorker(Command):
 class ReportWorker(Command):
     session_id: Identifier
     status: WorkerStatus
-    summary: Annotated[str, Field(max_length=20_000)]
+    summary: text(0, 20_000)
     about: tuple[Ref, ...] = ()
 
 
 class CompactSession(Command):
     session_id: Identifier
     through_message_id: Identifier
-    summary: Annotated[str, Field(max_length=50_000)] | None = None
+    summary: text(0, 50_000) | None = None
     mentions: tuple[dict[str, Any], ...] = ()
     facts: tuple[dict[str, Any], ...] = ()
     invalidations: tuple[dict[str, Any], ...] = ()
@@ -156,7 +166,7 @@ class PromoteFact(Command):
     """Approve a narrower-scoped fact for the whole organization (semantic memory)."""
 
     fact_id: Identifier
-    approved_by: Annotated[str, Field(min_length=1, max_length=200)]
+    approved_by: text(1, 200)
 
 
 class MergeEntities(Command):
@@ -164,7 +174,7 @@ class MergeEntities(Command):
 
     merged_ref: Ref
     into_ref: Ref
-    reason: Annotated[str, Field(min_length=1, max_length=2000)] = "reviewed: same entity"
+    reason: text(1, 2000) = "reviewed: same entity"
 
 
 class KeepEntity(Command):

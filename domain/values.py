@@ -3,13 +3,68 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationInfo,
+)
 
-REF_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*:\S(?:.*\S)?$")
+from domain.errors import InvalidInput
+
+# Every pattern is matched with `fullmatch`: `$` in Python also matches before a final newline, so `person:li\n`
+# would pass a `^...$` search. The `^`/`$` kept in the texts are for the OpenAPI document (ECMA regexes, where `$`
+# is the true end).
+REF_REGEX = r"^[a-z][a-z0-9_-]*:\S(?:.*\S)?$"
+REF_PATTERN = re.compile(REF_REGEX[1:-1])
 """A ref is `kind:identifier`: a lower-case kind, a colon, and a non-blank identifier."""
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def check_text(value: str) -> str:
+    """Any text (a label, a reason, a message): valid Unicode, so it can be encoded, stored and sent back.
+
+    A JSON string may carry `\\ud800` (half of a UTF-16 pair): Python decodes it to a lone surrogate, which no
+    UTF-8 encoder accepts. Refused here, on every entry point, rather than failing later in a store."""
+    if not value.isascii() and _LONE_SURROGATE.search(value):
+        raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800): not valid Unicode text")
+    return value
+
+
+def lone_surrogate_path(value: Any, path: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
+    """Where in decoded JSON a string (or an object key) holds a lone surrogate; None when nowhere."""
+    if isinstance(value, str):
+        return path if not value.isascii() and _LONE_SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = lone_surrogate_path(key, (*path, key)) if isinstance(key, str) else None
+            found = found or lone_surrogate_path(item, (*path, str(key)))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = lone_surrogate_path(item, (*path, index))
+            if found is not None:
+                return found
+    return None
+
+
+def text(min_length: int = 0, max_length: int = 20_000) -> Any:
+    """A text field of the given length bounds that is valid Unicode (see `check_text`)."""
+    return Annotated[str, Field(min_length=min_length, max_length=max_length), AfterValidator(check_text)]
+
+
+Text = text(1, 20_000)
+Label = text(1, 500)
 
 KNOWN_KINDS = frozenset({"person", "agent", "file", "ticket", "session", "memory", "org", "thing", "topic"})
 
@@ -33,7 +88,8 @@ def _check_ref(value: str) -> str:
         return value
     if len(value) > 512:
         raise ValueError("a ref is at most 512 characters")
-    if not REF_PATTERN.match(value):
+    check_text(value)
+    if not REF_PATTERN.fullmatch(value):
         raise ValueError(f"{value!r} is not a ref of the form kind:identifier (e.g. person:li)")
     return _remember(_VALID_REFS, value)
 
@@ -50,17 +106,23 @@ def _check_scope(value: str) -> str:
 def _check_identifier(value: str) -> str:
     if not value or value != value.strip() or len(value) > 256:
         raise ValueError("must be a non-blank identifier of at most 256 characters without edge whitespace")
+    check_text(value)
+    if _CONTROL.search(value):
+        raise ValueError("an identifier holds no control characters (newline, tab, NUL)")
     return value
 
 
-RELATION_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+RELATION_REGEX = r"^[a-z][a-z0-9_]{0,63}$"
+TENANT_REGEX = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+IDENTIFIER_REGEX = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$"
+RELATION_PATTERN = re.compile(RELATION_REGEX[1:-1])
+TENANT_PATTERN = re.compile(TENANT_REGEX[1:-1])
 
 
 def _check_relation(value: str) -> str:
     if value in _VALID_RELATIONS:
         return value
-    if not RELATION_PATTERN.match(value):
+    if not RELATION_PATTERN.fullmatch(value):
         raise ValueError(f"relation {value!r} must be snake_case: a-z, 0-9 and _ (at most 64)")
     return _remember(_VALID_RELATIONS, value)
 
@@ -68,18 +130,72 @@ def _check_relation(value: str) -> str:
 def _check_tenant(value: str) -> str:
     if value in _VALID_TENANTS:
         return value
-    if not TENANT_PATTERN.match(value):
+    if not TENANT_PATTERN.fullmatch(value):
         raise ValueError(f"tenant {value!r} must be 1-63 of a-z, 0-9, '-' or '_'")
     return _remember(_VALID_TENANTS, value)
 
 
-Ref = Annotated[str, AfterValidator(_check_ref)]
-Scope = Annotated[str, AfterValidator(_check_scope)]
-Identifier = Annotated[str, AfterValidator(_check_identifier)]
-RelationName = Annotated[str, AfterValidator(_check_relation)]
-TenantName = Annotated[str, AfterValidator(_check_tenant)]
-Confidence = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-Timestamp = AwareDatetime
+# The patterns also go into the JSON Schema (so the OpenAPI document says what is accepted); the checks above are
+# what runs (one pass, cached), so pydantic does not match them twice.
+Ref = Annotated[str, AfterValidator(_check_ref), Field(json_schema_extra={"pattern": REF_REGEX, "maxLength": 512})]
+Scope = Annotated[str, AfterValidator(_check_scope),
+                  Field(json_schema_extra={"pattern": r"^(org|(person|session):\S(?:.*\S)?)$", "maxLength": 512})]
+Identifier = Annotated[str, AfterValidator(_check_identifier),
+                       Field(json_schema_extra={"pattern": IDENTIFIER_REGEX, "minLength": 1, "maxLength": 256})]
+RelationName = Annotated[str, AfterValidator(_check_relation),
+                         Field(json_schema_extra={"pattern": RELATION_REGEX, "maxLength": 64})]
+TenantName = Annotated[str, AfterValidator(_check_tenant),
+                       Field(json_schema_extra={"pattern": TENANT_REGEX, "maxLength": 63})]
+Confidence = Annotated[float, Strict(), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+"""0..1, a JSON number: `true` or `"0.9"` are refused, not coerced."""
+Flag = Annotated[bool, Strict()]
+"""A JSON boolean: `0`, `1` or `"yes"` are refused, not coerced."""
+Count = Annotated[int, Strict()]
+"""A JSON integer: `true` or `"3"` are refused, not coerced."""
+
+TIMESTAMP_MIN = datetime(1, 1, 2, tzinfo=UTC)
+TIMESTAMP_MAX = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+"""Every timestamp lies in [0001-01-02, 9999-12-30] once converted to UTC: a day inside the calendar Python,
+DuckDB and PostgreSQL share on both ends, so it survives conversion to UTC and display in any offset."""
+_ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?"
+                            r"(?:[Zz]|[+-]\d{2}(?::?\d{2})?)")
+
+
+def _timestamp_text(value: object) -> object:
+    """Only an ISO 8601 string with a UTC offset (or a datetime, from Python): never an epoch number or `"-1"`,
+    which pydantic's lax mode would read as seconds since 1970."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_TIMESTAMP.fullmatch(value):
+        raise ValueError("a timestamp is an ISO 8601 string with a date, a time and a UTC offset"
+                         " (e.g. 2026-09-06T10:00:00+08:00)")
+    return value
+
+
+def check_timestamp(value: datetime) -> datetime:
+    """In the shared range once converted to UTC (see TIMESTAMP_MIN / TIMESTAMP_MAX)."""
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not TIMESTAMP_MIN <= utc <= TIMESTAMP_MAX:
+        raise ValueError("out of range: a timestamp lies between 0001-01-02 and 9999-12-30 in UTC")
+    return value
+
+
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_timestamp_text), AfterValidator(check_timestamp)]
+"""An aware moment within the shared range, from an ISO 8601 string with an offset."""
+
+
+def clamp_timestamp(value: datetime | None) -> datetime | None:
+    """For reading what was stored before the range was enforced: a moment outside it reads as its bound."""
+    if value is None:
+        return None
+    try:
+        utc = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    except OverflowError:
+        return TIMESTAMP_MAX if value.year > 5000 else TIMESTAMP_MIN
+    return min(max(utc, TIMESTAMP_MIN), TIMESTAMP_MAX) if not TIMESTAMP_MIN <= utc <= TIMESTAMP_MAX else value
 
 DEFAULT_CONFIDENCE = 0.8
 """Confidence of an assertion that states none: trusted, but with room to grow through corroboration."""
@@ -99,6 +215,18 @@ def valid_to_after_valid_from(valid_to: datetime | None, info: ValidationInfo) -
     if valid_to is not None and valid_from is not None and valid_to <= valid_from:
         raise ValueError("valid_to must be after valid_from")
     return valid_to
+
+
+def checked(check: Any, value: str, field: str) -> str:
+    """Apply one of the checks above (`check_ref`, `check_relation`, ...) to a value that did not come through a
+    model (a CLI option, a function argument); the error names `field`."""
+    try:
+        return str(check(value))
+    except ValueError as error:
+        raise InvalidInput(f"{field}: {error}", field=field) from None
+
+
+check_ref, check_relation, check_identifier = _check_ref, _check_relation, _check_identifier
 
 
 def ref_kind(ref: str) -> str:

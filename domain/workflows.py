@@ -35,6 +35,7 @@ from domain.resolution import NameIndex, Resolution, ResolvedBy, resolve
 from domain.rules import decide
 from domain.service import BatchResult, OntologyService, Outcome
 from domain.sessions import LIVE_WORKER_STATUSES, SessionKind, SessionState
+from domain.values import check_identifier, check_ref, check_relation, checked
 
 # ------------------------------------------------------------------------------------------ consolidation
 
@@ -255,6 +256,11 @@ def recall(service: OntologyService, tenant: str, agent: str, serving: str | Non
     """Answer from the nearest tier — session, then episodic (the person served), then semantic (org) — and
     say which tier answered. The facts found are recorded as recalled (mode looked_up, or deepened).
     A deeper recall also looks at archived facts, and brings back those archived for disuse."""
+    for name, value, check in (("agent", agent, check_ref), ("subject", subject, check_ref),
+                               ("serving", serving, check_ref), ("relation", relation, check_relation),
+                               ("session_id", session_id, check_identifier)):
+        if value is not None:
+            checked(check, value, name)
     state = service.ontology(tenant)
     state.require_entity(agent, "agent")
     wanted = {FactStatus.CURRENT, FactStatus.ARCHIVED} if deeper else {FactStatus.CURRENT}

@@ -3,6 +3,7 @@ field carries a description."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -61,6 +62,9 @@ class Settings(BaseSettings):
     api_read_wait_seconds: float = Field(default=5.0, ge=0, le=60, description="How long a read with"
                                          " `min_position` waits for the projection before a 503.")
     api_max_batch: int = Field(default=1000, ge=1, le=100_000, description="Most envelopes per POST /v1/events.")
+    api_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024**3, description="Most bytes a request"
+                                    " body may carry (8 MiB); larger bodies are refused with 413 before they are"
+                                    " read whole. Checked after the key, so an unauthenticated body is never read.")
 
     def api_keys_path(self) -> Path:
         return self.api_keys_file or self.home / "api_keys.json"
@@ -68,8 +72,9 @@ class Settings(BaseSettings):
     def unsafe_for_serving(self) -> str | None:
         """Why `serve` must not start with these settings (None: safe). Development allows no admin key."""
         key = self.admin_key.get_secret_value()
-        if key and (len(key) < 16 or key in {"changethis", "admin", "secret", "password"}):
-            return "NOUMENA_ADMIN_KEY is too weak: use at least 16 random characters"
+        if key and admin_key_bits(key) < ADMIN_KEY_MIN_BITS:
+            return (f"NOUMENA_ADMIN_KEY is too weak (about {admin_key_bits(key):.0f} bits; at least"
+                    f" {ADMIN_KEY_MIN_BITS} needed): use e.g. $(openssl rand -hex 32)")
         if not key and self.environment != "development":
             return "NOUMENA_ADMIN_KEY is not set; it is required outside NOUMENA_ENVIRONMENT=development"
         return None
@@ -145,3 +150,20 @@ class Settings(BaseSettings):
                 env["POSTGRES_SCHEMA"] = self.pg_schema
             return env
         return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+
+
+ADMIN_KEY_MIN_BITS = 64
+_COMMON_KEYS = frozenset({"changethis", "admin", "secret", "password"})
+
+
+def admin_key_bits(key: str) -> float:
+    """A conservative estimate of the admin key's strength in bits: its length times log2 of the number of
+    distinct characters it uses; 0 below 16 characters, for fewer than 8 distinct characters (`aaaaaaaaaaaaaaaa`)
+    or for a run with one or two steps (`0123456789abcdef`, `abababab...`). 32 random hex characters score about
+    120, `secrets.token_urlsafe(32)` about 220."""
+    if len(key) < 16 or key.lower() in _COMMON_KEYS or len(set(key)) < 8:
+        return 0.0
+    steps = {ord(b) - ord(a) for a, b in zip(key, key[1:], strict=False)}
+    if len(steps) <= 2:
+        return 0.0
+    return len(key) * math.log2(len(set(key)))

@@ -10,13 +10,28 @@ from typing import Any
 
 import duckdb
 
+from domain.values import TIMESTAMP_MAX, TIMESTAMP_MIN
+
 Row = dict[str, Any]
+
+
+def _clamped(value: Any) -> Any:
+    """A moment stored before timestamps were bounded (domain/values.py) that lies outside Python's calendar:
+    DuckDB answers it as text (`10000-01-01 13:59:59+00`, `0001-12-31 (BC) ...`); it reads as the nearest bound."""
+    if isinstance(value, str):
+        return TIMESTAMP_MIN if "(BC)" in value or value.startswith("0000-") else TIMESTAMP_MAX
+    return value
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[Row]:
     cursor = con.execute(sql, params)
-    names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    description = cursor.description or ()
+    names = [d[0] for d in description]
+    rows = cursor.fetchall()
+    stamps = [i for i, d in enumerate(description) if str(d[1]).startswith("TIMESTAMP")]
+    if stamps and rows:
+        rows = [tuple(_clamped(v) if i in stamps else v for i, v in enumerate(row)) for row in rows]
+    return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 def _count(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> int:

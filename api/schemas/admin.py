@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import WritePublic
-from domain.values import TenantName
+from domain.values import TenantName, text
 
 
 class TenantCreate(BaseModel):
@@ -15,7 +13,7 @@ class TenantCreate(BaseModel):
         {"tenant": "acme", "display_name": "ACME Export Ltd."}]})
 
     tenant: TenantName
-    display_name: Annotated[str, Field(max_length=200)] = ""
+    display_name: text(0, 200) = ""
 
 
 class TenantWritten(WritePublic):
@@ -27,7 +25,7 @@ class KeyCreate(BaseModel):
         {"tenant": "acme", "label": "sales agent runtime"}]})
 
     tenant: TenantName
-    label: Annotated[str, Field(max_length=200)] = ""
+    label: text(0, 200) = ""
 
 
 class KeyPublic(BaseModel):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from domain.values import Count, text
+
 
 class ContextRequest(BaseModel):
     """The request being answered: what it names is in focus."""
 
-    message: str | None = Field(default=None, max_length=50_000, examples=["给李总再出一版报价"])
-    budget_tokens: int | None = Field(default=None, ge=1, le=200_000,
+    message: text(0, 50_000) | None = Field(default=None, examples=["给李总再出一版报价"])
+    budget_tokens: Count | None = Field(default=None, ge=1, le=200_000,
                                       description="Token budget of the whole block (default 3000).")
 
 

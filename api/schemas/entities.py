@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import WritePublic
-from domain.values import Ref
-
-Label = Annotated[str, Field(min_length=1, max_length=500)]
+from domain.values import Flag, Label, Ref
 
 
 class EntityCreate(BaseModel):
@@ -20,7 +17,7 @@ class EntityCreate(BaseModel):
     ref: Ref = Field(description="`kind:identifier`, e.g. `person:li`, `file:quotes/q3.xlsx`.")
     label: Label
     aliases: list[Label] = Field(default_factory=list, max_length=100)
-    hub: bool = Field(default=False, description="Many unrelated parties touch it: reachable, never traversed.")
+    hub: Flag = Field(default=False, description="Many unrelated parties touch it: reachable, never traversed.")
 
 
 class EntityWritten(WritePublic):

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Self
+from typing import Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.schemas.common import WritePublic
-from domain.values import Confidence, Identifier, Ref, RelationName, Scope
-
-Text = Annotated[str, Field(min_length=1, max_length=20_000)]
+from domain.values import Confidence, Identifier, Ref, RelationName, Scope, Text, Timestamp, text
 
 
 class SourceIn(BaseModel):
@@ -20,7 +18,7 @@ class SourceIn(BaseModel):
 
     session_id: Identifier | None = None
     message_ids: list[Identifier] = Field(default_factory=list, max_length=1000)
-    actor: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    actor: text(1, 200) | None = None
 
 
 class FactCreate(BaseModel):
@@ -34,8 +32,8 @@ class FactCreate(BaseModel):
     object: Ref
     reason: Text | None = None
     confidence: Confidence | None = Field(default=None, description="0..1; default 0.8.")
-    valid_from: AwareDatetime | None = None
-    valid_to: AwareDatetime | None = None
+    valid_from: Timestamp | None = None
+    valid_to: Timestamp | None = None
     scope: Scope = Field(default="org", description="`org`, `person:<ref>` or `session:<id>`.")
     source: SourceIn | None = None
 
@@ -51,7 +49,7 @@ class FactInvalidate(BaseModel):
         {"reason": "the quote failed: the exchange rate moved", "valid_to": "2026-09-10T10:00:00+08:00"}]})
 
     reason: Text
-    valid_to: AwareDatetime | None = Field(default=None, description="When it stopped holding (default: now).")
+    valid_to: Timestamp | None = Field(default=None, description="When it stopped holding (default: now).")
     source: SourceIn | None = None
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import WritePublic
-from domain.values import Identifier, Ref, RelationName
+from domain.values import Flag, Identifier, Ref, RelationName
 
 
 class UsedCreate(BaseModel):
@@ -32,7 +32,7 @@ class RecallCreate(BaseModel):
     serving: Ref | None = Field(default=None, description="The person served: their episodic tier is searched.")
     session_id: Identifier | None = Field(default=None, description="The session tier (default: the agent's live"
                                           " main sessions serving that person).")
-    deeper: bool = Field(default=False, description="Also facts archived for disuse (they come back).")
+    deeper: Flag = Field(default=False, description="Also facts archived for disuse (they come back).")
 
 
 class RecalledFact(BaseModel):

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
-from domain.values import Identifier, Ref
+from domain.values import Count, Identifier, Ref, Timestamp, text
 
 
 class SearchRequest(BaseModel):
     """Who is looking (agent, person served, session) and what for (the request's text)."""
 
     agent: Ref = Field(examples=["agent:wang-assistant"])
-    query: str = Field(min_length=1, max_length=10_000, examples=["how does Li want to pay?"])
+    query: text(1, 10_000) = Field(examples=["how does Li want to pay?"])
     serving: Ref | None = Field(default=None, examples=["person:li"])
     session_id: Identifier | None = None
     about: list[Ref] = Field(default=[], max_length=20, description="The exact filter: only facts touching one "
                              "of these entities (a person, a contract).")
-    k: int = Field(default=10, ge=1, le=100)
-    as_of: AwareDatetime | None = Field(default=None, description="Search what was believed then (records nothing).")
-    min_position: int | None = Field(default=None, ge=0, description="Read your writes: wait (bounded) until this "
+    k: Count = Field(default=10, ge=1, le=100)
+    as_of: Timestamp | None = Field(default=None, description="Search what was believed then (records nothing).")
+    min_position: Count | None = Field(default=None, ge=0, description="Read your writes: wait (bounded) until this "
                                      "log position, returned by a write, is visible.")
 
 
