@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from api.application import MemoryApplication, PerspectiveEngine
+from api.edge import RequestEdge
 from api.explorer import mount_explorer
 from api.metrics import measure_requests
 from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
@@ -43,13 +44,19 @@ that tenant only (the tenant never comes from a body, a path or a query). `/v1/a
 (bounded) until the read model has it.
 
 **Errors** are RFC 9457 problem documents (`application/problem+json`) naming the offending field.
+
+**Limits.** A body carries at most `NOUMENA_API_MAX_BODY_BYTES` (default 8 MiB; 413 beyond), and is read only
+after the key was checked (401 first). Timestamps are ISO 8601 strings with an offset, between 0001-01-02 and
+9999-12-30 in UTC; booleans and numbers are JSON booleans and numbers (no coercion from strings or 0/1); text is
+valid Unicode (no lone surrogates); refs, relations and ids match the patterns in this document, to the true end.
 """
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "description": text, "content": {"application/problem+json": {}}}
-    for status, text in {400: "The body is not JSON.", 401: "No or unknown API key.",
+    for status, text in {400: "The body is not JSON.", 401: "No, unknown or revoked API key (any route).",
                          403: "Not allowed (e.g. another tenant's envelope).",
                          404: "Not found in your tenant.", 409: "Conflicts with the current state.",
+                         413: "The body is over the size limit (NOUMENA_API_MAX_BODY_BYTES).",
                          422: "Invalid input; the problem names the field.",
                          503: "The read model did not reach `min_position` in time."}.items()
 }
@@ -107,6 +114,7 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
 
     app = FastAPI(title="noumena", version="1.0.0", description=DESCRIPTION, lifespan=lifespan,
                   openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
+    app.add_middleware(RequestEdge, limit=noumena.settings.api_max_body_bytes)
     app.add_middleware(_Measured)
     install_problem_handlers(app)
 

@@ -47,7 +47,7 @@ async def require_admin(memory: MemoryDep, credentials: Credentials) -> None:
     if credentials is None:
         raise _unauthorized("send the admin key: Authorization: Bearer <NOUMENA_ADMIN_KEY>")
     if not admin_key_matches(memory.settings.admin_key.get_secret_value(), credentials.credentials):
-        raise ApiProblem(403, "forbidden", "Forbidden", "this route needs the admin key")
+        raise _unauthorized("this route needs the admin key")
 
 
 TenantDep = Annotated[str, Depends(current_tenant)]

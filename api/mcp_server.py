@@ -1,23 +1,27 @@
 """The MCP server (`noumena mcp`, stdio, the official `mcp` SDK): noumena's memory as tools for agent runtimes.
 
 The tools call the same application as the HTTP routes (api/application.py). The tenant is the one of the API key
-the server was started with; no tool takes a tenant. Errors come back as tool errors naming the field.
+the server was started with; no tool takes a tenant. The key is checked again on every call, so a revoked key stops
+working at once. Arguments follow the same rules as HTTP (domain/values.py); errors come back as tool errors naming
+the field.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from pydantic import AwareDatetime, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from api.application import MemoryApplication
 from domain.commands import Source
 from domain.errors import DomainError, NoumenaError
+from domain.values import Count, Flag, Identifier, Ref, RelationName, Scope, Text, Timestamp, text
+from projections.perspectives import UnknownPerspective
 
 T = TypeVar("T")
 INSTRUCTIONS = """noumena is the memory behind an agent's main session. Call `perspective` with your agent ref
@@ -34,9 +38,17 @@ def _tool_errors() -> Iterator[None]:
         raise ToolError(f"{error.field}: {error.message}" if error.field else error.message) from None
     except ValidationError as error:
         first = error.errors()[0]
-        raise ToolError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        field = ".".join(str(p) for p in first["loc"]) or _model_field(error.title)
+        raise ToolError(f"{field}: {first['msg']}") from None
+    except UnknownPerspective as error:
+        raise ToolError(f"perspective_id: {error}") from None
     except NoumenaError as error:
         raise ToolError(str(error)) from None
+
+
+def _model_field(model: str) -> str:
+    """The field a whole-model error is about (a command's own check, e.g. `correct` naming no fact)."""
+    return {"InvalidateFact": "fact_id"}.get(model, model)
 
 
 def _call(function: Callable[[], T]) -> T:
@@ -53,41 +65,50 @@ def _brief(perspective: dict[str, Any], format: str) -> dict[str, Any]:
     return answer
 
 
-def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
-    """The MCP server for one tenant, over an application already built."""
+def build_server(memory: MemoryApplication, tenant: str, key: str | None = None) -> FastMCP:
+    """The MCP server for one tenant, over an application already built. With `key`, every call checks it
+    again (against the key store, which follows its file): a revoked key is refused from the next call on."""
     server = FastMCP("noumena", instructions=INSTRUCTIONS)
 
-    @server.tool()
+    def checked(function: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> T:
+            if key is not None and memory.keys.tenant_for(key) != tenant:
+                raise ToolError("NOUMENA_API_KEY: unknown or revoked API key; nothing was done")
+            return function(*args, **kwargs)
+        return server.tool()(call)  # type: ignore[no-any-return]
+
+    @checked
     def perspective(
-        agent: Annotated[str, Field(description="Your agent ref, e.g. agent:wang-assistant")],
-        serving: Annotated[str | None, Field(description="The person you serve now, e.g. person:wang")] = None,
-        focus: Annotated[list[str] | None, Field(description="Refs in focus now")] = None,
-        as_of: Annotated[AwareDatetime | None, Field(description="What was believed then (ISO 8601)")] = None,
-        budget_tokens: Annotated[int | None, Field(ge=40, le=100_000)] = None,
+        agent: Annotated[Ref, Field(description="Your agent ref, e.g. agent:wang-assistant")],
+        serving: Annotated[Ref | None, Field(description="The person you serve now, e.g. person:wang")] = None,
+        focus: Annotated[list[Ref] | None, Field(description="Refs in focus now", max_length=20)] = None,
+        as_of: Annotated[Timestamp | None, Field(description="What was believed then (ISO 8601)")] = None,
+        budget_tokens: Annotated[Count | None, Field(ge=40, le=100_000)] = None,
         format: Literal["markdown", "json"] = "markdown",
     ) -> dict[str, Any]:
         """What you see from where you stand: the context block to keep in mind, ranked in clarity tiers."""
         return _brief(_call(lambda: memory.perspective(tenant, agent, serving, focus or [], as_of, budget_tokens)),
                       format)
 
-    @server.tool()
-    def deepen(perspective_id: str, budget_tokens: Annotated[int | None, Field(ge=40, le=100_000)] = None,
+    @checked
+    def deepen(perspective_id: Identifier, budget_tokens: Annotated[Count | None, Field(ge=40, le=100_000)] = None,
                format: Literal["markdown", "json"] = "markdown") -> dict[str, Any]:
         """Think deeper from a perspective you were given: one more hop, a lower threshold."""
         return _brief(_call(lambda: memory.deepen(tenant, perspective_id, budget_tokens)), format)
 
-    @server.tool()
+    @checked
     def remember(
-        subject: str, relation: str, object: str,
-        reason: Annotated[str | None, Field(description="Why it holds")] = None,
-        confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
-        scope: Annotated[str, Field(description="org, person:<ref> or session:<id>")] = "org",
-        session_id: Annotated[str | None, Field(description="Provenance: the session it came from")] = None,
-        message_ids: Annotated[list[str] | None, Field(description="Provenance: the messages")] = None,
-        actor: Annotated[str | None, Field(description="Provenance: who extracted it")] = None,
-        valid_from: AwareDatetime | None = None,
-        subject_label: Annotated[str | None, Field(description="Registers the subject if it is new")] = None,
-        object_label: Annotated[str | None, Field(description="Registers the object if it is new")] = None,
+        subject: Ref, relation: RelationName, object: Ref,
+        reason: Annotated[Text | None, Field(description="Why it holds")] = None,
+        confidence: Annotated[float | None, Field(ge=0, le=1, strict=True)] = None,
+        scope: Annotated[Scope, Field(description="org, person:<ref> or session:<id>")] = "org",
+        session_id: Annotated[Identifier | None, Field(description="Provenance: the session it came from")] = None,
+        message_ids: Annotated[list[Identifier] | None, Field(description="Provenance: the messages")] = None,
+        actor: Annotated[text(1, 200) | None, Field(description="Provenance: who extracted it")] = None,
+        valid_from: Timestamp | None = None,
+        subject_label: Annotated[text(1, 500) | None, Field(description="Registers the subject if it is new")] = None,
+        object_label: Annotated[text(1, 500) | None, Field(description="Registers the object if it is new")] = None,
     ) -> dict[str, Any]:
         """Remember a relation `subject -relation-> object` with its reason and provenance."""
         def run() -> dict[str, Any]:
@@ -102,11 +123,11 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
                     "position": written.position}
         return _call(run)
 
-    @server.tool()
+    @checked
     def correct(
-        reason: Annotated[str, Field(description="Why it no longer holds")],
-        fact_id: str | None = None, subject: str | None = None, relation: str | None = None,
-        object: str | None = None, scope: str = "org", valid_to: datetime | None = None,
+        reason: Annotated[Text, Field(description="Why it no longer holds")],
+        fact_id: Identifier | None = None, subject: Ref | None = None, relation: RelationName | None = None,
+        object: Ref | None = None, scope: Scope = "org", valid_to: Timestamp | None = None,
     ) -> dict[str, Any]:
         """Correct memory: end a fact (by fact_id, or by subject, relation, object). It stays in history."""
         def run() -> dict[str, Any]:
@@ -115,11 +136,11 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
             return {"fact_id": written.fact_id, "change": written.change, "position": written.position}
         return _call(run)
 
-    @server.tool()
+    @checked
     def recall(
-        agent: str, subject: Annotated[str, Field(description="Facts about this entity")],
-        relation: str | None = None, serving: str | None = None, session_id: str | None = None,
-        deeper: bool = False,
+        agent: Ref, subject: Annotated[Ref, Field(description="Facts about this entity")],
+        relation: RelationName | None = None, serving: Ref | None = None, session_id: Identifier | None = None,
+        deeper: Flag = False,
     ) -> dict[str, Any]:
         """Look facts up nearest tier first (session, then the person served, then the org); says which answered."""
         result = _call(lambda: memory.recall(tenant, agent, subject, relation=relation, serving=serving,
@@ -129,20 +150,21 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
                     "fact_id", "subject", "relation", "object", "scope", "reason", "confidence")}}
                           for h in result.hits]}
 
-    @server.tool()
+    @checked
     def search(
-        agent: str, query: Annotated[str, Field(description="What you are looking for, in your own words")],
-        serving: str | None = None, session_id: str | None = None,
-        k: Annotated[int, Field(ge=1, le=100)] = 10, as_of: datetime | None = None,
-        about: Annotated[list[str] | None, Field(description="Only facts touching these entities")] = None,
+        agent: Ref, query: Annotated[text(1, 10_000), Field(description="What you are looking for, in your own words")],
+        serving: Ref | None = None, session_id: Identifier | None = None,
+        k: Annotated[Count, Field(ge=1, le=100)] = 10, as_of: Timestamp | None = None,
+        about: Annotated[list[Ref] | None, Field(description="Only facts touching these entities", max_length=20)
+                         ] = None,
     ) -> dict[str, Any]:
         """Recall by content: the facts you may see that match the query (words and meaning), nearest tier first
         (your session, the person you serve, the org), each with its score components and source messages."""
         return _call(lambda: memory.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
                                                as_of=as_of, about=about or ()))
 
-    @server.tool()
-    def forget(subject: Annotated[str, Field(description="person:<ref>, memory:<ref>, session:<id> or fact:<id>")]
+    @checked
+    def forget(subject: Annotated[Ref, Field(description="person:<ref>, memory:<ref>, session:<id> or fact:<id>")]
                ) -> dict[str, Any]:
         """Really delete what is known about a subject ("forget me", "forget that"): its content becomes
         unreadable everywhere; ids and relations stay."""
@@ -150,11 +172,11 @@ def build_server(memory: MemoryApplication, tenant: str) -> FastMCP:
         return {"subject": subject, "keys_deleted": written.keys_deleted, "position": written.position,
                 "receipt_id": written.receipt.receipt_id if written.receipt is not None else None}
 
-    @server.tool()
+    @checked
     def context(
-        session_id: Annotated[str, Field(description="Your main session id, e.g. wang-main")],
-        message: Annotated[str | None, Field(description="The request you are answering now")] = None,
-        budget_tokens: Annotated[int | None, Field(ge=1, le=200_000)] = None,
+        session_id: Annotated[Identifier, Field(description="Your main session id, e.g. wang-main")],
+        message: Annotated[text(0, 50_000) | None, Field(description="The request you are answering now")] = None,
+        budget_tokens: Annotated[Count | None, Field(ge=1, le=200_000)] = None,
     ) -> dict[str, Any]:
         """The context block for your main session, compiled for this request: hard constraints, relations in
         view, live workers, the rolling summary and the recent turns, within the budget."""
@@ -183,6 +205,6 @@ def run_stdio(key: str) -> None:
             print("error: unknown or revoked API key (NOUMENA_API_KEY / --key)", file=sys.stderr)
             raise SystemExit(2)
         memory = MemoryApplication(noumena, build_perspective_engine(noumena, None), None, keys)
-        build_server(memory, tenant).run("stdio")
+        build_server(memory, tenant, key).run("stdio")
     finally:
         noumena.close()

@@ -105,6 +105,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, error: RequestValidationError) -> JSONResponse:
+        if any(e.get("type") == "json_invalid" for e in error.errors()):
+            return problem_response(request, ApiProblem(400, "malformed-json", "The body is not JSON",
+                                                        "the body could not be decoded as JSON", field="body"))
         errors = [FieldError(field=_location(e.get("loc", ())), detail=str(e.get("msg", "invalid")))
                   for e in error.errors()]
         first = errors[0] if errors else FieldError(field="request", detail="invalid request")

@@ -99,7 +99,7 @@ def test_no_route_shows_one_tenant_anything_of_another(api_server: Server, tenan
                          ("delete", "/v1/admin/keys/{key_id}")):
         target = path.replace("{key_id}", theirs.key.split("_")[1])
         body = {"tenant": other} if method == "post" else None
-        call(method, path, {403}, lambda m=method, t=target, b=body: c.request(m.upper(), t, json=b))
+        call(method, path, {401}, lambda m=method, t=target, b=body: c.request(m.upper(), t, json=b))
 
     # The other tenant's data is untouched by everything above.
     fact = theirs.client.get(f"/v1/facts/{their_fact}").json()

@@ -112,3 +112,49 @@ def test_an_unknown_key_is_refused_before_serving(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "api", "mcp"], env=env, cwd=ROOT, capture_output=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and b"unknown or revoked API key" in done.stderr
+
+
+async def _hostile_conversation(home: Path, key: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOUMENA_")}
+    env |= {"NOUMENA_HOME": str(home), "NOUMENA_EVENT_STORE": "sqlite", "NOUMENA_API_KEY": key}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "api", "mcp"], env=env, cwd=str(ROOT))
+    seen: dict[str, Any] = {}
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        call = session.call_tool
+        seen["remember"] = await call("remember", {"subject": "agent:a", "relation": "serves", "object": "person:li",
+                                                   "subject_label": "A", "object_label": "Li"})
+        seen["recall_relation"] = await call("recall", {"agent": "agent:a", "subject": "person:li",
+                                                        "relation": "serves\n"})
+        seen["newline"] = await call("remember", {"subject": "person:li\n", "relation": "knows", "object": "agent:a"})
+        seen["coerced"] = await call("remember", {"subject": "person:li", "relation": "knows", "object": "agent:a",
+                                                  "confidence": True})
+        seen["unknown_perspective"] = await call("deepen", {"perspective_id": "p-none"})
+        seen["correct_nothing"] = await call("correct", {"reason": "wrong"})
+        seen["bad_date"] = await call("correct", {"reason": "wrong", "fact_id": "f1", "valid_to": "yesterday"})
+        seen["epoch"] = await call("perspective", {"agent": "agent:a", "as_of": 1700000000})
+        seen["before_revoke"] = await call("perspective", {"agent": "agent:a", "serving": "person:li"})
+        ApiKeyStore(home / "api_keys.json").revoke(key.split("_")[1])
+        seen["after_revoke"] = await call("perspective", {"agent": "agent:a", "serving": "person:li"})
+        seen["remember_after_revoke"] = await call("remember", {"subject": "agent:a", "relation": "knows",
+                                                                "object": "person:li"})
+    return seen
+
+
+def _error(result: Any) -> str:
+    assert result.isError, result.content
+    return str(result.content[0].text)
+
+
+def test_mcp_checks_the_key_on_every_call_and_errors_name_the_field(mcp_home: tuple[Path, str]) -> None:
+    home, key = mcp_home
+    seen = asyncio.run(_hostile_conversation(home, key))
+    assert not seen["remember"].isError
+    assert "relation" in _error(seen["recall_relation"])
+    assert "subject" in _error(seen["newline"]) and "confidence" in _error(seen["coerced"])
+    assert "perspective_id" in _error(seen["unknown_perspective"])
+    assert "fact_id" in _error(seen["correct_nothing"])
+    assert "valid_to" in _error(seen["bad_date"])
+    assert "as_of" in _error(seen["epoch"])
+    assert not seen["before_revoke"].isError
+    assert "revoked" in _error(seen["after_revoke"]) and "revoked" in _error(seen["remember_after_revoke"])

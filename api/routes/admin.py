@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from api.auth import AdminDep, MemoryDep
+from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.admin import KeyCreate, KeyIssued, KeyPublic, KeysPublic, TenantCreate, TenantWritten
 from domain.values import TenantName
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], route_class=EdgeRoute)
 
 
 @router.post("/tenants", response_model=TenantWritten)

@@ -9,12 +9,13 @@ from fastapi.responses import PlainTextResponse
 
 from api.auth import MemoryDep, TenantDep
 from api.context_engine import contexts_of
+from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.contexts import ContextPublic, ContextRequest
 from domain.context import Context
 from projections.contexts import UnknownContext, context_json
 
-router = APIRouter(tags=["contexts"])
+router = APIRouter(tags=["contexts"], route_class=EdgeRoute)
 SessionId = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^\S(.*\S)?$")]
 ContextId = Annotated[str, Path(min_length=5, max_length=128, pattern=r"^ctx-[A-Za-z0-9_-]+$")]
 Format = Annotated[Literal["json", "markdown"], Query(description="`markdown`: only the block.")]

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Path, Query
 from pydantic import TypeAdapter, ValidationError
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.problems import ApiProblem, not_found
 from api.routes.params import Limit, MinPosition, Skip
 from api.schemas.entities import EntitiesPublic, EntityCreate, EntityPublic, EntityWritten
 from domain.values import Ref
 
-router = APIRouter(prefix="/entities", tags=["entities"])
+router = APIRouter(prefix="/entities", tags=["entities"], route_class=EdgeRoute)
 _REF = TypeAdapter(Ref)
 
 

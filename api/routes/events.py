@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.problems import ApiProblem
 from api.schemas.events import EventsCreate, EventsWritten
 
-router = APIRouter(prefix="/events", tags=["events"])
+router = APIRouter(prefix="/events", tags=["events"], route_class=EdgeRoute)
 
 
 @router.post("", response_model=EventsWritten)

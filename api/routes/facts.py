@@ -7,12 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.problems import not_found
 from api.routes.params import MinPosition
 from api.schemas.facts import FactChangePublic, FactCreate, FactInvalidate, FactPublic, FactVersionPublic, FactWritten
 from domain.commands import Source
 
-router = APIRouter(prefix="/facts", tags=["facts"])
+router = APIRouter(prefix="/facts", tags=["facts"], route_class=EdgeRoute)
 FactId = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^\S+$", description="A fact id.")]
 
 

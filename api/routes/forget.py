@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.schemas.forget import ForgetCreate, ForgetWritten
 
-router = APIRouter(prefix="/forget", tags=["forget"])
+router = APIRouter(prefix="/forget", tags=["forget"], route_class=EdgeRoute)
 
 
 @router.post("", response_model=ForgetWritten)

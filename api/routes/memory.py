@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.schemas.memory import RecallCreate, RecalledFact, RecallPublic, UsedCreate, UsedWritten
 
-router = APIRouter(prefix="/memory", tags=["memory"])
+router = APIRouter(prefix="/memory", tags=["memory"], route_class=EdgeRoute)
 
 
 @router.post("/used", response_model=UsedWritten)

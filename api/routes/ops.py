@@ -8,9 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from api.auth import MemoryDep
+from api.edge import EdgeRoute
 from api.metrics import LOG_POSITION, PROJECTION_LAG, PROJECTION_POSITION, render
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], route_class=EdgeRoute)
 READY_LAG = 10_000
 """Positions behind the log beyond which this replica says it is not ready (reads would wait too long)."""
 

@@ -7,15 +7,15 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse, Response
-from pydantic import AwareDatetime
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.routes.params import MinPosition
 from api.schemas.perspectives import ExplanationPublic, PerspectivePublic
-from domain.values import Ref
+from domain.values import Ref, Timestamp
 
-router = APIRouter(prefix="/perspectives", tags=["perspectives"])
+router = APIRouter(prefix="/perspectives", tags=["perspectives"], route_class=EdgeRoute)
 Format = Annotated[Literal["json", "markdown"], Query(description="`markdown`: only the context block.")]
 Budget = Annotated[int | None, Query(ge=40, le=100_000, description="Token budget of the context block.")]
 PerspectiveId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -38,7 +38,7 @@ async def get_perspective(
     agent: Annotated[Ref, Query(description="The agent whose view this is.", examples=["agent:wang-assistant"])],
     serving: Annotated[Ref | None, Query(description="The person the agent serves now.")] = None,
     focus: Annotated[list[Ref] | None, Query(max_length=20, description="Things in focus now (repeat).")] = None,
-    as_of: Annotated[AwareDatetime | None, Query(description="What was current and believed then.")] = None,
+    as_of: Annotated[Timestamp | None, Query(description="What was current and believed then.")] = None,
     budget_tokens: Budget = None, format: Format = "json", min_position: MinPosition = None,
 ) -> Response:
     """What `agent` sees from where it stands: ranked facts in five clarity tiers and a context block within the

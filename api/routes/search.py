@@ -7,12 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.search import SearchPublic, SearchRequest
 from domain.search import SearchAnswer
 from projections.searches import UnknownSearch
 
-router = APIRouter(tags=["search"])
+router = APIRouter(tags=["search"], route_class=EdgeRoute)
 SearchId = Annotated[str, Path(min_length=6, max_length=128, pattern=r"^srch-[A-Za-z0-9_-]+$")]
 
 

@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from api.auth import MemoryDep, TenantDep
+from api.edge import EdgeRoute
 from api.problems import not_found
 from api.routes.params import MinPosition
 from api.schemas.sessions import SessionPublic, WorkersPublic
 
-router = APIRouter(prefix="/sessions", tags=["sessions"])
+router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=EdgeRoute)
 
 
 @router.get("/{session_id}/workers", response_model=WorkersPublic)
