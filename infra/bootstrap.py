@@ -18,6 +18,7 @@ from domain.errors import InvalidInput
 from domain.service import OntologyService
 from domain.workflows import ForgetReport, forget
 from infra.eventlog import EventsourcingLog
+from infra.private import make_private
 from infra.settings import Settings
 
 
@@ -103,6 +104,7 @@ class Noumena:
 def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = utc_now) -> Noumena:
     """Build a Noumena from settings (the environment by default). `clock` is transaction time's source."""
     settings = settings or Settings()
+    make_private(settings.home)
     # The folded ontology is a large, long-lived heap of small objects: the default GC thresholds would
     # rescan it every few hundred allocations. Collect young objects far less often.
     gc.set_threshold(50_000, 20, 100)

@@ -76,7 +76,7 @@ def start_server(home: Path, **env: str) -> Server:
         env=server_env(home, **env), cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a loaded machine (2 cores, many agents) can take a minute to import
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
