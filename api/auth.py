@@ -5,6 +5,7 @@ The tenant every route works in comes from here and nowhere else: never from a b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.application import MemoryApplication
 from api.problems import ApiProblem
+from domain.access import check_acts_as, require_tenant_wide
 from infra.api_keys import admin_key_matches
 
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer nk_...` (a tenant's API key) or the"
@@ -32,14 +34,38 @@ def _unauthorized(detail: str) -> ApiProblem:
                       headers={"WWW-Authenticate": "Bearer"})
 
 
-async def current_tenant(memory: MemoryDep, credentials: Credentials) -> str:
-    """The tenant of the presented API key (async: a dict lookup and a file stat, no thread hop needed)."""
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: the tenant of the key, and the agents it acts as (empty: a tenant-wide key)."""
+
+    tenant: str
+    agents: tuple[str, ...] = ()
+
+    def acts_as(self, memory: MemoryApplication, agent: str, serving: str | None = None,
+                session_id: str | None = None) -> None:
+        """Refuse (403, naming the field) unless this key may ask as `agent` for `serving` (domain/access.py)."""
+        if self.agents:
+            check_acts_as(memory.service.ontology(self.tenant), self.agents, agent, serving, session_id)
+
+
+async def current_caller(memory: MemoryDep, credentials: Credentials) -> Caller:
+    """The tenant and agents of the presented API key (async: a dict lookup and a file stat, no thread hop)."""
     if credentials is None:
         raise _unauthorized("send an API key: Authorization: Bearer nk_...")
-    tenant = memory.keys.tenant_for(credentials.credentials)
-    if tenant is None:
+    record = memory.keys.record_for(credentials.credentials)
+    if record is None:
         raise _unauthorized("unknown or revoked API key")
-    return tenant
+    return Caller(record.tenant, record.agents)
+
+
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+async def current_tenant(caller: CallerDep) -> str:
+    """The tenant of a tenant-wide key: the routes that read or change the tenant as a whole. An agent-scoped
+    key is refused here with a 403 (it serves through the agent routes only)."""
+    require_tenant_wide(caller.agents, "this route")
+    return caller.tenant
 
 
 async def require_admin(memory: MemoryDep, credentials: Credentials) -> None:

@@ -52,8 +52,16 @@ def serve(
 def keys_create(
     tenant: Annotated[str, typer.Option("--tenant", help="The tenant the key works in.")],
     label: Annotated[str, typer.Option(help="What the key is for.")] = "",
+    agent: Annotated[list[str] | None, typer.Option("--agent", help="An agent the key acts as (repeat); it then"
+                                                     " serves only persons those agents serve. None: a"
+                                                     " tenant-wide key, for services.")] = None,
 ) -> None:
     """Issue an API key for an existing tenant and print it (the only time it is shown)."""
+    from domain.values import REF_PATTERN
+
+    for name in agent or []:
+        if not (name.startswith("agent:") and REF_PATTERN.fullmatch(name)):
+            _fail(f"--agent {name!r} is not an agent ref (agent:<id>)")
     from infra.api_keys import ApiKeyStore
     from infra.bootstrap import bootstrap
 
@@ -61,7 +69,7 @@ def keys_create(
     try:
         if not noumena.service.ontology(tenant).exists:
             _fail(f"tenant {tenant!r} does not exist: `noumena tenant create {tenant}` first")
-        issued = ApiKeyStore(noumena.settings.api_keys_path()).create(tenant, label)
+        issued = ApiKeyStore(noumena.settings.api_keys_path()).create(tenant, label, tuple(agent or ()))
     finally:
         noumena.close()
     errors.print(f"key {issued.record.key_id} for tenant [bold]{tenant}[/] (shown once; only its hash is stored):")
@@ -75,9 +83,10 @@ def keys_list(tenant: Annotated[str | None, typer.Option("--tenant", help="Only 
     from infra.api_keys import ApiKeyStore
     from infra.settings import Settings
 
-    table = Table("key id", "tenant", "label", "created")
+    table = Table("key id", "tenant", "label", "created", "acts as")
     for record in ApiKeyStore(Settings().api_keys_path()).list(tenant):
-        table.add_row(record.key_id, record.tenant, record.label, record.created_at)
+        table.add_row(record.key_id, record.tenant, record.label, record.created_at,
+                      ", ".join(record.agents) or "the whole tenant")
     console.print(table)
 
 

@@ -18,6 +18,7 @@ from mcp.server.fastmcp.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from api.application import MemoryApplication
+from domain.access import check_acts_as, check_may_assert, require_tenant_wide
 from domain.commands import Source
 from domain.errors import DomainError, NoumenaError
 from domain.values import Count, Flag, Identifier, Ref, RelationName, Scope, Text, Timestamp, text
@@ -70,11 +71,24 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
     again (against the key store, which follows its file): a revoked key is refused from the next call on."""
     server = FastMCP("noumena", instructions=INSTRUCTIONS)
 
+    def agents() -> tuple[str, ...]:
+        """The agents the key acts as now (empty: tenant-wide); a revoked key is refused."""
+        if key is None:
+            return ()
+        record = memory.keys.record_for(key)
+        if record is None or record.tenant != tenant:
+            raise ToolError("NOUMENA_API_KEY: unknown or revoked API key; nothing was done")
+        return record.agents
+
+    def acts_as(agent: str, serving: str | None = None, session_id: str | None = None) -> None:
+        scoped = agents()
+        if scoped:
+            _call(lambda: check_acts_as(memory.service.ontology(tenant), scoped, agent, serving, session_id))
+
     def checked(function: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(function)
         def call(*args: Any, **kwargs: Any) -> T:
-            if key is not None and memory.keys.tenant_for(key) != tenant:
-                raise ToolError("NOUMENA_API_KEY: unknown or revoked API key; nothing was done")
+            agents()
             return function(*args, **kwargs)
         return server.tool()(call)  # type: ignore[no-any-return]
 
@@ -88,6 +102,7 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
         format: Literal["markdown", "json"] = "markdown",
     ) -> dict[str, Any]:
         """What you see from where you stand: the context block to keep in mind, ranked in clarity tiers."""
+        acts_as(agent, serving)
         return _brief(_call(lambda: memory.perspective(tenant, agent, serving, focus or [], as_of, budget_tokens)),
                       format)
 
@@ -95,6 +110,9 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
     def deepen(perspective_id: Identifier, budget_tokens: Annotated[Count | None, Field(ge=40, le=100_000)] = None,
                format: Literal["markdown", "json"] = "markdown") -> dict[str, Any]:
         """Think deeper from a perspective you were given: one more hop, a lower threshold."""
+        if agents():
+            inputs = _call(lambda: memory.explain(tenant, perspective_id))["inputs"]
+            acts_as(inputs["agent"], inputs.get("serving"))
         return _brief(_call(lambda: memory.deepen(tenant, perspective_id, budget_tokens)), format)
 
     @checked
@@ -112,6 +130,7 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
     ) -> dict[str, Any]:
         """Remember a relation `subject -relation-> object` with its reason and provenance."""
         def run() -> dict[str, Any]:
+            check_may_assert(agents(), relation)
             state = memory.service.ontology(tenant)
             for ref, label in ((subject, subject_label), (object, object_label)):
                 if label and ref not in state.entities:
@@ -131,6 +150,7 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
     ) -> dict[str, Any]:
         """Correct memory: end a fact (by fact_id, or by subject, relation, object). It stays in history."""
         def run() -> dict[str, Any]:
+            require_tenant_wide(agents(), "correct")
             written = memory.invalidate_fact(tenant, fact_id=fact_id, subject=subject, relation=relation,
                                              object=object, scope=scope, reason=reason, valid_to=valid_to)
             return {"fact_id": written.fact_id, "change": written.change, "position": written.position}
@@ -143,6 +163,7 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
         deeper: Flag = False,
     ) -> dict[str, Any]:
         """Look facts up nearest tier first (session, then the person served, then the org); says which answered."""
+        acts_as(agent, serving, session_id)
         result = _call(lambda: memory.recall(tenant, agent, subject, relation=relation, serving=serving,
                                              session_id=session_id, deeper=deeper))
         return {"answered_by": result.answered_by, "tiers_checked": result.tiers_checked,
@@ -160,6 +181,7 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
     ) -> dict[str, Any]:
         """Recall by content: the facts you may see that match the query (words and meaning), nearest tier first
         (your session, the person you serve, the org), each with its score components and source messages."""
+        acts_as(agent, serving, session_id)
         return _call(lambda: memory.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
                                                as_of=as_of, about=about or ()))
 
@@ -168,6 +190,7 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
                ) -> dict[str, Any]:
         """Really delete what is known about a subject ("forget me", "forget that"): its content becomes
         unreadable everywhere; ids and relations stay."""
+        _call(lambda: require_tenant_wide(agents(), "forget"))
         written = _call(lambda: memory.forget(tenant, subject))
         return {"subject": subject, "keys_deleted": written.keys_deleted, "position": written.position,
                 "receipt_id": written.receipt.receipt_id if written.receipt is not None else None}
@@ -182,6 +205,9 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
         view, live workers, the rolling summary and the recent turns, within the budget."""
         from api.context_engine import contexts_of
 
+        session = memory.service.ontology(tenant).sessions.get(session_id) if agents() else None
+        if session is not None:
+            acts_as(session.agent, session.serving, session_id)
         served = _call(lambda: contexts_of(memory).context(tenant, session_id, message, budget_tokens))
         return {"context_id": served.context_id, "context": served.text, "tokens": served.tokens,
                 "focus": [f.ref for f in served.focus]}

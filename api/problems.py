@@ -20,6 +20,7 @@ from domain.errors import (
     EventCorrupted,
     FactNotCurrent,
     InfrastructureError,
+    NotPermitted,
     NoumenaError,
     SessionAlreadyEnded,
     SessionConflict,
@@ -82,6 +83,8 @@ def _domain_problem(error: DomainError) -> ApiProblem:
     if isinstance(error, TenantMismatch):
         return ApiProblem(403, "tenant-mismatch", "Not your tenant", str(error), field=error.field,
                           errors=[FieldError(field=error.field or "tenant", detail=str(error), index=error.index)])
+    if isinstance(error, NotPermitted):
+        return ApiProblem(403, "forbidden", "Not permitted for this key", error.message, field=error.field)
     if isinstance(error, UnknownFact):
         return ApiProblem(404, "not-found", "Not found", error.message, field=error.field)
     if isinstance(error, FactNotCurrent | SessionConflict | SessionAlreadyEnded | TenantAlreadyExists

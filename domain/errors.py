@@ -112,3 +112,8 @@ class EmbedderUnavailable(InfrastructureError):
     """The embedder could not give vectors: its model would not load, or its service timed out, answered an HTTP
     error, or answered something that is not the expected embeddings (the message names which). Search falls back
     to lexical ranking and says so."""
+
+
+class NotPermitted(DomainError):
+    """The caller's key does not allow this (an agent-scoped key asking as another agent, or for a person its
+    agents do not serve, or on a route that needs a tenant-wide key)."""

@@ -34,6 +34,8 @@ class ApiKeyRecord:
     sha256: str
     label: str
     created_at: str
+    agents: tuple[str, ...] = ()
+    """The agents the key acts as (domain/access.py); empty: a tenant-wide key, for services."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class ApiKeyStore:
         stamp = (stat.st_mtime_ns, stat.st_size)
         if stamp != self._stamp:
             data = json.loads(self.path.read_text(encoding="utf-8") or "{}")
-            self._records = {r["key_id"]: ApiKeyRecord(**r) for r in data.get("keys", [])}
+            self._records = {r["key_id"]: ApiKeyRecord(**{**r, "agents": tuple(r.get("agents", ()))})
+                             for r in data.get("keys", [])}
             self._stamp = stamp
         return self._records
 
@@ -79,14 +82,15 @@ class ApiKeyStore:
         os.replace(tmp, self.path)
         self._stamp = None
 
-    def create(self, tenant: str, label: str = "") -> IssuedKey:
-        """Issue a new key for `tenant`; only its hash is written."""
+    def create(self, tenant: str, label: str = "", agents: tuple[str, ...] = ()) -> IssuedKey:
+        """Issue a new key for `tenant` (acting only as `agents`, when named); only its hash is written."""
         with self._lock:
             records = dict(self._load())
             key_id = secrets.token_hex(6)
             key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
             record = ApiKeyRecord(key_id=key_id, tenant=tenant, sha256=hash_key(key), label=label,
-                                  created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+                                  created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                                  agents=tuple(sorted(set(agents))))
             records[key_id] = record
             self._save(records)
             return IssuedKey(record, key)
@@ -106,6 +110,11 @@ class ApiKeyStore:
 
     def tenant_for(self, key: str) -> str | None:
         """The tenant a presented key belongs to, or None for any key that is not stored exactly."""
+        record = self.record_for(key)
+        return None if record is None else record.tenant
+
+    def record_for(self, key: str) -> ApiKeyRecord | None:
+        """The record of a presented key (its tenant and agents), or None for any key not stored exactly."""
         if not key.startswith(KEY_PREFIX):
             return None
         key_id = key[len(KEY_PREFIX):].split("_", 1)[0]
@@ -113,7 +122,7 @@ class ApiKeyStore:
             record = self._load().get(key_id)
         if record is None or not hmac.compare_digest(record.sha256, hash_key(key)):
             return None
-        return record.tenant
+        return record
 
 
 def admin_key_matches(configured: str, presented: str) -> bool:

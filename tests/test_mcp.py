@@ -158,3 +158,39 @@ def test_mcp_checks_the_key_on_every_call_and_errors_name_the_field(mcp_home: tu
     assert "as_of" in _error(seen["epoch"])
     assert not seen["before_revoke"].isError
     assert "revoked" in _error(seen["after_revoke"]) and "revoked" in _error(seen["remember_after_revoke"])
+
+
+async def _scoped_conversation(home: Path, tenant_key: str, scoped_key: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOUMENA_")}
+    env |= {"NOUMENA_HOME": str(home), "NOUMENA_EVENT_STORE": "sqlite"}
+    seen: dict[str, Any] = {}
+    for name, key in (("tenant", tenant_key), ("scoped", scoped_key)):
+        params = StdioServerParameters(command=sys.executable, args=["-m", "api", "mcp"],
+                                       env=env | {"NOUMENA_API_KEY": key}, cwd=str(ROOT))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            call = session.call_tool
+            if name == "tenant":
+                for subject, person in (("agent:a", "person:li"), ("agent:b", "person:wang")):
+                    _data(await call("remember", {"subject": subject, "relation": "serves", "object": person,
+                                                  "subject_label": subject, "object_label": person}))
+                continue
+            seen["own"] = await call("perspective", {"agent": "agent:a", "serving": "person:li"})
+            seen["other_agent"] = await call("perspective", {"agent": "agent:b", "serving": "person:wang"})
+            seen["other_person"] = await call("recall", {"agent": "agent:a", "serving": "person:wang",
+                                                         "subject": "person:wang"})
+            seen["widen"] = await call("remember", {"subject": "agent:a", "relation": "serves",
+                                                    "object": "person:wang"})
+            seen["forget"] = await call("forget", {"subject": "person:wang"})
+    return seen
+
+
+def test_mcp_with_an_agent_scoped_key_serves_only_its_agents_and_their_persons(mcp_home: tuple[Path, str]) -> None:
+    home, key = mcp_home
+    scoped = ApiKeyStore(home / "api_keys.json").create("acme", "agent a", ("agent:a",)).key
+    seen = asyncio.run(_scoped_conversation(home, key, scoped))
+    assert not seen["own"].isError, seen["own"].content
+    assert ": agent: this key acts only as agent:a" in _error(seen["other_agent"])
+    assert ": serving: person:wang is not served" in _error(seen["other_person"])
+    assert ": relation: a 'serves' fact" in _error(seen["widen"])
+    assert "tenant-wide" in _error(seen["forget"])

@@ -11,8 +11,14 @@ from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.admin import KeyCreate, KeyIssued, KeyPublic, KeysPublic, TenantCreate, TenantWritten
 from domain.values import TenantName
+from infra.api_keys import ApiKeyRecord
 
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=EdgeRoute)
+
+
+def _public(record: ApiKeyRecord) -> KeyPublic:
+    fields = {k: v for k, v in vars(record).items() if k != "sha256"}
+    return KeyPublic(**fields | {"agents": list(record.agents), "scope": "agents" if record.agents else "tenant"})
 
 
 @router.post("/tenants", response_model=TenantWritten)
@@ -27,8 +33,8 @@ def create_key(request: KeyCreate, _: AdminDep, memory: MemoryDep) -> KeyIssued:
     """Issue an API key for a tenant. The key is in this answer only; the server keeps its hash."""
     if not memory.tenant_exists(request.tenant):
         raise not_found(f"no tenant {request.tenant!r}", "body.tenant")
-    issued = memory.keys.create(request.tenant, request.label)
-    return KeyIssued(key=issued.key, **KeyPublic(**vars(issued.record)).model_dump())
+    issued = memory.keys.create(request.tenant, request.label, tuple(request.agents))
+    return KeyIssued(key=issued.key, **_public(issued.record).model_dump())
 
 
 @router.get("/keys", response_model=KeysPublic)
@@ -37,8 +43,7 @@ def list_keys(_: AdminDep, memory: MemoryDep,
               ) -> KeysPublic:
     """The keys issued (ids, tenants, labels; never the keys)."""
     records = memory.keys.list(tenant)
-    return KeysPublic(data=[KeyPublic(**{k: v for k, v in vars(r).items() if k != "sha256"}) for r in records],
-                      count=len(records))
+    return KeysPublic(data=[_public(r) for r in records], count=len(records))
 
 
 @router.delete("/keys/{key_id}", response_model=KeyPublic)
@@ -46,4 +51,4 @@ def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=64)], _: Adm
                ) -> KeyPublic:
     """Revoke a key: it stops working at once."""
     record = memory.keys.revoke(key_id)
-    return KeyPublic(**{k: v for k, v in vars(record).items() if k != "sha256"})
+    return _public(record)

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse
 
-from api.auth import MemoryDep, TenantDep
+from api.auth import CallerDep, MemoryDep, TenantDep
 from api.context_engine import contexts_of
 from api.edge import EdgeRoute
 from api.problems import not_found
@@ -24,13 +24,17 @@ RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/markdown":
 
 
 @router.post("/sessions/{session_id}/context", response_model=ContextPublic, responses=RESPONSES)
-def session_context(session_id: SessionId, request: ContextRequest, tenant: TenantDep, memory: MemoryDep,
+def session_context(session_id: SessionId, request: ContextRequest, caller: CallerDep, memory: MemoryDep,
                     format: Format = "json") -> Any:
     """The context block for a main session, compiled for this request: hard constraints, the perspective
     (focus from the message and recent turns), live workers, the rolling summary, the recent turns, within the
     budget. Records the facts shown clearly as recalled (mode `pushed`); 422 if the hard constraints alone do
     not fit (they are never cut)."""
-    served = contexts_of(memory).context(tenant, session_id, request.message, request.budget_tokens)
+    if caller.agents:
+        session = memory.service.ontology(caller.tenant).sessions.get(session_id)
+        if session is not None:  # an unknown session is answered 404 below, as for any key
+            caller.acts_as(memory, session.agent, session.serving, session_id)
+    served = contexts_of(memory).context(caller.tenant, session_id, request.message, request.budget_tokens)
     if format == "markdown":
         return PlainTextResponse(served.text, media_type="text/markdown; charset=utf-8",
                                  headers={"X-Context-Id": served.context_id})

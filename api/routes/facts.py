@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from api.auth import MemoryDep, TenantDep
+from api.auth import CallerDep, MemoryDep, TenantDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.routes.params import MinPosition
 from api.schemas.facts import FactChangePublic, FactCreate, FactInvalidate, FactPublic, FactVersionPublic, FactWritten
+from domain.access import check_may_assert
 from domain.commands import Source
 
 router = APIRouter(prefix="/facts", tags=["facts"], route_class=EdgeRoute)
@@ -22,11 +23,12 @@ def _source(source: object) -> Source | None:
 
 
 @router.post("", response_model=FactWritten)
-def assert_fact(fact: FactCreate, tenant: TenantDep, memory: MemoryDep) -> FactWritten:
+def assert_fact(fact: FactCreate, caller: CallerDep, memory: MemoryDep) -> FactWritten:
     """Assert a fact with its reason and provenance. The same fact again corroborates it (confidence rises);
     a new object for a functional relation supersedes the current one in the same write."""
+    check_may_assert(caller.agents, fact.relation)
     fields = fact.model_dump(exclude={"source"})
-    written = memory.assert_fact(tenant, **fields, source=_source(fact.source))
+    written = memory.assert_fact(caller.tenant, **fields, source=_source(fact.source))
     return FactWritten(position=written.position, events=written.events, fact_id=written.fact_id,
                        change=written.change, supersedes=written.supersedes)
 

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import MemoryDep, TenantDep
+from api.application import MemoryApplication
+from api.auth import Caller, CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.routes.params import MinPosition
 from api.schemas.perspectives import ExplanationPublic, PerspectivePublic
@@ -34,7 +35,7 @@ def _answer(perspective: dict[str, Any], format: str) -> Response:
 
 @router.get("", response_model=PerspectivePublic, responses=RESPONSES)
 async def get_perspective(
-    tenant: TenantDep, memory: MemoryDep,
+    caller: CallerDep, memory: MemoryDep,
     agent: Annotated[Ref, Query(description="The agent whose view this is.", examples=["agent:wang-assistant"])],
     serving: Annotated[Ref | None, Query(description="The person the agent serves now.")] = None,
     focus: Annotated[list[Ref] | None, Query(max_length=20, description="Things in focus now (repeat).")] = None,
@@ -42,7 +43,10 @@ async def get_perspective(
     budget_tokens: Budget = None, format: Format = "json", min_position: MinPosition = None,
 ) -> Response:
     """What `agent` sees from where it stands: ranked facts in five clarity tiers and a context block within the
-    budget. Serving one records the full and gist facts as recalled (mode `pushed`)."""
+    budget. Serving one records the full and gist facts as recalled (mode `pushed`). An agent-scoped key asks
+    only as its agents, for persons they serve (403 otherwise)."""
+    tenant = caller.tenant
+    caller.acts_as(memory, agent, serving)
 
     def serve() -> dict[str, Any]:
         return memory.perspective(tenant, agent, serving, focus or [], as_of, budget_tokens,
@@ -56,13 +60,23 @@ async def get_perspective(
 
 
 @router.post("/{perspective_id}/deepen", response_model=PerspectivePublic, responses=RESPONSES)
-def deepen(perspective_id: PerspectiveId, tenant: TenantDep, memory: MemoryDep, budget_tokens: Budget = None,
+def deepen(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep, budget_tokens: Budget = None,
            format: Format = "json") -> Response:
     """Think deeper from the same standpoint: one more hop and a lower threshold (recorded as `deepened`)."""
+    tenant = caller.tenant
+    if caller.agents:
+        _served_to(caller, memory, perspective_id)
     return _answer(memory.deepen(tenant, perspective_id, budget_tokens), format)
 
 
 @router.get("/{perspective_id}/explain", response_model=ExplanationPublic)
-def explain(perspective_id: PerspectiveId, tenant: TenantDep, memory: MemoryDep) -> ExplanationPublic:
+def explain(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep) -> ExplanationPublic:
     """The inputs, parameters and outputs of a served perspective, to reproduce it."""
-    return ExplanationPublic.model_validate(memory.explain(tenant, perspective_id))
+    return ExplanationPublic.model_validate(_served_to(caller, memory, perspective_id))
+
+
+def _served_to(caller: Caller, memory: MemoryApplication, perspective_id: str) -> dict[str, Any]:
+    """The explanation of a perspective, after checking an agent-scoped key may see it."""
+    explanation = memory.explain(caller.tenant, perspective_id)
+    caller.acts_as(memory, explanation["inputs"]["agent"], explanation["inputs"].get("serving"))
+    return explanation

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from api.auth import MemoryDep, TenantDep
+from api.auth import CallerDep, MemoryDep, TenantDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.search import SearchPublic, SearchRequest
@@ -18,12 +18,13 @@ SearchId = Annotated[str, Path(min_length=6, max_length=128, pattern=r"^srch-[A-
 
 
 @router.post("/search", response_model=SearchPublic)
-def search(request: SearchRequest, tenant: TenantDep, memory: MemoryDep) -> SearchPublic:
+def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> SearchPublic:
     """The facts the agent may see (serving a person, in a session) that best match the query's content: BM25
     and embeddings fused, combined with the agent's activation and recency, near-duplicates removed, nearest
     tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search records
     nothing."""
-    answer = memory.search_for(tenant, request.agent, request.query, serving=request.serving,
+    caller.acts_as(memory, request.agent, request.serving, request.session_id)
+    answer = memory.search_for(caller.tenant, request.agent, request.query, serving=request.serving,
                                session_id=request.session_id, k=request.k, as_of=request.as_of,
                                min_position=request.min_position, about=request.about)
     return SearchPublic.model_validate(answer)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.schemas.common import WritePublic
-from domain.values import TenantName, text
+from domain.values import Ref, TenantName, text
 
 
 class TenantCreate(BaseModel):
@@ -26,6 +28,17 @@ class KeyCreate(BaseModel):
 
     tenant: TenantName
     label: text(0, 200) = ""
+    agents: list[Ref] = Field(default_factory=list, max_length=100, description="The agents the key acts as"
+                              " (`agent:<id>`): it then asks only as them, about persons they serve. Empty: a"
+                              " tenant-wide key, for services.")
+
+    @field_validator("agents")
+    @classmethod
+    def _agents(cls, agents: list[str]) -> list[str]:
+        for index, agent in enumerate(agents):
+            if not agent.startswith("agent:"):
+                raise ValueError(f"agents[{index}]: {agent!r} is not an agent ref (agent:<id>)")
+        return agents
 
 
 class KeyPublic(BaseModel):
@@ -33,6 +46,9 @@ class KeyPublic(BaseModel):
     tenant: str
     label: str
     created_at: str
+    agents: list[str] = Field(default_factory=list)
+    scope: Literal["tenant", "agents"] = Field(default="tenant", description="`tenant`: a service key acting"
+                                               " for the whole tenant; `agents`: acts only as `agents`.")
 
 
 class KeyIssued(KeyPublic):
