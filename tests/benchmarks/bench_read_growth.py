@@ -3,7 +3,7 @@
 A small organization (NOUMENA_BENCH_GROWTH_AGENTS agents, each serving a few persons with a few dozen facts) on
 a SQLite home; then NOUMENA_BENCH_GROWTH_SERVED (default 1000) perspectives are served through the application
 the HTTP route calls, cycling over the viewpoints. Printed per 1,000 served perspectives: log events appended,
-bytes the event log grew by (events.sqlite and its WAL), and bytes of evidence files written. The goal in the
+bytes of stored events (state and topic) appended, and bytes of evidence files written. The goal in the
 issue is <= 1 event and <= 100 KB per 1,000; this prints where the code stands, to compare a change against.
 """
 
