@@ -1,8 +1,8 @@
 """The adjacency of a perspective index: a CSR over the undirected graph of its facts, for the walk.
 
-Each entry of a node's row is one fact at that node, with what the walk and the ranking read of it (`ENTRY`:
-the neighbour across the fact, the fact's `live` code, the fact, its relation weight and confidence, its
-assertion time and id hash), so a query reads whole rows instead of scattered fact columns. The CSR is rebuilt in
+Each entry of a node's row is one fact at that node, with what the walk reads of it at every hop (`Entries`:
+the neighbour across the fact, the fact's `live` code, the fact, its relation weight), one plain numpy column
+each, so a hop reads contiguous rows instead of scattered fact columns. The CSR is rebuilt in
 bulk (`build`); facts appended since are a short delta tail that `expand` and `between` scan with vectorized
 comparisons until the next build. Per scope, the (end, fact) pairs of its facts outside org scope: what a
 viewer's own scopes add to the fan of each node (`viewer_fan_extra`).
@@ -13,6 +13,8 @@ The facts' columns live in the index (`src`, `dst`, `rel`, `scope`, `conf`, `liv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,10 +22,36 @@ import numpy as np
 if TYPE_CHECKING:
     from projections.perspective_index import PerspectiveIndex
 
-ENTRY = np.dtype([("neighbour", np.int32), ("live", np.int32), ("fact", np.int32), ("weight", np.float32),
-                  ("confidence", np.float32), ("asserted", np.float64), ("hash", np.int64)])
-"""One CSR entry. `live` is the fact's scope code + 1 while it is current, else 0 (kept current, as is the
-confidence; the weight is rewritten when a relation's weight changes)."""
+@dataclass(frozen=True, slots=True)
+class Entries:
+    """Adjacency entries, one column per field (the same length): the neighbour across the fact, the fact's
+    `live` code (its scope code + 1 while current, else 0; kept current), the fact, and its relation's weight
+    (rewritten when a relation's weight changes)."""
+
+    neighbour: np.ndarray
+    live: np.ndarray
+    fact: np.ndarray
+    weight: np.ndarray
+
+    def take(self, which: Any) -> Entries:
+        """The entries at `which` (indexes, a mask or a slice)."""
+        return Entries(self.neighbour[which], self.live[which], self.fact[which], self.weight[which])
+
+    def __len__(self) -> int:
+        return len(self.fact)
+
+    @staticmethod
+    def empty() -> Entries:
+        return Entries(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+    @staticmethod
+    def concatenate(parts: Sequence[Entries]) -> Entries:
+        return Entries(*(np.concatenate([getattr(part, name) for part in parts])
+                         for name in ("neighbour", "live", "fact", "weight")))
+
+    @property
+    def nbytes(self) -> int:
+        return self.neighbour.nbytes + self.live.nbytes + self.fact.nbytes + self.weight.nbytes
 
 
 class Adjacency:
@@ -31,7 +59,7 @@ class Adjacency:
         self.indptr = np.zeros(1, dtype=np.int64)
         self.degree = np.zeros(0, dtype=np.int64)
         """Row lengths (`indptr[k + 1] - indptr[k]`)."""
-        self.entries = np.zeros(0, dtype=ENTRY)
+        self.entries = Entries.empty()
         self.facts = 0
         """Facts in the CSR: the first `facts` facts of the index; the rest are the delta tail."""
         self.scope_indptr = np.zeros(1, dtype=np.int64)
@@ -75,36 +103,27 @@ class Adjacency:
         self.rows_stale = False
 
     @staticmethod
-    def entries_of(index: PerspectiveIndex, neighbours: np.ndarray, facts: np.ndarray) -> np.ndarray:
+    def entries_of(index: PerspectiveIndex, neighbours: np.ndarray, facts: np.ndarray) -> Entries:
         """The entries for (neighbour, fact) pairs."""
-        entries = np.empty(len(facts), dtype=ENTRY)
-        entries["neighbour"] = neighbours
-        entries["live"] = index.live.view[facts]
-        entries["fact"] = facts
-        entries["weight"] = index.rel_weight.view[index.rel.view[facts]]
-        entries["confidence"] = index.conf.view[facts]
-        entries["asserted"] = index.asserted.view[facts]
-        entries["hash"] = index.hashes.view[facts]
-        return entries
+        return Entries(neighbours.astype(np.int32), index.live.view[facts], facts.astype(np.int32),
+                       index.rel_weight.view[index.rel.view[facts]])
 
     def refresh_weights(self, index: PerspectiveIndex) -> None:
         """Write the relation weights into the entries again after a relation's weight changed."""
         if self.weights_stale:
-            self.entries["weight"] = index.rel_weight.view[index.rel.view[self.entries["fact"]]]
+            self.entries.weight[:] = index.rel_weight.view[index.rel.view[self.entries.fact]]
             self.weights_stale = False
 
-    def update(self, index: PerspectiveIndex, fact: int, field: str, value: Any) -> None:
-        """Keep a fact's copy in its entries current (both ends' rows, when it is in the CSR): `field` is "live"
-        or "confidence"."""
+    def update_live(self, index: PerspectiveIndex, fact: int, live: int) -> None:
+        """Keep a fact's `live` code in its entries current (both ends' rows, when it is in the CSR)."""
         if fact >= self.facts:
             return
         for end in {int(index.src.data[fact]), int(index.dst.data[fact])}:
             lo, hi = int(self.indptr[end]), int(self.indptr[end + 1])
-            positions = lo + np.flatnonzero(self.entries["fact"][lo:hi] == fact)
-            self.entries[field][positions] = value
+            self.entries.live[lo + np.flatnonzero(self.entries.fact[lo:hi] == fact)] = live
 
     def expand(self, index: PerspectiveIndex, frontier: np.ndarray, out: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               ) -> tuple[Entries, np.ndarray, np.ndarray]:
         """The entries of the sorted unique `frontier` with the `out` of each entry's owner and the owner, in
         order: the rows owner by owner, then the delta tail from the subject end, then from the object end (a
         self-loop once). One set of numpy calls for the whole frontier, reading contiguous rows."""
@@ -126,7 +145,7 @@ class Adjacency:
             ends = np.cumsum(lengths)
             total = int(ends[-1]) if len(ends) else 0
             offsets = np.repeat(self.indptr[nodes] - ends + lengths, lengths) + np.arange(total)
-        entries = self.entries[offsets]
+        entries = self.entries.take(offsets)
         x, via = np.repeat(out, lengths), np.repeat(frontier, lengths)
         if index.fact_count > self.facts:
             tail = np.arange(self.facts, index.fact_count, dtype=np.int32)
@@ -139,15 +158,16 @@ class Adjacency:
                 at[at >= len(frontier)] = 0
                 hit = frontier[at] == ends_
                 parts.append((self.entries_of(index, others[hit], facts[hit]), out[at[hit]], frontier[at[hit]]))
-            entries, x, via = (np.concatenate([part[k] for part in parts]) for k in range(3))
+            entries = Entries.concatenate([part[0] for part in parts])
+            x, via = (np.concatenate([part[k] for part in parts]) for k in (1, 2))
         return entries, x, via
 
     def between(self, index: PerspectiveIndex, a: int, b: int) -> list[int]:
         """The facts joining entities a and b, either way round (any status)."""
         found: list[int] = []
         if a < self.rows:
-            row = self.entries[int(self.indptr[a]):int(self.indptr[a + 1])]
-            found = row["fact"][row["neighbour"] == b].tolist()
+            row = self.entries.take(slice(int(self.indptr[a]), int(self.indptr[a + 1])))
+            found = row.fact[row.neighbour == b].tolist()
         if index.fact_count > self.facts:
             src, dst = index.src.view[self.facts:], index.dst.view[self.facts:]
             hits = np.flatnonzero(((src == a) & (dst == b)) | ((src == b) & (dst == a)))

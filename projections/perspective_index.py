@@ -33,7 +33,7 @@ import numpy as np
 
 from domain.activation import ActivationParameters
 from domain.relations import BUILTIN_RELATIONS
-from projections.perspective_adjacency import Adjacency
+from projections.perspective_adjacency import Adjacency, Entries
 from projections.perspective_columns import Column, Texts
 from projections.perspective_scopes import Scopes
 from projections.perspective_uses import Uses
@@ -307,7 +307,7 @@ class PerspectiveIndex:
         self.status.data[index] = status
         live = int(self.scope.data[index]) + 1 if status == CURRENT else 0
         self.live.data[index] = live
-        self.adjacency.update(self, index, "live", live)
+        self.adjacency.update_live(self, index, live)
         if was == CURRENT:
             self._fan(index, -1)
         elif status == CURRENT:
@@ -317,7 +317,6 @@ class PerspectiveIndex:
         index = self.fact_index(d["fact_id"])
         if index is not None:
             self.conf.data[index] = float(d["confidence"])
-            self.adjacency.update(self, index, "confidence", self.conf.data[index])
 
     def _facts_recalled(self, d: dict[str, Any], at: float) -> None:
         agent = self.resolve(self.entity(d["agent"]))
@@ -421,7 +420,7 @@ class PerspectiveIndex:
         """What a viewer's own scopes add to each node's org fan (`Adjacency.viewer_fan_extra`)."""
         return self.adjacency.viewer_fan_extra(self, codes)
 
-    def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[Entries, np.ndarray, np.ndarray]:
         """The adjacency entries of the sorted unique `frontier`, with each owner's `out` and the owner
         (`Adjacency.expand`)."""
         return self.adjacency.expand(self, frontier, out)

@@ -24,6 +24,7 @@ import numpy as np
 from domain.activation import ActivationParameters, Tier
 
 if TYPE_CHECKING:
+    from projections.perspective_adjacency import Entries
     from projections.perspective_index import PerspectiveIndex
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -182,7 +183,7 @@ def _blocked(index: PerspectiveIndex, p: ActivationParameters, hub_sources: list
     if not party_codes:
         return None
     sources = np.array(hub_sources, dtype=np.int64)
-    nbr = index.expand(sources, np.zeros(len(sources)))[0]["neighbour"]
+    nbr = index.expand(sources, np.zeros(len(sources)))[0].neighbour
     blocked = np.unique(nbr[np.isin(index.kind.view[nbr], party_codes) & (nbr != serving)]).astype(np.int64)
     return blocked if len(blocked) else None
 
@@ -218,7 +219,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     frontier_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
     visited[frontier] = stamp
     viewpoint_facts = index.between(agent, serving) if agent >= 0 and serving >= 0 else []
-    rec_entries: list[np.ndarray] = []
+    rec_facts: list[np.ndarray] = []
     rec_x: list[np.ndarray] = []
     rec_hop: list[int] = []
     rec_via: list[np.ndarray] = []
@@ -245,13 +246,13 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
                 break
             # a neighbour expanded at an earlier hop: the fact was reached from there already
             layer = stamp + hop - 1
-            nbr = entries["neighbour"]
+            nbr = entries.neighbour
             at = visited[nbr]
-            keep = visible[entries["live"]] & ((at < stamp) | (at >= layer))
+            keep = visible[entries.live] & ((at < stamp) | (at >= layer))
             if hop == 1:
                 if viewpoint_facts:
                     # the fact that the agent serves this person is the viewpoint itself: the header says it
-                    fact_ids = entries["fact"]
+                    fact_ids = entries.fact
                     for excluded in viewpoint_facts:
                         keep &= fact_ids != excluded
                 if blocked_nodes is not None:
@@ -259,13 +260,13 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             kept = np.flatnonzero(keep)
             if len(kept) == 0:
                 break
-            entries, nbr, x, via, at = entries[kept], nbr[kept], x[kept], via[kept], at[kept]
-            x = x * entries["weight"]
+            entries, nbr, x, via, at = entries.take(kept), nbr[kept], x[kept], via[kept], at[kept]
+            x = x * entries.weight
             twin = at == layer
             if twin.any():
                 # both ends of a fact in this frontier: it was gathered twice; one entry, the spreads summed
                 entries, nbr, x, via, at = _merge_twins(twin, entries, nbr, x, via, at)
-            rec_entries.append(entries)
+            rec_facts.append(entries.fact)
             rec_x.append(x)
             rec_hop.append(len(entries))
             rec_via.append(via)
@@ -295,19 +296,20 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
             received[pending] = 0.0
 
     nodes = node_ids  # the parents are found lazily, for paths only (`Walked.parents`)
-    if not rec_entries:
+    if not rec_facts:
         return Walked(_EMPTY, np.zeros(0), np.zeros(0), np.zeros(0), _EMPTY, _EMPTY, _NO_TIERS, source_ids,
                       unknown, nodes, now, p)
-    if len(rec_entries) == 1:
-        entries, spread, via = rec_entries[0], rec_x[0], rec_via[0]
-        hops = np.ones(len(entries), dtype=np.int64)
+    if len(rec_facts) == 1:
+        facts, spread, via = rec_facts[0], rec_x[0], rec_via[0]
+        hops = np.ones(len(facts), dtype=np.int64)
     else:
-        entries = np.concatenate(rec_entries)
+        facts = np.concatenate(rec_facts)
         spread = np.concatenate(rec_x)
         via = np.concatenate(rec_via)
         hops = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
-    return _ranked(index, p, now, agent, entries["fact"].astype(np.int64), entries["confidence"],
-                   entries["asserted"], entries["hash"], spread, hops, via, source_ids, unknown, nodes)
+    facts = facts.astype(np.int64)
+    return _ranked(index, p, now, agent, facts, index.conf.view[facts], index.asserted.view[facts],
+                   index.hashes.view[facts], spread, hops, via, source_ids, unknown, nodes)
 
 
 def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent: int, facts: np.ndarray,
@@ -333,13 +335,13 @@ def _rank(act: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     return order
 
 
-def _merge_twins(twin: np.ndarray, entries: np.ndarray, nbr: np.ndarray, x: np.ndarray, via: np.ndarray,
+def _merge_twins(twin: np.ndarray, entries: Entries, nbr: np.ndarray, x: np.ndarray, via: np.ndarray,
                  at: np.ndarray) -> tuple[np.ndarray, ...]:
     """A fact whose two ends are both in the frontier was gathered from each: keep its first entry with the
     two spreads summed, reached through the end that gave more (on a tie the lower entity id, whether the fact
     is in the CSR or the delta tail)."""
     candidates = np.flatnonzero(twin)
-    fact = entries["fact"]
+    fact = entries.fact
     order = candidates[np.argsort(fact[candidates], kind="stable")]
     pair = np.flatnonzero(fact[order[1:]] == fact[order[:-1]])
     if not len(pair):
@@ -352,7 +354,7 @@ def _merge_twins(twin: np.ndarray, entries: np.ndarray, nbr: np.ndarray, x: np.n
     x[first] = x[first] + x[second]
     keep = np.ones(len(fact), dtype=bool)
     keep[second] = False
-    return entries[keep], nbr[keep], x[keep], via[keep], at[keep]
+    return entries.take(keep), nbr[keep], x[keep], via[keep], at[keep]
 
 
 def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -> float:
