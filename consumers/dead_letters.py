@@ -8,6 +8,11 @@ A dead-letter record is the original message, unchanged, plus headers saying whe
              noumena.dlq.reason, noumena.dlq.field, noumena.dlq.dead_lettered_at (ISO 8601, UTC),
              noumena.dlq.attempt (1, then +1 per failed replay); the original headers follow unchanged.
 
+A dead letter larger than the DLQ topic accepts (`max.message.bytes`, read from the broker) is stored truncated:
+its value cut to fit, with noumena.dlq.truncated, .original.size and .original.sha256 (of the original bytes),
+so the original can be found at its source coordinates while the topic retains it; original headers that do not
+fit are dropped (noumena.dlq.original_headers_dropped). Nothing stops the consumer (see consumers/record_size.py).
+
 The source coordinates (topic, partition, offset) identify an input. Dead letters are flushed to the broker
 *before* the batch's tracking position is stored, so a crash in between can repeat a dead letter but never
 lose one: readers de-duplicate by source coordinates, the latest record winning.
@@ -27,7 +32,9 @@ from domain.errors import InfrastructureError
 log = logging.getLogger(__name__)
 
 PREFIX = "noumena.dlq."
-Sealer = Callable[[bytes | None, str], bytes | None]
+Sealer = Callable[..., bytes | None]
+"""(value, coordinates, subject_of=None) -> the value sealed with the key of the subject `subject_of` (default: the
+value itself) names; see consumers/dlq_sealing.py."""
 FLUSH_TIMEOUT_S = 60.0
 
 
@@ -54,9 +61,13 @@ class DeadLetter:
     attempt: int = 1
     dead_lettered_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
     original_headers: tuple[tuple[str, bytes], ...] = ()
+    extra_headers: tuple[tuple[str, bytes], ...] = ()
+    """Headers of ours beyond the standard ones (truncation, parking, discarding), written before the original's."""
+    kafka_key: bytes | None = None
+    """The record's key when not `<source topic>:<source partition>` (a parked input is keyed by its tenant)."""
 
     def record_key(self) -> bytes:
-        return f"{self.source.topic}:{self.source.partition}".encode()
+        return self.kafka_key if self.kafka_key is not None else f"{self.source.topic}:{self.source.partition}".encode()
 
     def headers(self) -> list[tuple[str, bytes]]:
         ours = {
@@ -73,7 +84,14 @@ class DeadLetter:
         headers = [(PREFIX + name, value.encode()) for name, value in ours.items()]
         if self.key is not None:
             headers.append((PREFIX + "source.key", self.key))
-        return headers + [h for h in self.original_headers if not h[0].startswith(PREFIX)]
+        return headers + list(self.extra_headers) + [h for h in self.original_headers if not _ours(h[0])]
+
+
+OUR_PREFIXES = (PREFIX, "noumena.park.")
+
+
+def _ours(name: str) -> bool:
+    return name.startswith(OUR_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -108,9 +126,22 @@ def from_record(record: Any) -> StoredDeadLetter | None:
         source_timestamp_ms=int(timestamp) if timestamp else None,
         attempt=int(_text(headers, "attempt", "1")),
         dead_lettered_at=datetime.fromisoformat(when) if when else datetime.fromtimestamp(0, UTC),
-        original_headers=tuple((k, v) for k, v in pairs if not k.startswith(PREFIX)),
+        original_headers=tuple((k, v) for k, v in pairs if not _ours(k)),
+        extra_headers=tuple((k, v) for k, v in pairs if k in EXTRA_HEADERS),
     )
     return StoredDeadLetter(letter, record.partition, record.offset)
+
+
+EXTRA_HEADERS = frozenset(PREFIX + name for name in (
+    "truncated", "original.size", "original.sha256", "original_headers_dropped", "discarded", "discarded_at"))
+
+
+def header(letter: DeadLetter, name: str) -> str | None:
+    """One of the extra headers (`truncated`, `original.size`, `discarded`, ...) as text, or None."""
+    for key, value in letter.extra_headers:
+        if key == PREFIX + name:
+            return value.decode("utf-8", errors="replace")
+    return None
 
 
 def latest_per_input(letters: Iterable[StoredDeadLetter]) -> list[StoredDeadLetter]:
@@ -126,41 +157,90 @@ def latest_per_input(letters: Iterable[StoredDeadLetter]) -> list[StoredDeadLett
 
 
 class DeadLetterSink:
-    """Writes dead letters to the DLQ topic; `send_all` returns only once the broker has every one of them."""
+    """Writes dead letters to the DLQ topic; `send_all` returns only once the broker has every one of them.
 
-    def __init__(self, producer: Any, topic: str, sealer: Sealer | None = None) -> None:
+    `max_bytes` is the largest record the topic accepts (its `max.message.bytes`): a larger dead letter is stored
+    truncated (consumers/record_size.py) and `on_truncated` is told, so nothing blocks the partition behind it."""
+
+    def __init__(self, producer: Any, topic: str, sealer: Sealer | None = None, max_bytes: int = 0,
+                 on_truncated: Callable[[DeadLetter, int], None] | None = None) -> None:
         self._producer = producer
         self.topic = topic
         self._sealer = sealer
         """Seals each value with its subject's key before it leaves (consumers/dlq_sealing.py)."""
+        self.max_bytes = max_bytes
+        self.on_truncated = on_truncated
+        """Called with the original letter and its original size whenever one is stored truncated."""
 
     @classmethod
-    def connect(cls, options: dict[str, Any], topic: str, sealer: Sealer | None = None) -> DeadLetterSink:
+    def connect(cls, options: dict[str, Any], topic: str, sealer: Sealer | None = None,
+                max_bytes: int = 0) -> DeadLetterSink:
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
+        options = options | {"allow_auto_create_topics": False}
+        if max_bytes:
+            options["max_request_size"] = max_bytes
         try:
-            return cls(KafkaProducer(**options), topic, sealer)
+            return cls(KafkaProducer(**options), topic, sealer, max_bytes)
         except KafkaError as error:
             raise InfrastructureError(f"cannot connect the dead-letter producer: {error}") from error
 
-    def send_all(self, letters: Sequence[DeadLetter]) -> None:
-        """Produce and flush; raise InfrastructureError unless all are acknowledged (then nothing is stored)."""
+    def sharing(self, topic: str) -> DeadLetterSink:
+        """A sink to another topic over the same producer (closing either closes the producer)."""
+        return DeadLetterSink(self._producer, topic, self._sealer, self.max_bytes, self.on_truncated)
+
+    def record(self, letter: DeadLetter) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
+        """(key, value, headers) as they will be produced: sealed, and truncated when too large."""
+        from consumers.record_size import record_size, truncated
+
+        key, value, headers = letter.record_key(), self._value(letter), letter.headers()
+        if self.max_bytes and record_size(key, value, headers) > self.max_bytes:
+            cut = truncated(letter, self.max_bytes, sealed=self._sealer is not None)
+            # sealed with the key of the subject the whole input names (its cut-off JSON names none)
+            value, headers = self._value(cut, subject_of=letter.value), cut.headers()
+        return key, value, headers
+
+    def fits(self, letter: DeadLetter) -> bool:
+        """Whether the letter, sealed, fits the topic whole."""
+        from consumers.record_size import record_size
+
+        return not self.max_bytes or record_size(letter.record_key(), self._value(letter),
+                                                 letter.headers()) <= self.max_bytes
+
+    def send_all(self, letters: Sequence[DeadLetter]) -> list[int]:
+        """Produce and flush; raise InfrastructureError unless all are acknowledged (then nothing is stored).
+        Returns each record's offset on the topic."""
         if not letters:
-            return
+            return []
         from kafka.errors import KafkaError
 
         try:
-            futures = [self._producer.send(self.topic, key=letter.record_key(), value=self._value(letter),
-                                           headers=letter.headers()) for letter in letters]
+            futures = []
+            for letter in letters:
+                key, value, headers = self.record(letter)
+                if self.on_truncated is not None and header_value(headers, "truncated"):
+                    self.on_truncated(letter, len(letter.value or b""))
+                futures.append(self._producer.send(self.topic, key=key, value=value, headers=headers))
             self._producer.flush(timeout=FLUSH_TIMEOUT_S)
-            for future in futures:
-                future.get(timeout=0)
+            return [future.get(timeout=0).offset for future in futures]
         except KafkaError as error:
-            raise InfrastructureError(f"dead letters not acknowledged by the broker: {error!r}") from error
+            raise InfrastructureError(f"dead letters not acknowledged by the broker ({self.topic}): {error!r}") \
+                from error
 
-    def _value(self, letter: DeadLetter) -> bytes | None:
-        return self._sealer(letter.value, str(letter.source)) if self._sealer is not None else letter.value
+    def _value(self, letter: DeadLetter, subject_of: bytes | None = None) -> bytes | None:
+        if self._sealer is None:
+            return letter.value
+        if subject_of is not None:
+            return self._sealer(letter.value, str(letter.source), subject_of=subject_of)
+        return self._sealer(letter.value, str(letter.source))
 
     def close(self) -> None:
         self._producer.close(timeout=10)
+
+
+def header_value(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
+    for key, value in headers:
+        if key == PREFIX + name:
+            return value
+    return None

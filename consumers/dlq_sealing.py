@@ -54,9 +54,10 @@ def subject_key(value: bytes | None, coordinates: str) -> ContentKey | None:
     return ContentKey(f"{tenant}/dead-letter/{coordinates}", frozenset(owners))
 
 
-def seal(keys: KeyStore, value: bytes | None, coordinates: str) -> bytes | None:
-    """The bytes to put on the DLQ topic: sealed when the input names a subject, else as they came."""
-    key = subject_key(value, coordinates)
+def seal(keys: KeyStore, value: bytes | None, coordinates: str, subject_of: bytes | None = None) -> bytes | None:
+    """The bytes to put on the DLQ topic: sealed when the input names a subject, else as they came.
+    `subject_of`: the bytes that name the subject when `value` cannot (a truncated dead letter's cut-off JSON)."""
+    key = subject_key(value if subject_of is None else subject_of, coordinates)
     if key is None or value is None:
         return value
     secret = keys.keys_for([key])[key.key_id]

@@ -2,9 +2,15 @@
 
 The event log, not Kafka, remembers how far each partition was consumed: every batch is written with
 TrackingPosition(f"kafka:{topic}:{partition}", offset of its last message) in the same transaction. On each
-assignment the consumer seeks to that position + 1. Offsets are committed to Kafka afterwards only so lag
-dashboards work; they are never read back. Batches are per partition, so order is kept per partition (and
-producers key by session: see consumers/kafka_producer.py).
+assignment the consumer seeks to that position + 1. Offsets are committed to Kafka too, only so lag dashboards
+are right (never read back): asynchronously after each stored batch, again when idle if one did not go through,
+and synchronously on close. Batches are per partition, so order is kept per partition (and producers key by
+session: see consumers/kafka_producer.py).
+
+The consumer also reads the park topic (consumers/parking.py) in the same group: inputs waiting for a dependency
+are tried again there once due (a park partition is paused until its next record's `retry_at`). It joins as a
+static member by default (consumers/kafka_config.py: instance_identity) and never creates topics: a missing
+topic is an error naming it.
 """
 
 from __future__ import annotations
@@ -18,11 +24,19 @@ from typing import Any
 
 from tenacity import Retrying, before_sleep_log, retry_if_exception_type, wait_exponential
 
-from consumers.dead_letters import DeadLetterSink
-from consumers.dlq_sealing import seal
+from consumers.dead_letters import DeadLetter, DeadLetterSink, from_record
+from consumers.dlq_sealing import is_sealed, seal, unseal
 from consumers.kafka_batch import BatchProcessor, Incoming, is_transient
-from consumers.kafka_config import connection_options, dlq_producer_options, tracking_name
+from consumers.kafka_config import (
+    connection_options,
+    dlq_producer_options,
+    instance_identity,
+    missing_topics,
+    tracking_name,
+)
 from consumers.metrics import KafkaMetrics
+from consumers.parking import Parked, ParkPolicy, retry_at_of
+from consumers.record_size import topic_max_bytes
 from domain.commands import Command
 from domain.errors import InfrastructureError
 from domain.ports import TrackingPosition
@@ -31,7 +45,6 @@ from infra.bootstrap import Noumena
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 5.0
-COMMIT_INTERVAL_S = 1.0
 
 
 def _listener_base() -> type:
@@ -61,25 +74,25 @@ class SessionEventConsumer:
         settings = noumena.settings
         _warn_without_fast_crc()
         self.topic = settings.kafka_topic
+        self.park_topic = settings.park_topic()
         self.batch_size = settings.kafka_batch_size
         self.poll_timeout_ms = settings.kafka_poll_timeout_ms
         self.metrics = metrics or KafkaMetrics()
         self._noumena = noumena
         # Stored compactions start consolidation on the Noumena's background worker (it owns and closes it).
         self._signal = noumena.on_stored if on_stored is None else None
-        keys = noumena.log.keys
-        sealer = (lambda value, coordinates: seal(keys, value, coordinates)) if keys is not None else None
-        self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic, sealer)
-        self._processor = BatchProcessor(noumena.service, self._sink, tracked_position=noumena.log.tracked_position,
-                                         on_stored=on_stored or self._signal)
         self._stored: dict[Any, int | None] = {}
-        self._uncommitted: dict[Any, int] = {}
-        self._committed_at = 0.0
+        self._acked: dict[Any, int] = {}
+        """Per partition: the offset Kafka last confirmed as committed (the next to read)."""
+        self._paused: dict[Any, int] = {}
+        """Park partitions waiting for their next record's retry_at (ms since the epoch)."""
+        self.instance_id, self._slot = instance_identity(settings)
         options = connection_options(settings) | {
             "group_id": settings.kafka_group,
-            "group_instance_id": settings.kafka_instance_id or None,
-            "client_id": settings.kafka_instance_id or "noumena-consumer",
+            "group_instance_id": self.instance_id,
+            "client_id": self.instance_id or "noumena-consumer",
             "enable_auto_commit": False,
+            "allow_auto_create_topics": False,
             "auto_offset_reset": "earliest",
             "max_poll_records": settings.kafka_batch_size,
             "session_timeout_ms": settings.kafka_session_timeout_ms,
@@ -88,16 +101,53 @@ class SessionEventConsumer:
             "max_partition_fetch_bytes": 8 * 1024 * 1024,
         } | (consumer_options or {})
         try:
-            self._consumer = KafkaConsumer(**options)
-        except KafkaError as error:
-            self._sink.close()
-            raise InfrastructureError(f"cannot connect to Kafka at {settings.kafka_bootstrap}: {error}") from error
-        self._consumer.subscribe([self.topic], listener=self._rebalance_listener())
-        # Fetching the topic's metadata after subscribing and before the first join makes the group's first
-        # assignment final: otherwise kafka-python 3 sees the metadata "change" right after joining and
-        # rebalances again at once, and that second, immediate rebalance can stall its join (seen with 3.0.12).
-        if not self._consumer.partitions_for_topic(self.topic):
-            log.warning("topic %s has no partitions yet (missing, or being created)", self.topic)
+            try:
+                self._consumer = KafkaConsumer(**options)
+            except KafkaError as error:
+                raise InfrastructureError(f"cannot connect to Kafka at {settings.kafka_bootstrap}: {error}") \
+                    from error
+            # Fetching the topics' metadata before the first join also makes the group's first assignment final:
+            # otherwise kafka-python 3 sees the metadata "change" right after joining and rebalances again at
+            # once, and that second, immediate rebalance can stall its join (seen with 3.0.12).
+            missing = missing_topics(self._consumer, {
+                self.topic: "NOUMENA_KAFKA_TOPIC", settings.kafka_dlq_topic: "NOUMENA_KAFKA_DLQ_TOPIC",
+                self.park_topic: "NOUMENA_KAFKA_PARK_TOPIC"})
+            if missing:
+                self._consumer.close(autocommit=False)
+                raise MissingTopic("; ".join(missing) + ": the consumer never creates topics; create them "
+                                   "(`noumena kafka create-topics`) or fix the setting")
+            keys = noumena.log.keys
+            sealer = (lambda value, coordinates, subject_of=None: seal(keys, value, coordinates, subject_of)) \
+                if keys is not None else None
+            plain = connection_options(settings)
+            dlq_limit = topic_max_bytes(plain, settings.kafka_dlq_topic, settings.kafka_max_message_bytes)
+            park_limit = topic_max_bytes(plain, self.park_topic, settings.kafka_max_message_bytes)
+            self._sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic, sealer,
+                                                max(dlq_limit, park_limit))
+        except BaseException:
+            if self._slot is not None:
+                self._slot.close()
+            raise
+        self._sink.max_bytes = dlq_limit
+        self._sink.on_truncated = self._on_truncated
+        self._park = self._sink.sharing(self.park_topic)
+        self._park.max_bytes = park_limit
+        self._keys = keys
+        self.policy = ParkPolicy.from_settings(settings)
+        self._processor = BatchProcessor(noumena.service, self._sink, tracked_position=noumena.log.tracked_position,
+                                         on_stored=on_stored or self._signal, park=self._park, policy=self.policy)
+        self._consumer.subscribe([self.topic, self.park_topic], listener=self._rebalance_listener())
+        log.info("consumer %s: group %s, instance id %s, DLQ limit %d bytes, parking %s", self.topic,
+                 settings.kafka_group, self.instance_id or "(dynamic member)", dlq_limit,
+                 f"on {self.park_topic} (every {self.policy.retry_seconds:g} s, at most "
+                 f"{self.policy.max_attempts} tries and {self.policy.max_seconds:g} s)" if self.policy.enabled
+                 else "off")
+
+    def _on_truncated(self, letter: DeadLetter, size: int) -> None:
+        log.warning("dead letter of %s is %d bytes, more than %s accepts (%d bytes): stored truncated with its "
+                    "size and SHA-256 (the original stays at its source coordinates)", letter.source, size,
+                    self._sink.topic, self._sink.max_bytes)
+        self.metrics.add("dead_letters_truncated", (letter.source.topic, letter.source.partition))
 
     # ------------------------------------------------------------------ assignment
 
@@ -108,7 +158,10 @@ class SessionEventConsumer:
             def on_partitions_revoked(self, revoked: Any) -> None:
                 for tp in revoked:
                     consumer._stored.pop(tp, None)
+                    consumer._acked.pop(tp, None)
+                    consumer._paused.pop(tp, None)
                     consumer.metrics.forget_partition((tp.topic, tp.partition))
+                consumer._processor.forget_heads()
 
             def on_partitions_assigned(self, assigned: Any) -> None:
                 consumer._seek_to_stored(assigned)
@@ -154,22 +207,26 @@ class SessionEventConsumer:
     def _round(self, until_idle: bool, exit_if_poll_stalls_s: float | None) -> bool:
         """One poll and the batches it brought; True when, with until_idle, every assigned partition is stored.
         Raises `KafkaError` when the poll fails, `_BatchesFailed` when a batch failed and will be read again."""
+        self._resume_due()
         if exit_if_poll_stalls_s:
             faulthandler.dump_traceback_later(exit_if_poll_stalls_s, exit=True)
         try:
             # Up to a full batch per assigned partition: a poll's records are spread over partitions,
             # and each partition's share is written in chunks of at most batch_size.
-            polled = self._consumer.poll(timeout_ms=self.poll_timeout_ms,
+            polled = self._consumer.poll(timeout_ms=self._poll_timeout_ms(),
                                          max_records=self.batch_size * max(1, len(self._stored)))
         finally:
             if exit_if_poll_stalls_s:
                 faulthandler.cancel_dump_traceback_later()
         if not polled:
             self._update_lag()
+            self._commit_stored()  # idle: whatever an asynchronous commit missed
             return until_idle and self._caught_up()
         failed = False
         commits: dict[Any, Any] = {}
         for tp, records in polled.items():
+            if tp.topic == self.park_topic:
+                records = self._due(tp, records)
             for start in range(0, len(records), self.batch_size):
                 chunk = records[start:start + self.batch_size]
                 try:
@@ -187,28 +244,100 @@ class SessionEventConsumer:
                 if last is not None:
                     commits[tp] = last
         self._update_lag()
-        self._commit_for_dashboards(commits)
+        self._commit(commits)
         if failed:
             raise _BatchesFailed("retrying failed batches")
         return False
+
+    # ------------------------------------------------------------------ parked inputs
+
+    def _due(self, tp: Any, records: list[Any]) -> list[Any]:
+        """The park records whose time has come; at the first that is not yet due the partition is paused."""
+        now = _now_ms()
+        for index, record in enumerate(records):
+            retry_at = retry_at_of(record)
+            if retry_at is not None and retry_at > now:
+                self._consumer.seek(tp, record.offset)
+                self._consumer.pause(tp)
+                self._paused[tp] = retry_at
+                return records[:index]
+        return records
+
+    def _resume_due(self) -> None:
+        if not self._paused:
+            return
+        now = _now_ms()
+        for tp, retry_at in list(self._paused.items()):
+            if retry_at <= now:
+                del self._paused[tp]
+                self._consumer.resume(tp)
+
+    def _poll_timeout_ms(self) -> int:
+        if not self._paused:
+            return self.poll_timeout_ms
+        return max(1, min(self.poll_timeout_ms, min(self._paused.values()) - _now_ms()))
+
+    def _from_park(self, record: Any) -> Incoming | None:
+        """A park record as the input it holds; None (printed, counted) if it cannot be read."""
+        stored = from_record(record)
+        parked = Parked.from_headers(dict(record.headers or []))
+        partition = (record.topic, record.partition)
+        if stored is None or parked is None:
+            log.warning("skipping %s/%s@%s: not a parked input (no noumena.park headers)", record.topic,
+                        record.partition, record.offset)
+            self.metrics.add("skipped", partition)
+            return None
+        letter = stored.letter
+        value = letter.value
+        if is_sealed(value):
+            value = unseal(self._keys, value)
+            if value is None:
+                log.warning("skipping parked input %s (%s/%s@%s): its subject was forgotten", letter.source,
+                            record.topic, record.partition, record.offset)
+                self.metrics.add("skipped", partition)
+                return None
+        return Incoming(value=value, source=letter.source, position=record.offset, key=letter.key,
+                        timestamp_ms=letter.source_timestamp_ms, headers=letter.original_headers,
+                        attempt=letter.attempt, parked=parked)
+
+    # ------------------------------------------------------------------ one batch
 
     def _handle(self, tp: Any, records: list[Any]) -> int | None:
         partition = (tp.topic, tp.partition)
         stored = self._stored.get(tp)
         fresh = [r for r in records if stored is None or r.offset > stored]
-        self.metrics.add("redelivered", partition, len(records) - len(fresh))
+        if len(fresh) < len(records):
+            log.info("skipped %d redelivered record(s) of %s/%s: already stored (up to offset %s)",
+                     len(records) - len(fresh), tp.topic, tp.partition, stored)
+            self.metrics.add("redelivered", partition, len(records) - len(fresh))
         if not fresh:
             return None
+        parked_side = tp.topic == self.park_topic
+        if parked_side:
+            items = [item for item in map(self._from_park, fresh) if item is not None]
+        else:
+            items = [Incoming.from_record(r) for r in fresh]
         started = time.perf_counter()
         tracking = TrackingPosition(tracking_name(tp.topic, tp.partition), fresh[-1].offset)
-        report = self._processor.process(tracking, [Incoming.from_record(r) for r in fresh])
+        report = self._processor.process(tracking, items)
         self.metrics.observe_batch(partition, time.perf_counter() - started)
         if report.already_tracked:
+            log.info("skipped %d record(s) of %s/%s: another consumer stored them first", len(fresh), tp.topic,
+                     tp.partition)
             self.metrics.add("redelivered", partition, len(fresh))
             self._stored[tp] = self._noumena.log.tracked_position(tracking.name)
             return None
         self._stored[tp] = fresh[-1].offset
-        self.metrics.add("consumed", partition, len(fresh))
+        if parked_side:
+            self.metrics.add("unparked", partition, report.unparked)
+            self.metrics.add("reparked", partition, len(report.parked))
+        else:
+            self.metrics.add("consumed", partition, len(fresh))
+            self.metrics.add("parked", partition, len(report.parked))
+        if report.parked:
+            log.info("%s %d input(s) of %s/%s waiting for what they name (first: %s: %s)",
+                     "parked again" if parked_side else "parked", len(report.parked), tp.topic, tp.partition,
+                     report.parked[0].source, report.parked[0].reason)
         self.metrics.add("stored_messages", partition, report.accepted)
         self.metrics.add("stored_events", partition, report.stored_events)
         self.metrics.add("repeats", partition, report.repeats)
@@ -217,26 +346,40 @@ class SessionEventConsumer:
             self.metrics.consolidation_signalled(self._signal.signalled)
         return fresh[-1].offset
 
-    def _commit_for_dashboards(self, last_offsets: dict[Any, int]) -> None:
-        """Tell Kafka how far we are, at most once a second: for lag tools only, the event log's position is
-        what counts (a round trip per small batch would cost more than the batch)."""
-        self._uncommitted.update(last_offsets)
-        now = time.monotonic()
-        if not self._uncommitted or now - self._committed_at < COMMIT_INTERVAL_S:
+    # ------------------------------------------------------------------ offsets for dashboards
+
+    def _commit(self, last_offsets: dict[Any, int]) -> None:
+        """Tell Kafka how far the log is, asynchronously, after each stored batch (for lag tools only: the event
+        log's position is what counts)."""
+        if not last_offsets:
             return
         from kafka.errors import KafkaError
         from kafka.structs import OffsetAndMetadata
 
         assigned = self._consumer.assignment()
-        offsets = {tp: OffsetAndMetadata(offset + 1, "", -1) for tp, offset in self._uncommitted.items()
+        offsets = {tp: OffsetAndMetadata(offset + 1, "", -1) for tp, offset in last_offsets.items()
                    if tp in assigned}
-        self._uncommitted, self._committed_at = {}, now
         if not offsets:
             return
         try:
-            self._consumer.commit_async(offsets, callback=_log_commit_failure)
+            self._consumer.commit_async(offsets, callback=self._committed)
         except KafkaError as error:
             log.debug("offset commit skipped: %r", error)
+
+    def _committed(self, offsets: Any, response: Any) -> None:
+        if isinstance(response, Exception):
+            log.debug("offset commit for dashboards failed (retried when idle): %r", response)
+            return
+        for tp, meta in offsets.items():
+            self._acked[tp] = meta.offset
+
+    def _unacknowledged(self) -> dict[Any, int]:
+        assigned = self._consumer.assignment()
+        return {tp: stored for tp, stored in self._stored.items()
+                if stored is not None and tp in assigned and self._acked.get(tp) != stored + 1}
+
+    def _commit_stored(self) -> None:
+        self._commit(self._unacknowledged())
 
     def _update_lag(self) -> None:
         from kafka.errors import KafkaError
@@ -274,16 +417,35 @@ class SessionEventConsumer:
         return True
 
     def close(self) -> None:
-        """Leave the group (a static member keeps its partitions until its session times out)."""
+        """Commit the stored positions (synchronously), then close. A static member does not leave the group:
+        a process with the same instance id gets its partitions back at once; another waits for the session to
+        time out."""
+        from kafka.errors import KafkaError
+        from kafka.structs import OffsetAndMetadata
+
         try:
+            try:
+                pending = self._unacknowledged()
+                if pending:
+                    self._consumer.commit({tp: OffsetAndMetadata(o + 1, "", -1) for tp, o in pending.items()})
+                    self._acked.update({tp: o + 1 for tp, o in pending.items()})
+            except KafkaError as error:
+                log.warning("offsets not committed on close (lag tools may show lag that is not there): %r", error)
             self._consumer.close(autocommit=False, timeout_ms=5_000)
         finally:
-            self._sink.close()
+            try:
+                self._sink.close()
+            finally:
+                if self._slot is not None:
+                    self._slot.close()
 
 
-def _log_commit_failure(offsets: Any, response: Any) -> None:
-    if isinstance(response, Exception):
-        log.debug("offset commit for dashboards failed: %r", response)
+class MissingTopic(InfrastructureError):
+    """A topic the consumer needs does not exist (it never creates one)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _warn_without_fast_crc() -> None:

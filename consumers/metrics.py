@@ -15,7 +15,7 @@ disable_created_metrics()
 Partition = tuple[str, int]
 
 COUNTERS = {
-    "consumed": "Messages read from Kafka and handled (stored, repeated or dead-lettered).",
+    "consumed": "Messages read from the session-events topic and handled (stored, repeated, parked or dead-lettered).",
     "stored_messages": "Messages accepted into the event log (including repeats of an event id already stored).",
     "stored_events": "Domain events appended to the event log.",
     "repeats": "Messages whose event id was already stored (accepted, nothing appended).",
@@ -23,6 +23,11 @@ COUNTERS = {
     "redelivered": "Messages skipped because their batch's position was already stored (redelivery).",
     "batches": "Batches written (one transaction each).",
     "retries": "Batches retried after a broker or event-store failure.",
+    "parked": "Inputs parked to wait for what they name (tenant, session, entity, fact) instead of dead-lettered.",
+    "reparked": "Parked inputs tried again and parked again (still waiting, or waiting behind one of their key).",
+    "unparked": "Parked inputs stored once what they waited for was there.",
+    "skipped": "Park records skipped: their subject was forgotten, or they are not noumena's (each is logged).",
+    "dead_letters_truncated": "Dead letters stored truncated because the whole would exceed the DLQ topic's limit.",
 }
 _PARTITION = ["topic", "partition"]
 _COUNTERS = {name: Counter(f"noumena_kafka_{name}", help_text, _PARTITION) for name, help_text in COUNTERS.items()}

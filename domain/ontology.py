@@ -49,6 +49,7 @@ from domain.sessions import (
     WorkerDispatched,
     WorkerReported,
     WorkerStatus,
+    message_fingerprint,
 )
 from domain.tenants import TenantCreated
 
@@ -311,7 +312,7 @@ class Ontology:
     @_applies
     def _(self, e: MessageAppended) -> None:
         session = self.sessions[e.session_id]
-        self._append(session.message_ids, e.message_id)
+        self._set(session.message_ids, e.message_id, (e.event_id, message_fingerprint(e.role, e.content)))
         self._append(session.turns, (e.message_id, e.role, e.content))
         if len(session.turns) > MAX_TURNS_KEPT:
             if self._journal is None:

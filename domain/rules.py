@@ -53,6 +53,7 @@ from domain.sessions import (
     SessionState,
     WorkerDispatched,
     WorkerReported,
+    message_fingerprint,
 )
 from domain.tenants import TenantCreated
 from domain.values import DEFAULT_CONFIDENCE, Provenance, corroborated_confidence
@@ -379,8 +380,17 @@ def _live_session(state: Ontology, session_id: str, field_name: str = "session_i
 @_decide.register
 def _(cmd: c.AppendMessage, state: Ontology, now: datetime) -> list[DomainEvent]:
     session = _live_session(state, cmd.session_id)
-    if cmd.message_id in session.message_ids:
-        return []
+    first = session.message_ids.get(cmd.message_id)
+    if first is not None:
+        # A message is named by its session and message_id. The same message again (same role and content),
+        # under any event_id, is a repeat, as a session started again with the same attributes is; another
+        # message under a message_id already used is a conflict, never silently dropped.
+        if first[1] == message_fingerprint(cmd.role, cmd.content):
+            return []
+        by = f"event {first[0]!r}" if first[0] is not None else "an input without an event_id"
+        raise SessionConflict(f"message_id {cmd.message_id!r} of session {cmd.session_id!r} was appended by {by}; "
+                              f"event {cmd.event_id!r} reuses it with another role or content (a new message "
+                              "needs a new message_id)", field="message_id")
     return [make(MessageAppended, {"tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id,
                                    "session_id": cmd.session_id, "message_id": cmd.message_id, "role": cmd.role,
                                    "content": cmd.content, "occurred_at": cmd.occurred_at})]

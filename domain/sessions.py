@@ -97,6 +97,12 @@ class SessionEnded(DomainEvent):
     occurred_at: datetime | None = None
 
 
+def message_fingerprint(role: str, content: str) -> int:
+    """What tells a message sent again from another message under the same id (stable within a process: the
+    folded state lives in one process)."""
+    return hash((role, content))
+
+
 @dataclass(slots=True)
 class SessionState:
     session_id: str
@@ -107,7 +113,8 @@ class SessionState:
     task: str | None
     started_at: datetime
     ended: bool = False
-    message_ids: list[str] = field(default_factory=list)
+    message_ids: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    """message_id -> (the event_id that appended it, `message_fingerprint` of its role and content), in order."""
     workers: list[str] = field(default_factory=list)
     about: tuple[str, ...] = ()
     status: WorkerStatus | None = None

@@ -44,13 +44,30 @@ class Settings(BaseSettings):
     kafka_poll_timeout_ms: int = Field(default=500, ge=1, description="How long a poll waits for records.")
     kafka_session_timeout_ms: int = Field(default=45_000, ge=1_000, description="A silent consumer's partitions"
                                           " move to another after this.")
-    kafka_instance_id: str = Field(default="", description="Static group membership: a restart resumes at once.")
+    kafka_instance_id: str = Field(default="", description="Static group membership id (default: derived from the"
+                                   " host name and a process slot on that host; see docs/kafka.md).")
+    kafka_static_membership: bool = Field(default=True, description="Join the group as a static member, so a"
+                                          " restarted process gets its partitions back at once.")
+    kafka_park_topic: str = Field(default="", description="Where inputs waiting for a dependency are parked"
+                                  " (default: <topic>.parked).")
+    kafka_park_retry_seconds: float = Field(default=2.0, gt=0, le=3600, description="Pause between two tries"
+                                            " of a parked input.")
+    kafka_park_max_seconds: float = Field(default=300.0, ge=0, description="A parked input still failing this"
+                                          " long after it was first parked is dead-lettered (0: never park).")
+    kafka_park_max_attempts: int = Field(default=100, ge=0, description="A parked input tried this many times"
+                                         " is dead-lettered (0: never park).")
+    kafka_max_message_bytes: int = Field(default=0, ge=0, description="The largest record the DLQ and park"
+                                         " topics accept (0: read `max.message.bytes` from the broker).")
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         default="PLAINTEXT", description="How to reach the brokers.")
     kafka_sasl_mechanism: str = Field(default="", description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.")
     kafka_sasl_username: str = Field(default="", description="SASL user name.")
     kafka_sasl_password: SecretStr = Field(default=SecretStr(""), description="SASL password.")
     kafka_ssl_cafile: str = Field(default="", description="CA bundle to verify the brokers with SSL.")
+
+    def park_topic(self) -> str:
+        """The topic parked inputs wait on: NOUMENA_KAFKA_PARK_TOPIC, else `<topic>.parked`."""
+        return self.kafka_park_topic or f"{self.kafka_topic}.parked"
 
     # HTTP API and MCP (docs/http-mcp.md).
     environment: Literal["development", "production"] = Field(

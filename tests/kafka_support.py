@@ -39,6 +39,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> str:
     return topic
 
 
+FAST_PARKING = {"kafka_park_retry_seconds": 0.1, "kafka_park_max_attempts": 3}
+"""Parking bounds for tests whose parked inputs never find what they wait for: dead-lettered after ~0.2 s."""
+
+
+def create_park_topic(bootstrap: str, topic: str, partitions: int = 2) -> str:
+    """The park topic the consumer reads beside `topic` (`<topic>.parked`, its default)."""
+    return create_topic(bootstrap, f"{topic}.parked", partitions)
+
+
 @dataclass
 class Message:
     value: bytes
@@ -240,6 +249,12 @@ def stored_positions(noumena: Noumena, topic: str, partitions: Iterable[int]) ->
 def caught_up(noumena: Noumena, topic: str, ends: dict[int, int]) -> bool:
     positions = stored_positions(noumena, topic, ends)
     return all(end == 0 or positions[p] == end - 1 for p, end in ends.items())
+
+
+def parked_settled(noumena: Noumena, bootstrap: str, park_topic: str) -> bool:
+    """Every record on the park topic now has been handled (stored, parked again and handled, or dead-lettered):
+    nothing waits any more."""
+    return caught_up(noumena, park_topic, end_offsets(bootstrap, park_topic))
 
 
 def consumer_env(settings: Any) -> dict[str, str]:

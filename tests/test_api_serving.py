@@ -77,10 +77,12 @@ def test_a_read_waiting_for_a_position_the_projection_does_not_reach_gets_projec
 def test_serve_runs_the_kafka_consumer_beside_the_api(tmp_path: Path) -> None:
     from kafka import KafkaProducer
 
-    from tests.kafka_support import create_topic, kafka_bootstrap, unique_topic
+    from tests.kafka_support import create_park_topic, create_topic, kafka_bootstrap, unique_topic
 
     broker = kafka_bootstrap()
     topic = create_topic(broker, unique_topic("api"))
+    create_topic(broker, topic + ".dlq")  # the consumer never creates topics
+    create_park_topic(broker, topic)
     server = start_server(tmp_path / "home", NOUMENA_KAFKA_BOOTSTRAP=broker, NOUMENA_KAFKA_TOPIC=topic,
                           NOUMENA_KAFKA_DLQ_TOPIC=topic + ".dlq", NOUMENA_KAFKA_GROUP=topic)
     try:

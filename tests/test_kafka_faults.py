@@ -24,12 +24,14 @@ from infra.bootstrap import bootstrap as bootstrap_noumena
 from infra.settings import Settings
 from tests.conftest import TickingClock, postgres_settings
 from tests.kafka_support import (
+    FAST_PARKING,
     caught_up,
     create_tenants,
     create_topic,
     end_offsets,
     kafka_bootstrap,
     log_digest,
+    parked_settled,
     produce,
     spawn_consumer,
     stored_positions,
@@ -67,9 +69,11 @@ def children() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def settings_for(base: Settings, bootstrap: str, topic: str, name: str, **update: Any) -> Settings:
     dlq = create_topic(bootstrap, f"{topic}.{name}.dlq", partitions=2)
+    park = create_topic(bootstrap, f"{topic}.{name}.parked", partitions=2)
     return base.model_copy(update={
         "kafka_bootstrap": bootstrap, "kafka_topic": topic, "kafka_dlq_topic": dlq, "kafka_group": f"{topic}.{name}",
-        "kafka_batch_size": 200, "kafka_session_timeout_ms": 6_000, "kafka_poll_timeout_ms": 200, **update})
+        "kafka_park_topic": park, "kafka_batch_size": 200, "kafka_session_timeout_ms": 6_000,
+        "kafka_poll_timeout_ms": 200, **FAST_PARKING, **update})
 
 
 def dead_letter_inputs(settings: Settings) -> tuple[int, dict[tuple[int, int], tuple[bytes | None, str | None]]]:
@@ -146,6 +150,7 @@ def test_a_consumer_killed_at_random_points_and_restarted_ends_with_the_clean_lo
     final = spawn_consumer(settings, tmp_path / "consumer.log")
     children.append(final)
     wait_until(lambda: caught_up(observer, topic, ends), 90, "the last consumer to finish")
+    wait_until(lambda: parked_settled(observer, bootstrap, settings.park_topic()), 60, "nothing left parked")
     stop(final)
 
     clean_digest, clean_letters = clean_run(noumena_for, Settings(home=tmp_path / "clean"), bootstrap, topic,
@@ -188,6 +193,7 @@ def test_two_consumers_share_a_postgres_log_and_one_is_killed_midway(noumena_for
         return caught_up(observer, topic, ends)
 
     wait_until(finished_or_restarted, 300, "the surviving consumer to finish")
+    wait_until(lambda: parked_settled(observer, bootstrap, settings.park_topic()), 60, "nothing left parked")
     stop(survivor[-1])
 
     clean_digest, clean_letters = clean_run(noumena_for, Settings(home=tmp_path / "clean"), bootstrap, topic,
@@ -220,6 +226,7 @@ def test_the_consumer_reconnects_after_a_broker_restart_and_finishes(noumena_for
     produce(bootstrap, topic, s.messages[half:])  # only a reconnected consumer can store these
     ends = end_offsets(bootstrap, topic)
     wait_until(lambda: caught_up(observer, topic, ends), 120, "the consumer to finish after the restart")
+    wait_until(lambda: parked_settled(observer, bootstrap, settings.park_topic()), 60, "nothing left parked")
     stop(child)
 
     clean_digest, clean_letters = clean_run(noumena_for, Settings(home=tmp_path / "clean"), bootstrap, topic,

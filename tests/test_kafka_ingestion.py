@@ -34,9 +34,11 @@ from infra.bootstrap import bootstrap as bootstrap_noumena
 from infra.settings import Settings
 from tests.conftest import TickingClock
 from tests.kafka_support import (
+    FAST_PARKING,
     Message,
     Story,
     consumer_env,
+    create_park_topic,
     create_tenants,
     create_topic,
     kafka_bootstrap,
@@ -59,8 +61,9 @@ def bootstrap() -> str:
 def kafka_settings(bootstrap: str, tmp_path: Path) -> Settings:
     topic = create_topic(bootstrap, unique_topic("ingest"), partitions=3)
     dlq = create_topic(bootstrap, topic + ".dlq", partitions=2)
+    create_park_topic(bootstrap, topic)
     return Settings(home=tmp_path / "home", kafka_bootstrap=bootstrap, kafka_topic=topic, kafka_dlq_topic=dlq,
-                    kafka_group=f"g-{topic}", kafka_batch_size=100, kafka_session_timeout_ms=6_000)
+                    kafka_group=f"g-{topic}", kafka_batch_size=100, kafka_session_timeout_ms=6_000, **FAST_PARKING)
 
 
 @pytest.fixture
@@ -270,7 +273,12 @@ def test_metrics_are_prometheus_text_over_http(kafka_settings, noumena_for):
     values = {(sample.name, sample.labels.get("topic"), sample.labels.get("partition")): sample.value
               for family in families.values() for sample in family.samples}
     assert values[("noumena_kafka_consumed_total", topic, partition)] == len(s.messages)
-    assert values[("noumena_kafka_dead_lettered_total", topic, partition)] == 4
+    # 4 bad inputs: those naming an unknown tenant or session were parked first, then dead-lettered from the
+    # park topic once their tries ran out; the rest were dead-lettered at once
+    parked = consumer.metrics.total("parked")
+    assert values[("noumena_kafka_dead_lettered_total", topic, partition)] == 4 - parked
+    assert values[("noumena_kafka_parked_total", topic, partition)] == parked
+    assert parked > 0 and consumer.metrics.total("dead_lettered") == 4 and consumer.metrics.total("unparked") == 0
     assert values[("noumena_kafka_lag", topic, partition)] == 0
     assert families["noumena_kafka_lag"].type == "gauge"
     assert families["noumena_kafka_stored_events"].type == "counter"

@@ -205,6 +205,7 @@ def live_visibility(bootstrap_servers: str, batch: int, rate: int, work: Path) -
     """(p50 s, p95 s, achieved msg/s): send at `rate` for LIVE_SECONDS while consumer and projector follow."""
     topic = create_topic(bootstrap_servers, unique_topic("bench-live"), partitions=PARTITIONS)
     create_topic(bootstrap_servers, f"{topic}.dlq")
+    create_topic(bootstrap_servers, f"{topic}.parked")  # the consumer never creates topics
     s = story(tenants=PARTITIONS, per_tenant=int(rate * LIVE_SECONDS / PARTITIONS) + 10, partitions=PARTITIONS,
               seed=11)
     home = work / f"live-{batch}"
@@ -294,6 +295,7 @@ def main() -> None:
     bootstrap_servers = kafka_bootstrap()
     topic = create_topic(bootstrap_servers, unique_topic("bench"), partitions=PARTITIONS)
     create_topic(bootstrap_servers, f"{topic}.dlq")
+    create_topic(bootstrap_servers, f"{topic}.parked")  # the consumer never creates topics
     s = story(tenants=4, per_tenant=MESSAGES // 4, bad_every=BAD_EVERY, partitions=PARTITIONS)
     produced = produce(bootstrap_servers, topic, s.messages)
     load = os.getloadavg()[0]
