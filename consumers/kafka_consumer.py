@@ -45,6 +45,9 @@ from infra.bootstrap import Noumena
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 5.0
+CLOSE_COMMIT_TIMEOUT_MS = 3_000
+"""How long close waits for its offset commit (in a rebalance the coordinator may not answer): a stop is never
+held up by what only dashboards read."""
 
 
 def _listener_base() -> type:
@@ -427,7 +430,8 @@ class SessionEventConsumer:
             try:
                 pending = self._unacknowledged()
                 if pending:
-                    self._consumer.commit({tp: OffsetAndMetadata(o + 1, "", -1) for tp, o in pending.items()})
+                    self._consumer.commit({tp: OffsetAndMetadata(o + 1, "", -1) for tp, o in pending.items()},
+                                          timeout_ms=CLOSE_COMMIT_TIMEOUT_MS)
                     self._acked.update({tp: o + 1 for tp, o in pending.items()})
             except KafkaError as error:
                 log.warning("offsets not committed on close (lag tools may show lag that is not there): %r", error)
