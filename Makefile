@@ -47,7 +47,7 @@ services-stop:
 	-infra/postgres.sh stop
 
 test: install services chromium
-	$(BIN)/pytest -p no:cacheprovider
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -p no:cacheprovider
 	$(BIN)/mkdocs build --strict
 
 # The documentation site (mkdocs, material theme) into site/; the settings page is generated from infra/settings.py.
@@ -69,6 +69,7 @@ eval: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .noumena .infra ui/node_modules $(VENDOR) site

@@ -12,7 +12,6 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from api.application import MemoryApplication, PerspectiveEngine
 from api.edge import RequestEdge
 from api.explorer import mount_explorer
 from api.metrics import measure_requests
@@ -31,7 +30,9 @@ from api.routes import (
     search,
     sessions,
 )
-from infra.bootstrap import Noumena
+from domain.ports import PerspectiveEngine
+from infra.api_keys import ApiKeyStore
+from infra.bootstrap import Noumena, serve
 
 log = logging.getLogger(__name__)
 
@@ -62,29 +63,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _build_memory(noumena: Noumena, start_projector: bool, perspective_engine: PerspectiveEngine | None
-                  ) -> MemoryApplication:
-    from api.perspective_engine import build_perspective_engine
-    from infra.serving import ProjectionFollower
-
-    follower = ProjectionFollower(noumena) if start_projector else None
-    engine = perspective_engine or build_perspective_engine(noumena, follower)
-    memory = MemoryApplication(noumena, engine, follower)
-    if follower is not None:
-        follower.start()
-    return memory
-
-
-def _kafka(noumena: Noumena) -> Any:
-    if not noumena.settings.kafka_bootstrap:
-        return None
-    from infra.serving import KafkaFollower
-
-    follower = KafkaFollower(noumena)
-    follower.start()
-    return follower
-
-
 class _Measured:
     """Request metrics around the whole app (see api/metrics.py)."""
 
@@ -102,18 +80,18 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.memory = _build_memory(noumena, start_projector, perspective_engine)
-        app.state.kafka = _kafka(noumena) if start_kafka else None
+        app.state.served = serve(noumena, projector=start_projector, kafka=start_kafka,
+                                 perspectives=perspective_engine)
+        app.state.memory = app.state.served.application
         try:
             yield
         finally:
-            if app.state.kafka is not None:
-                app.state.kafka.stop()
-            if app.state.memory.follower is not None:
-                app.state.memory.follower.stop()
+            app.state.served.stop()
 
     app = FastAPI(title="noumena", version="1.0.0", description=DESCRIPTION, lifespan=lifespan,
                   openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
+    app.state.settings = noumena.settings
+    app.state.keys = ApiKeyStore(noumena.settings.api_keys_path())
     app.add_middleware(RequestEdge, limit=noumena.settings.api_max_body_bytes)
     app.add_middleware(_Measured)
     install_problem_handlers(app)

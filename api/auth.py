@@ -11,22 +11,36 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.application import MemoryApplication
 from api.problems import ApiProblem
 from domain.access import check_acts_as, require_tenant_wide
-from infra.api_keys import admin_key_matches
+from domain.application.use_cases import Application
+from infra.api_keys import ApiKeyStore, admin_key_matches
+from infra.settings import Settings
 
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer nk_...` (a tenant's API key) or the"
                     " admin key for /v1/admin routes.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-async def get_memory(request: Request) -> MemoryApplication:
-    memory: MemoryApplication = request.app.state.memory
+async def get_memory(request: Request) -> Application:
+    """The application (domain/application/use_cases.py) this process serves."""
+    memory: Application = request.app.state.memory
     return memory
 
 
-MemoryDep = Annotated[MemoryApplication, Depends(get_memory)]
+async def get_keys(request: Request) -> ApiKeyStore:
+    keys: ApiKeyStore = request.app.state.keys
+    return keys
+
+
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+MemoryDep = Annotated[Application, Depends(get_memory)]
+KeysDep = Annotated[ApiKeyStore, Depends(get_keys)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 def _unauthorized(detail: str) -> ApiProblem:
@@ -41,18 +55,18 @@ class Caller:
     tenant: str
     agents: tuple[str, ...] = ()
 
-    def acts_as(self, memory: MemoryApplication, agent: str, serving: str | None = None,
+    def acts_as(self, memory: Application, agent: str, serving: str | None = None,
                 session_id: str | None = None) -> None:
         """Refuse (403, naming the field) unless this key may ask as `agent` for `serving` (domain/access.py)."""
         if self.agents:
             check_acts_as(memory.service.ontology(self.tenant), self.agents, agent, serving, session_id)
 
 
-async def current_caller(memory: MemoryDep, credentials: Credentials) -> Caller:
+async def current_caller(keys: KeysDep, credentials: Credentials) -> Caller:
     """The tenant and agents of the presented API key (async: a dict lookup and a file stat, no thread hop)."""
     if credentials is None:
         raise _unauthorized("send an API key: Authorization: Bearer nk_...")
-    record = memory.keys.record_for(credentials.credentials)
+    record = keys.record_for(credentials.credentials)
     if record is None:
         raise _unauthorized("unknown or revoked API key")
     return Caller(record.tenant, record.agents)
@@ -68,11 +82,11 @@ async def current_tenant(caller: CallerDep) -> str:
     return caller.tenant
 
 
-async def require_admin(memory: MemoryDep, credentials: Credentials) -> None:
+async def require_admin(settings: SettingsDep, credentials: Credentials) -> None:
     """Only the admin key passes."""
     if credentials is None:
         raise _unauthorized("send the admin key: Authorization: Bearer <NOUMENA_ADMIN_KEY>")
-    if not admin_key_matches(memory.settings.admin_key.get_secret_value(), credentials.credentials):
+    if not admin_key_matches(settings.admin_key.get_secret_value(), credentials.credentials):
         raise _unauthorized("this route needs the admin key")
 
 

@@ -4,51 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from api.cli_support import application, console, errors
 from domain.errors import NoumenaError
 
 app = typer.Typer(help="noumena: event-sourced memory for AI agents.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
 tenant_app = typer.Typer(help="Manage tenants (organizations).", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
-console = Console()
-errors = Console(stderr=True)
-
-
-@contextmanager
-def _noumena() -> Iterator[object]:
-    from infra.bootstrap import bootstrap
-
-    noumena = bootstrap()
-    try:
-        yield noumena
-    finally:
-        noumena.close()
-
-
-def _fail(message: str, code: int = 2) -> None:
-    errors.print(f"[red]error:[/] {message}")
-    raise typer.Exit(code)
-
-
-def parse_time(value: str) -> datetime:
-    """An ISO 8601 time with a zone (`2026-09-10T10:00:00+08:00`, `...Z`)."""
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise typer.BadParameter(f"{value!r} is not an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        raise typer.BadParameter(f"{value!r} has no time zone; add one, e.g. +00:00")
-    return moment
 
 
 @app.command()
@@ -62,7 +30,7 @@ def demo() -> None:
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the wire envelope (for producers in any language)."""
-    from consumers.wire import json_schema
+    from domain.application.wire import json_schema
 
     print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
 
@@ -70,13 +38,8 @@ def schema() -> None:
 @tenant_app.command("create")
 def tenant_create(name: str, display_name: Annotated[str, typer.Option(help="A human name.")] = "") -> None:
     """Create a tenant: one organization, one ontology."""
-    from domain.commands import CreateTenant
-
-    with _noumena() as n:
-        try:
-            n.service.execute(CreateTenant(tenant=name, display_name=display_name))  # type: ignore[attr-defined]
-        except NoumenaError as error:
-            _fail(str(error))
+    with application() as memory:
+        memory.create_tenant(name, display_name)
     console.print(f"created tenant [bold]{name}[/]")
 
 
@@ -84,13 +47,15 @@ def tenant_create(name: str, display_name: Annotated[str, typer.Option(help="A h
 def import_(file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)]) -> None:
     """Ingest a JSON-lines file of envelopes; rejected lines go to FILE.rejects.jsonl with their reasons."""
     from consumers.file_import import import_file
-    with _noumena() as n, Progress(
+    from infra.settings import Settings
+
+    with application() as memory, Progress(
         TextColumn("[bold]importing[/] {task.description}"), BarColumn(), DownloadColumn(),
         TransferSpeedColumn(), TimeRemainingColumn(), console=errors, transient=False,
     ) as progress:
         task = progress.add_task(file.name, total=file.stat().st_size)
-        report = import_file(file, n.ingestor(), lambda done: progress.advance(task, done),  # type: ignore[attr-defined]
-                             home=n.settings.home)
+        report = import_file(file, memory.ingestor, lambda done: progress.advance(task, done),
+                             home=Settings().home)
     for line in report.first_rejections:
         errors.print(f"[yellow]rejected[/] {line}")
     console.print(

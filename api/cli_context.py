@@ -1,33 +1,15 @@
-"""The context command of `noumena`: the budgeted block for a main session. Thin: the work is in projections/."""
+"""The context command of `noumena`: the budgeted block for a main session. Thin: parse, call the application."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-console = Console()
-errors = Console(stderr=True)
+from api.cli_support import application, console, errors
 
 TenantOption = Annotated[str, typer.Option("--tenant", envvar="NOUMENA_TENANT",
                                            help="The tenant (organization); default: $NOUMENA_TENANT.")]
-
-
-@contextmanager
-def _contexts() -> Iterator[Any]:
-    from infra.bootstrap import bootstrap, utc_now
-    from projections.contexts import Contexts
-    from projections.perspectives import Perspectives
-
-    noumena = bootstrap()
-    try:
-        perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
-        yield Contexts(perspectives, noumena.service, noumena.log, noumena.settings.home, utc_now)
-    finally:
-        noumena.close()
 
 
 def context(
@@ -42,8 +24,8 @@ def context(
     from projections.contexts import context_json
     from projections.perspectives import dumps
 
-    with _contexts() as contexts:
-        result = contexts.context_for(tenant, session_id, message, budget_tokens=budget)
+    with application() as memory:
+        result = memory.context(tenant, session_id, message, budget)
     if as_json:
         print(dumps(context_json(result)))
         return
@@ -54,9 +36,9 @@ def context(
 
 def explain_context(context_id: str, reproduce: bool, as_json: bool) -> None:
     """`noumena explain ctx-...`: the evidence of a served context, optionally assembled again from the log."""
-    with _contexts() as contexts:
-        served = contexts.explain(context_id)
-        again = contexts.reproduce(context_id) if reproduce else None
+    with application() as memory:
+        served = memory.explain_context(None, context_id)  # an operator's look at the data directory: any tenant
+        again = memory.reproduce_context(context_id) if reproduce else None
     if as_json:
         print(served.model_dump_json(indent=2))
     else:

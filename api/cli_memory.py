@@ -1,49 +1,27 @@
 """The memory commands of `noumena`: consolidation, entity review and merge, promotion, tier-aware recall,
-workers, and archiving by disuse. Thin: parse, call domain/workflows.py, print."""
+workers, archiving by disuse, forgetting. Thin: parse, call the application (domain/application/), print."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from domain.errors import NoumenaError
-
-console = Console()
-errors = Console(stderr=True)
-Tenant = Annotated[str, typer.Option("--tenant", envvar="NOUMENA_TENANT", help="The tenant (organization).")]
+from api.cli_support import Tenant, application, console
 
 consolidation_app = typer.Typer(help="Consolidation ('sleep') of compacted sessions.", no_args_is_help=True)
 entities_app = typer.Typer(help="Entities: review ambiguous ones, merge, keep.", no_args_is_help=True)
 facts_app = typer.Typer(help="Facts: promotion to the organization.", no_args_is_help=True)
 
 
-@contextmanager
-def _app() -> Iterator[Any]:
-    from infra.bootstrap import bootstrap
-
-    noumena = bootstrap()
-    try:
-        yield noumena
-    except NoumenaError as error:
-        errors.print(f"[red]error:[/] {error}")
-        raise typer.Exit(2) from None
-    finally:
-        noumena.close()
-
-
 @consolidation_app.command("list")
 def consolidation_list(tenant: Tenant) -> None:
     """Every compaction with its consolidation status, attempts, counts or failure reason."""
-    with _app() as n:
-        state = n.service.ontology(tenant)
+    with application() as memory:
         table = Table("compaction", "status", "attempts", "counts / reason")
-        for k in state.compactions.values():
+        for k in memory.compactions(tenant):
             detail = k.reason or ", ".join(f"{name} {count}" for name, count in k.counts.items() if count)
             table.add_row(k.compaction_id, k.status.value, str(k.attempts), detail)
         console.print(table)
@@ -52,8 +30,8 @@ def consolidation_list(tenant: Tenant) -> None:
 @consolidation_app.command("run")
 def consolidation_run(tenant: Tenant) -> None:
     """Consolidate every pending compaction now (the background worker does this on arrival)."""
-    with _app() as n:
-        reports = n.consolidation.run_pending(tenant)
+    with application() as memory:
+        reports = memory.consolidate_pending(tenant)
         for report in reports:
             console.print(f"{report.compaction_id}: {report.status.value} {report.reason or report.counts}")
         if any(r.reason for r in reports):
@@ -63,8 +41,8 @@ def consolidation_run(tenant: Tenant) -> None:
 @consolidation_app.command("retry")
 def consolidation_retry(compaction_id: str, tenant: Tenant) -> None:
     """Run a failed (or stuck) consolidation again, e.g. after fixing the extractor's settings."""
-    with _app() as n:
-        report = n.consolidation.retry(tenant, compaction_id)
+    with application() as memory:
+        report = memory.retry_consolidation(tenant, compaction_id)
         console.print(f"{report.compaction_id}: {report.status.value} {report.reason or report.counts}")
         if report.reason:
             raise typer.Exit(1)
@@ -73,16 +51,10 @@ def consolidation_retry(compaction_id: str, tenant: Tenant) -> None:
 @entities_app.command("review")
 def entities_review(tenant: Tenant) -> None:
     """Entities marked needs_review (an ambiguous mention never merges silently), with their look-alikes."""
-    from domain.resolution import NameIndex
-
-    with _app() as n:
-        state = n.service.ontology(tenant)
-        names = NameIndex(state)
+    with application() as memory:
         table = Table("ref", "label", "looks like")
-        for entity in state.entities.values():
-            if entity.needs_review and entity.merged_into is None:
-                alike = sorted((names.exact(entity.label) | names.fuzzy(entity.label)) - {entity.ref})
-                table.add_row(entity.ref, entity.label, ", ".join(alike))
+        for item in memory.entities_to_review(tenant):
+            table.add_row(item.entity.ref, item.entity.label, ", ".join(item.looks_like))
         console.print(table)
 
 
@@ -90,20 +62,16 @@ def entities_review(tenant: Tenant) -> None:
 def entities_merge(merged_ref: str, into: Annotated[str, typer.Option("--into", help="The surviving ref.")],
                    tenant: Tenant, reason: str = "reviewed: same entity") -> None:
     """Merge MERGED_REF into --into: recorded as an event; its current facts move."""
-    from domain.workflows import merge_entities
-
-    with _app() as n:
-        moved = merge_entities(n.service, tenant, merged_ref, into, reason)
+    with application() as memory:
+        moved = memory.merge_entities(tenant, merged_ref, into, reason)
         console.print(f"merged {merged_ref} into {into}; {moved} facts moved")
 
 
 @entities_app.command("keep")
 def entities_keep(ref: str, tenant: Tenant) -> None:
     """Mark a reviewed entity as distinct (clears needs_review)."""
-    from domain.commands import KeepEntity
-
-    with _app() as n:
-        n.service.execute(KeepEntity(tenant=tenant, ref=ref))
+    with application() as memory:
+        memory.keep_entity(tenant, ref)
         console.print(f"kept {ref} as its own entity")
 
 
@@ -111,11 +79,9 @@ def entities_keep(ref: str, tenant: Tenant) -> None:
 def facts_promote(fact_id: str, tenant: Tenant,
                   approved_by: Annotated[str, typer.Option(help="Who approves.")]) -> None:
     """Approve a person- or session-scoped fact for the whole organization (semantic memory)."""
-    from domain.commands import PromoteFact
-
-    with _app() as n:
-        outcome = n.service.execute(PromoteFact(tenant=tenant, fact_id=fact_id, approved_by=approved_by))
-        console.print(f"promoted as {outcome.events[0].fact_id}")  # type: ignore[attr-defined]
+    with application() as memory:
+        written = memory.promote_fact(tenant, fact_id, approved_by)
+        console.print(f"promoted as {written.fact_id}")
 
 
 def recall_command(
@@ -129,28 +95,26 @@ def recall_command(
     deeper: Annotated[bool, typer.Option("--deeper", help="Also look at facts archived for disuse.")] = False,
 ) -> None:
     """Answer from the nearest memory tier (session, episodic, semantic) and say which tier answered."""
-    from domain.workflows import recall
-
-    with _app() as n:
-        answer = recall(n.service, tenant, agent, serving, subject, relation, session, deeper)
-        if answer.tier is None:
-            console.print("nothing remembered")
-            raise typer.Exit(1)
-        console.print(f"answered from the [bold]{answer.tier.value}[/] tier")
-        for fact in answer.facts:
-            back = " (brought back)" if fact.fact_id in answer.restored else ""
-            console.print(f"  {fact.subject} -{fact.relation}-> {fact.object} [{fact.scope}] "
-                          f"{fact.reason or ''} ({fact.fact_id}){back}")
+    with application() as memory:
+        answer = memory.recall(tenant, agent, subject, relation=relation, serving=serving, session_id=session,
+                               deeper=deeper)
+    if answer.answered_by is None:
+        console.print("nothing remembered")
+        raise typer.Exit(1)
+    console.print(f"answered from the [bold]{answer.answered_by}[/] tier")
+    for hit in answer.hits:
+        fact = hit.fact
+        back = " (brought back)" if fact["fact_id"] in answer.restored else ""
+        console.print(f"  {fact['subject']} -{fact['relation']}-> {fact['object']} [{fact['scope']}] "
+                      f"{fact['reason'] or ''} ({fact['fact_id']}){back}")
 
 
 def workers_command(session_id: str, tenant: Tenant,
                     about: Annotated[str | None, typer.Option(help="Only workers about this ref.")] = None,
                     all_: Annotated[bool, typer.Option("--all", help="Include finished workers.")] = False) -> None:
     """The workers of a main session: where to route a follow-up."""
-    from domain.workflows import workers_for
-
-    with _app() as n:
-        workers = workers_for(n.service.ontology(tenant), session_id, about, live_only=not all_)
+    with application() as memory:
+        workers = memory.workers(tenant, session_id, about, live_only=not all_)
         table = Table("worker", "status", "task", "about", "last report")
         for w in workers:
             table.add_row(w.session_id, w.status.value if w.status else "", w.task or "", ", ".join(w.about),
@@ -162,11 +126,8 @@ def sweep_command(tenant: Tenant, period_days: Annotated[float | None, typer.Opt
         help="Archive facts below tau for every agent this long (default NOUMENA_DISUSE_PERIOD_DAYS).")] = None
                   ) -> None:
     """Archive disused facts: hidden from perspectives, never deleted; a deeper recall brings them back."""
-    from domain.workflows import archive_disused
-
-    with _app() as n:
-        days = period_days or n.settings.disuse_period_days
-        archived = archive_disused(n.service, tenant, datetime.now(UTC), timedelta(days=days))
+    with application() as memory:
+        archived = memory.archive_disused(tenant, datetime.now(UTC), period_days)
         console.print(f"archived {len(archived)} disused facts")
 
 
@@ -183,16 +144,16 @@ def register(app: typer.Typer) -> None:
 def forget_command(subject: str, tenant: Tenant) -> None:
     """Forget SUBJECT for real (person:<ref>, session:<id>, fact:<id>, memory:<ref>): delete its data keys,
     record SubjectForgotten, and purge the projections and snapshots of its content."""
-    with _app() as n:
-        report = n.forget(tenant, subject)
-        purged = n.purge_projections()
-        console.print(f"forgot {report.subject}: {report.keys_deleted} data keys deleted"
-                      + (f"; projections rebuilt without it at position {purged}" if purged is not None else ""))
-        when = report.recorded_at.isoformat() if report.recorded_at else "-"
-        console.print(f"receipt {report.receipt_id} (recorded at log position {report.position}, {when})",
-                      markup=False)
-        console.print(f"  events affected: {report.events_affected}", markup=False)
-        if report.erased_with:
-            console.print("  erased with it: " + ", ".join(report.erased_with), markup=False)
-        for line in report.files_rewritten + [f"projections: {'rebuilt' if purged is not None else 'none here'}"]:
-            console.print(f"  files rewritten: {line}", markup=False)
+    with application() as memory:
+        written = memory.forget(tenant, subject)
+    report = written.receipt
+    console.print(f"forgot {subject}: {written.keys_deleted} data keys deleted"
+                  + (f"; projections rebuilt without it at position {written.purged_at}"
+                     if written.purged_at is not None else ""))
+    when = report.recorded_at.isoformat() if report.recorded_at else "-"
+    console.print(f"receipt {report.receipt_id} (recorded at log position {report.position}, {when})", markup=False)
+    console.print(f"  events affected: {report.events_affected}", markup=False)
+    if report.erased_with:
+        console.print("  erased with it: " + ", ".join(report.erased_with), markup=False)
+    for line in report.files_rewritten:
+        console.print(f"  files rewritten: {line}", markup=False)

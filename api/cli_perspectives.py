@@ -1,34 +1,15 @@
-"""The perspective commands of `noumena`: perspective, used, explain. Thin: the work is in projections/."""
+"""The perspective commands of `noumena`: perspective, used, explain. Thin: parse, call the application, print."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-console = Console()
-errors = Console(stderr=True)
+from api.cli_support import application, console, errors, parse_time
 
 TenantOption = Annotated[str, typer.Option("--tenant", envvar="NOUMENA_TENANT",
                                            help="The tenant (organization); default: $NOUMENA_TENANT.")]
-
-
-@contextmanager
-def _perspectives() -> Iterator[Any]:
-    from infra.bootstrap import bootstrap, utc_now
-    from projections.files import ProjectionFiles
-    from projections.perspectives import Perspectives
-
-    noumena = bootstrap()
-    try:
-        perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
-        perspectives.start_from_read_model(ProjectionFiles(noumena.settings.home).snapshot)
-        yield perspectives
-    finally:
-        noumena.close()
 
 
 def perspective(
@@ -42,13 +23,12 @@ def perspective(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the context block.")] = False,
 ) -> None:
     """What an agent sees: ranked facts in five clarity tiers, within a token budget; records the recall."""
-    from api.cli import parse_time
     from projections.perspectives import dumps, perspective_json
 
     moment = parse_time(as_of) if as_of else None
-    with _perspectives() as perspectives:
-        result = perspectives.perspective_for(tenant, agent, serving, focus or [], as_of=moment,
-                                              budget_tokens=budget, deeper=deeper)
+    with application() as memory:
+        result = memory.perspective(tenant, agent, serving, focus or [], as_of=moment, budget_tokens=budget,
+                                    deeper=deeper)
     if as_json:
         print(dumps(perspective_json(result)))
         return
@@ -64,9 +44,9 @@ def used(
     perspective_id: Annotated[str | None, typer.Option(help="The perspective they came from.")] = None,
 ) -> None:
     """Record that an agent used facts (a recall of mode `used`): later perspectives rank them higher."""
-    with _perspectives() as perspectives:
-        position = perspectives.used(tenant, agent, fact_ids, perspective_id)
-    console.print(f"recorded: {agent} used {len(fact_ids)} facts (log position {position})")
+    with application() as memory:
+        written = memory.mark_used(tenant, agent, fact_ids, perspective_id)
+    console.print(f"recorded: {agent} used {len(fact_ids)} facts (log position {written.position})")
 
 
 def explain(
@@ -86,9 +66,9 @@ def explain(
 
         explain_context(perspective_id, reproduce, as_json)
         return
-    with _perspectives() as perspectives:
-        served = perspectives.explain(perspective_id)
-        again = perspectives.reproduce(perspective_id) if reproduce else None
+    with application() as memory:
+        served = memory.explain(None, perspective_id)  # an operator's look at the data directory: any tenant
+        again = memory.reproduce(perspective_id) if reproduce else None
     if as_json:
         print(served.model_dump_json(indent=2))
     else:

@@ -22,7 +22,7 @@ errors = Console(stderr=True)
 
 
 def _time(value: str) -> datetime:
-    from api.cli import parse_time
+    from api.cli_support import parse_time
 
     return parse_time(value)
 

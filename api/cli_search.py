@@ -1,37 +1,17 @@
-"""The search command of `noumena`: recall by content. Thin: the work is in projections/searches.py."""
+"""The search command of `noumena`: recall by content. Thin: parse, call the application, print."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
-errors = Console(stderr=True)
+from api.cli_support import application, console, errors
 
 TenantOption = Annotated[str, typer.Option("--tenant", envvar="NOUMENA_TENANT",
                                            help="The tenant (organization); default: $NOUMENA_TENANT.")]
-
-
-@contextmanager
-def _searches() -> Iterator[Any]:
-    from infra.bootstrap import bootstrap, utc_now
-    from infra.embedders import embedder_from
-    from projections.perspectives import Perspectives
-    from projections.searches import Searches
-
-    noumena = bootstrap()
-    try:
-        perspectives = Perspectives(noumena.log, noumena.service, noumena.settings.home, utc_now)
-        yield Searches(perspectives, noumena.service, noumena.settings.home, utc_now,
-                       embedder=embedder_from(noumena.settings))
-    finally:
-        noumena.close()
 
 
 def search(
@@ -50,9 +30,9 @@ def search(
     from projections.perspectives import dumps
     from projections.searches import search_json
 
-    with _searches() as searches:
-        answer = searches.search_for(tenant, agent, query, serving=serving, session_id=session, k=k, as_of=as_of,
-                                     about=about or ())
+    with application() as memory:
+        answer = memory.search_for(tenant, agent, query, serving=serving, session_id=session, k=k, as_of=as_of,
+                                   about=about or ())
     if as_json:
         print(dumps(search_json(answer)))
         return
@@ -70,8 +50,8 @@ def search(
 
 def explain_search(search_id: str, as_json: bool) -> None:
     """`noumena explain srch-...`: the evidence of a served search."""
-    with _searches() as searches:
-        served = searches.explain(search_id)
+    with application() as memory:
+        served = memory.explain_search(None, search_id)  # an operator's look at the data directory: any tenant
     if as_json:
         print(served.model_dump_json(indent=2))
         return

@@ -11,13 +11,12 @@ from typing import Any
 from rich.console import Console
 
 from api.story import MOMENTS, TENANT, story_envelopes
-from domain.commands import CreateTenant
 from domain.facts import FactStatus
 from domain.ontology import Ontology
 from domain.sessions import LIVE_WORKER_STATUSES
 from infra.bootstrap import Noumena, bootstrap
 from infra.settings import Settings
-from projections.believed import believed_at
+from projections.ontology_as_of import believed_at
 
 
 class StoryClock:
@@ -38,8 +37,8 @@ def build_story(home: Path, before_each: Callable[[Noumena, StoryClock, dict[str
     serve perspectives and record recalls at their moments between envelopes)."""
     clock = StoryClock()
     app = bootstrap(Settings(home=home, event_store="sqlite"), clock=clock)
-    app.service.execute(CreateTenant(tenant=TENANT, display_name="Wang's export company"))
-    ingestor = app.ingestor()
+    app.application.create_tenant(TENANT, "Wang's export company")
+    ingestor = app.application.ingestor
     for envelope in story_envelopes():
         if before_each is not None:
             before_each(app, clock, envelope)

@@ -103,16 +103,17 @@ class RequestEdge:
         path: str = scope.get("path", "")
         if not path.startswith("/v1/"):
             return None
-        memory = getattr(scope["app"].state, "memory", None)
-        if memory is None:
+        state = scope["app"].state
+        settings, keys = getattr(state, "settings", None), getattr(state, "keys", None)
+        if settings is None or keys is None:
             return None
         scheme, _, key = headers.get("authorization", "").partition(" ")
         key = key.strip()
         if scheme.lower() == "bearer" and key:
             if path.startswith("/v1/admin/"):
-                if admin_key_matches(memory.settings.admin_key.get_secret_value(), key):
+                if admin_key_matches(settings.admin_key.get_secret_value(), key):
                     return None
-            elif memory.keys.tenant_for(key) is not None:
+            elif keys.tenant_for(key) is not None:
                 return None
         return ApiProblem(401, "unauthorized", "Unauthorized", "send a valid API key before a body:"
                           " Authorization: Bearer nk_...", field="Authorization",

@@ -86,8 +86,8 @@ def dlq_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Show dead letters, one per input (source topic/partition/offset), with their reasons."""
-    from consumers.dead_letters import header
-    from consumers.dlq import dead_letters
+    from consumers.dead_letters.records import header
+    from consumers.dead_letters.replay import dead_letters
     from infra.bootstrap import bootstrap
 
     noumena = bootstrap(_settings())
@@ -134,7 +134,7 @@ def dlq_replay() -> None:
     """Re-submit pending dead letters (after a fix), oldest original timestamp first across partitions, again and
     again while a pass stores something; those that still fail stay in the DLQ and are listed, as is every dead
     letter that cannot be opened. Exits 1 if any still fail or could not be opened."""
-    from consumers.dlq import replay
+    from consumers.dead_letters.replay import replay
     from infra.bootstrap import bootstrap
 
     noumena = bootstrap(_settings())
@@ -159,7 +159,7 @@ def dlq_discard(
 ) -> None:
     """Give up dead letters that can never succeed: each stays on the topic, shown by `dlq list --all` with the
     reason, and is never replayed."""
-    from consumers.dlq import discard
+    from consumers.dead_letters.replay import discard
     from infra.bootstrap import bootstrap
 
     noumena = bootstrap(_settings())

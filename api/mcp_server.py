@@ -1,9 +1,9 @@
 """The MCP server (`noumena mcp`, stdio, the official `mcp` SDK): noumena's memory as tools for agent runtimes.
 
-The tools call the same application as the HTTP routes (api/application.py). The tenant is the one of the API key
-the server was started with; no tool takes a tenant. The key is checked again on every call, so a revoked key stops
-working at once. Arguments follow the same rules as HTTP (domain/values.py); errors come back as tool errors naming
-the field.
+The tools call the same application as the HTTP routes and the CLI (domain/application/use_cases.py). The tenant
+is the one of the API key the server was started with; no tool takes a tenant. The key is checked again on every
+call, so a revoked key stops working at once. Arguments follow the same rules as HTTP (domain/values.py); errors
+come back as tool errors naming the field.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from pydantic import Field, ValidationError
 
-from api.application import MemoryApplication
 from domain.access import check_acts_as, check_may_assert, require_tenant_wide
+from domain.application.use_cases import Application
 from domain.commands import Source
 from domain.errors import DomainError, NoumenaError
+from domain.perspective import Perspective
 from domain.values import Count, Flag, Identifier, Ref, RelationName, Scope, Text, Timestamp, text
 from projections.perspectives import UnknownPerspective
 
@@ -57,7 +58,8 @@ def _call(function: Callable[[], T]) -> T:
         return function()
 
 
-def _brief(perspective: dict[str, Any], format: str) -> dict[str, Any]:
+def _brief(served: Perspective, format: str) -> dict[str, Any]:
+    perspective = served.model_dump(mode="json")
     answer = {"perspective_id": perspective["perspective_id"], "context": perspective["context"],
               "counts": perspective["counts"]}
     if format == "json":
@@ -66,7 +68,7 @@ def _brief(perspective: dict[str, Any], format: str) -> dict[str, Any]:
     return answer
 
 
-def build_server(memory: MemoryApplication, tenant: str, key: str | None = None) -> FastMCP:
+def build_server(memory: Application, tenant: str, key: str | None = None, keys: Any = None) -> FastMCP:
     """The MCP server for one tenant, over an application already built. With `key`, every call checks it
     again (against the key store, which follows its file): a revoked key is refused from the next call on."""
     server = FastMCP("noumena", instructions=INSTRUCTIONS)
@@ -75,7 +77,7 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
         """The agents the key acts as now (empty: tenant-wide); a revoked key is refused."""
         if key is None:
             return ()
-        record = memory.keys.record_for(key)
+        record = keys.record_for(key) if keys is not None else None
         if record is None or record.tenant != tenant:
             raise ToolError("NOUMENA_API_KEY: unknown or revoked API key; nothing was done")
         return record.agents
@@ -111,7 +113,8 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
                format: Literal["markdown", "json"] = "markdown") -> dict[str, Any]:
         """Think deeper from a perspective you were given: one more hop, a lower threshold."""
         if agents():
-            inputs = _call(lambda: memory.explain(tenant, perspective_id))["inputs"]
+            before = _call(lambda: memory.explain(tenant, perspective_id))
+            inputs = {"agent": before.agent, "serving": before.serving}
             acts_as(inputs["agent"], inputs.get("serving"))
         return _brief(_call(lambda: memory.deepen(tenant, perspective_id, budget_tokens)), format)
 
@@ -182,8 +185,11 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
         """Recall by content: the facts you may see that match the query (words and meaning), nearest tier first
         (your session, the person you serve, the org), each with its score components and source messages."""
         acts_as(agent, serving, session_id)
-        return _call(lambda: memory.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
-                                               as_of=as_of, about=about or ()))
+        from projections.searches import search_json
+
+        return search_json(_call(lambda: memory.search_for(tenant, agent, query, serving=serving,
+                                                           session_id=session_id, k=k, as_of=as_of,
+                                                           about=about or ())))
 
     @checked
     def forget(subject: Annotated[Ref, Field(description="person:<ref>, memory:<ref>, session:<id> or fact:<id>")]
@@ -203,12 +209,10 @@ def build_server(memory: MemoryApplication, tenant: str, key: str | None = None)
     ) -> dict[str, Any]:
         """The context block for your main session, compiled for this request: hard constraints, relations in
         view, live workers, the rolling summary and the recent turns, within the budget."""
-        from api.context_engine import contexts_of
-
         session = memory.service.ontology(tenant).sessions.get(session_id) if agents() else None
         if session is not None:
             acts_as(session.agent, session.serving, session_id)
-        served = _call(lambda: contexts_of(memory).context(tenant, session_id, message, budget_tokens))
+        served = _call(lambda: memory.context(tenant, session_id, message, budget_tokens))
         return {"context_id": served.context_id, "context": served.text, "tokens": served.tokens,
                 "focus": [f.ref for f in served.focus]}
 
@@ -219,7 +223,6 @@ def run_stdio(key: str) -> None:
     """Serve MCP over stdin/stdout for the tenant of `key`."""
     import sys
 
-    from api.perspective_engine import build_perspective_engine
     from infra.api_keys import ApiKeyStore
     from infra.bootstrap import bootstrap
 
@@ -230,7 +233,6 @@ def run_stdio(key: str) -> None:
         if tenant is None:
             print("error: unknown or revoked API key (NOUMENA_API_KEY / --key)", file=sys.stderr)
             raise SystemExit(2)
-        memory = MemoryApplication(noumena, build_perspective_engine(noumena, None), None, keys)
-        build_server(memory, tenant, key).run("stdio")
+        build_server(noumena.application, tenant, key, keys).run("stdio")
     finally:
         noumena.close()

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.application import BatchRejected, ProjectionBehind, TenantMismatch
+from domain.application.use_cases import BatchRejected, ProjectionBehind, TenantMismatch
 from domain.errors import (
     DomainError,
     EventCorrupted,

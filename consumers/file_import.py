@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from consumers.ingest import Ingestor
+from domain.application.ingestion import Ingestor
 
 BATCH_LINES = 500
 

@@ -24,14 +24,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.dead_letters import DeadLetter, DeadLetterSink, SourceCoordinates
-from consumers.ingest import ENVELOPE_FIELDS
+from consumers.dead_letters.records import DeadLetter, DeadLetterSink, SourceCoordinates
 from consumers.parking import Parked, ParkPolicy, waits_for_dependency
-from consumers.wire import parse_envelope, to_command
+from domain.application.ingestion import ENVELOPE_FIELDS
+from domain.application.ontology_service import OntologyService
+from domain.application.wire import parse_envelope, to_command
 from domain.commands import Command
 from domain.errors import DomainError, InfrastructureError
 from domain.ports import TrackingPosition
-from domain.service import OntologyService
 
 log = logging.getLogger(__name__)
 

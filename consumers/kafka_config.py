@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from domain.errors import InfrastructureError
-from infra.settings import Settings
+
+if TYPE_CHECKING:  # (types only: consumers never import infra at run time)
+    from infra.settings import Settings
 
 
 def tracking_name(topic: str, partition: int) -> str:

@@ -20,12 +20,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, before_sleep_log, retry_if_exception_type, wait_exponential
 
-from consumers.dead_letters import DeadLetter, DeadLetterSink, from_record
-from consumers.dlq_sealing import is_sealed, seal, unseal
+from consumers.dead_letters.records import DeadLetter, DeadLetterSink, from_record
+from consumers.dead_letters.sealing import is_sealed, seal, unseal
 from consumers.kafka_batch import BatchProcessor, Incoming, is_transient
 from consumers.kafka_config import (
     connection_options,
@@ -40,7 +40,9 @@ from consumers.record_size import topic_max_bytes
 from domain.commands import Command
 from domain.errors import InfrastructureError
 from domain.ports import TrackingPosition
-from infra.bootstrap import Noumena
+
+if TYPE_CHECKING:  # (types only: consumers never import infra at run time)
+    from infra.bootstrap import Noumena
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from consumers.wire import EnvelopeBase, parse_envelope
+from domain.application.wire import EnvelopeBase, parse_envelope
 
 DEFAULT_TOPIC = "noumena.session-events"
 

@@ -19,7 +19,7 @@ Order: an input of the same tenant and record key as one parked before it in the
 A live input whose own dependencies exist is stored at once even if an earlier input of its key is parked:
 inputs of a key that depend on each other miss the same thing and so wait together.
 
-Records of the park topic are dead letters in form (consumers/dead_letters.py: source coordinates, reason,
+Records of the park topic are dead letters in form (consumers/dead_letters/records.py: source coordinates, reason,
 original key, timestamp and headers, the value sealed with the subject's key) plus `noumena.park.tenant`,
 `.since` and `.retry_at` (ms since the epoch) and `.tries`.
 """

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from consumers.dead_letters import PREFIX, DeadLetter
+from consumers.dead_letters.records import PREFIX, DeadLetter
 
 log = logging.getLogger(__name__)
 

@@ -171,7 +171,7 @@ def activation(parameters: ActivationParameters, base: float, confidence: float,
 # ---------------------------------------------------------------------------------------------- tokens
 
 
-def _is_wide(char: str) -> bool:
+def is_wide(char: str) -> bool:
     """CJK ideographs, kana, hangul and full-width forms: each is about one token in current tokenizers."""
     code = ord(char)
     return (
@@ -190,7 +190,7 @@ def estimate_tokens(text: str) -> int:
     BPE tokenizers (cl100k, o200k) spend about 4 characters of English per token but about one token per Chinese
     character; counting every character as a quarter would undercount Chinese four-fold.
     """
-    wide = sum(1 for char in text if ord(char) >= 0x2E80 and _is_wide(char))
+    wide = sum(1 for char in text if ord(char) >= 0x2E80 and is_wide(char))
     return wide + math.ceil((len(text) - wide) / 4)
 
 

@@ -1,13 +1,24 @@
-"""Ports: what the domain needs from the outside world, implemented by adapters in infra/."""
+"""Ports: what the domain and the application layer (domain/application/) need from the outside world.
+
+Each is a Protocol; the adapters live in infra/ (the event log, the key store, the read model, the perspective and
+context engines over projections/) and infra/bootstrap.py plugs them in. Nothing here does I/O.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
+from domain.commands import Command
+from domain.context import Context
+from domain.errors import DomainError
 from domain.events import DomainEvent
 from domain.forgetting import ContentKey, ForgetPlan
+from domain.ontology import Ontology
+from domain.perspective import Perspective
+from domain.search import SearchAnswer
 
 
 class Pending(NamedTuple):
@@ -116,3 +127,142 @@ class Embedder(Protocol):
         """A numpy float32 array of shape (len(texts), dimensions), one L2-normalised row per text, in order; a
         blank text gives a zero row. Raises `EmbedderUnavailable` naming what went wrong."""
         ...
+
+
+class PerspectiveEngine(Protocol):
+    """Computes what a viewer sees (projections/perspectives.py behind infra/perspective_engine.py). It computes
+    and keeps evidence; recording the recall a perspective causes is the application's job (a write)."""
+
+    def perspective(self, tenant: str, agent: str, serving: str | None, focus: Sequence[str],
+                    as_of: datetime | None, budget_tokens: int | None, deeper: bool = False) -> Perspective:
+        """Compute a perspective (no write, no evidence yet)."""
+        ...
+
+    def keep_evidence(self, perspective: Perspective) -> None:
+        """Store the evidence of a served perspective, for `explain`."""
+        ...
+
+    def served(self, tenant: str | None, perspective_id: str) -> Perspective:
+        """A perspective served before in this tenant (any tenant: None) from its evidence; raises if unknown."""
+        ...
+
+    def reproduce(self, perspective_id: str) -> Perspective:
+        """Compute a served perspective again from the log as it stood then; nothing is recorded."""
+        ...
+
+    def forgotten(self) -> None:
+        """Content was forgotten: drop whatever holds it in memory."""
+        ...
+
+
+class ContextEngine(Protocol):
+    """Assembles a main session's context block (projections/contexts.py behind infra/context_engine.py)."""
+
+    def context(self, tenant: str, session_id: str, message: str | None, budget_tokens: int | None) -> Context:
+        """Assemble, record its recall and keep its evidence."""
+        ...
+
+    def served(self, tenant: str | None, context_id: str) -> Context:
+        """A context served before in this tenant (any tenant: None) from its evidence; raises if unknown."""
+        ...
+
+    def reproduce(self, context_id: str) -> Context:
+        """Assemble a served context again from the log as it stood then; nothing is recorded."""
+        ...
+
+
+class SearchEngine(Protocol):
+    """Recall by content (projections/searches.py behind infra/search_engine.py): BM25 and embeddings fused with
+    the viewer's activation, within what the viewer may see. A current search records its results as recalled
+    (mode `looked_up`, through the `CommandRunner`); an as-of search records nothing."""
+
+    def search(self, tenant: str, agent: str, query: str, serving: str | None = None, session_id: str | None = None,
+               k: int | None = None, as_of: datetime | None = None, about: Sequence[str] = ()) -> SearchAnswer: ...
+
+    def served(self, tenant: str | None, search_id: str) -> SearchAnswer:
+        """A search served before in this tenant (any tenant: None) from its evidence; raises if unknown."""
+        ...
+
+
+class ReadModel(Protocol):
+    """The read model this process's projector keeps (DuckDB, infra/serving.py): where reads by query go.
+    Writes nudge it; a read naming a log position waits (bounded) until it has applied that position."""
+
+    position: int
+
+    def nudge(self) -> None: ...
+
+    def wait_for(self, position: int, timeout: float) -> bool: ...
+
+    def lag(self) -> int: ...
+
+    def entity(self, tenant: str, ref: str) -> dict[str, Any] | None: ...
+
+    def search_entities(self, tenant: str, text: str, skip: int, limit: int) -> tuple[list[dict[str, Any]], int]: ...
+
+    def fact_history(self, tenant: str, fact_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
+
+    def graph_as_of(self, tenant: str, recorded_at: datetime | None, valid_at: datetime | None, skip: int,
+                    limit: int) -> tuple[list[dict[str, Any]], int]: ...
+
+    def session(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]: ...
+
+
+class CopiesOutsideTheLog(Protocol):
+    """Derived copies of content (evidence files, import rejects, DuckDB files and their exports): a forget must
+    reach them."""
+
+    def erase(self, tenant: str, subjects: Sequence[str]) -> list[str]:
+        """Blank the tenant's evidence files and the rejected lines attributable to `subjects` (copies the keys
+        cannot reach); returns one line per kind of file: what, and how many were rewritten."""
+        ...
+
+    def events_affected(self) -> int | None:
+        """How many stored events the keys the last forget deleted had sealed."""
+        ...
+
+    def purge(self) -> int | None:
+        """Rebuild the projections without forgotten content; None when a running projector does it itself."""
+        ...
+
+
+@dataclass
+class Outcome:
+    """What one command did: the events it caused (maybe none: a repeat) or the error that rejected it."""
+
+    command: Command
+    events: list[DomainEvent] = field(default_factory=list)
+    error: DomainError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class BatchResult:
+    outcomes: list[Outcome]
+    positions: list[int]
+    already_tracked: bool = False
+
+    @property
+    def last_position(self) -> int | None:
+        return self.positions[-1] if self.positions else None
+
+    @property
+    def accepted(self) -> int:
+        return sum(1 for o in self.outcomes if o.ok)
+
+    @property
+    def rejected(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+
+class CommandRunner(Protocol):
+    """Each tenant's folded state, and running commands through the rules into the log
+    (domain/application/ontology_service.py's OntologyService is the one implementation)."""
+
+    def ontology(self, tenant: str) -> Ontology: ...
+
+    def execute_batch(self, commands: Sequence[Command], *, all_or_nothing: bool = False,
+                      tracking: TrackingPosition | None = None) -> BatchResult: ...

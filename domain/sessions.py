@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from domain.events import DomainEvent
+
+if TYPE_CHECKING:  # (the ontology folds sessions: a runtime import would be circular)
+    from domain.ontology import Ontology
 
 
 class SessionKind(StrEnum):
@@ -124,3 +127,15 @@ class SessionState:
     """The most recent turns (message_id, role, content), at most MAX_TURNS_KEPT, for extraction and context."""
     summaries: list[tuple[str, str]] = field(default_factory=list)
     """(compaction_id, summary) of every compaction that carried a summary, in order."""
+
+
+def workers_for(state: Ontology, main_session_id: str, about: str | None = None, live_only: bool = True
+                ) -> list[SessionState]:
+    """The workers of a main session (the live ones by default), about `about` if given, newest first."""
+    main = state.require_session(main_session_id)
+    workers = [state.sessions[w] for w in main.workers if w in state.sessions]
+    if live_only:
+        workers = [w for w in workers if w.status in LIVE_WORKER_STATUSES and not w.ended]
+    if about is not None:
+        workers = [w for w in workers if about in w.about]
+    return list(reversed(workers))

@@ -1,25 +1,39 @@
-"""The composition root: builds everything from settings. Nothing connects to anything at import time."""
+"""The composition root: builds every adapter from settings and wires the application layer to them.
+
+Only entry points (api/: the HTTP app, the CLI, the MCP server) and tests import this module; nothing connects to
+anything at import time. `bootstrap()` gives a process its parts (`Noumena`); `serve()` adds what `noumena serve`
+runs beside the HTTP API: the projector (and reads by query through it) and the Kafka consumer.
+"""
 
 from __future__ import annotations
 
 import gc
 import logging
 import random
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from consumers.compaction_hook import CompactionSignal
-from consumers.consolidation import ConsolidationWorker, extractor_from
-from consumers.ingest import Ingestor
-from domain.errors import InvalidInput
-from domain.service import OntologyService
-from domain.workflows import ForgetReport, forget
+from domain.application.compaction_signal import CompactionSignal
+from domain.application.consolidation import ConsolidationWorker
+from domain.application.ontology_service import OntologyService
+from domain.application.use_cases import Application, ApplicationSettings
+from domain.consolidation import CompositeExtractor, Extractor, StructuredPayloadExtractor
+from domain.ports import PerspectiveEngine
+from infra.context_engine import EngineContexts
 from infra.eventlog import EventsourcingLog
+from infra.perspective_engine import EnginePerspectives, build_perspective_engine
 from infra.private import make_private
+from infra.search_engine import EngineSearches
 from infra.settings import Settings
+
+if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
+    from infra.serving import FollowedReadModel, KafkaFollower, ProjectionFollower
+
+log = logging.getLogger(__name__)
 
 
 def utc_now() -> datetime:
@@ -28,81 +42,58 @@ def utc_now() -> datetime:
 
 @dataclass
 class Noumena:
-    """Everything a process needs, wired once."""
+    """The parts of one process, wired once: what an entry point holds, uses through `application`, and closes."""
 
     settings: Settings
     log: EventsourcingLog
     service: OntologyService
     consolidation: ConsolidationWorker
-    _signal: CompactionSignal | None = field(default=None, repr=False)
-    _resuming: threading.Thread | None = field(default=None, repr=False)
+    application: Application
+    clock: Callable[[], datetime] = field(default=utc_now, repr=False)
 
     @property
     def on_stored(self) -> CompactionSignal:
-        """The callback every ingestion path passes on: stored `session.compacted` commands start consolidation
-        on a background thread (started on first use), so ingestion never waits for it."""
-        if self._signal is None:
-            self._signal = CompactionSignal(self.consolidation.handle)
-            self._resuming = threading.Thread(target=self.resume_consolidation, name="noumena-consolidation-resume",
-                                              daemon=True)
-            self._resuming.start()
-        return self._signal
+        """What ingestion calls after a write: stored compactions start consolidation in the background."""
+        return self.consolidation.signal
 
-    def resume_consolidation(self) -> int:
-        """Consolidate what a previous process left pending (the log is the source of truth). Returns how many."""
-        done = 0
-        for tenant in self.log.tenants():
-            try:
-                done += len(self.consolidation.run_pending(tenant))
-            except Exception:  # a bad tenant must not stop the others; it stays pending, visible in `list`
-                logging.getLogger(__name__).exception("resuming consolidation for %s failed", tenant)
-        return done
+    def close(self, drain_seconds: float = 30.0) -> None:
+        """Finish queued consolidations (bounded), then close the store."""
+        self.consolidation.close(drain_seconds)
+        self.log.close()
 
-    def forget(self, tenant: str, subject: str) -> ForgetReport:
-        """Forget a subject for real (crypto-shredding; see domain/forgetting.py), then rewrite the copies of
-        content outside the log that this process knows of: perspective, context and search evidence files and
-        lines of import rejects files. The report is the forget's receipt: keys deleted, stored events affected,
-        files rewritten, and the receipt id recorded in the `subject.forgotten` event."""
-        if self.log.keys is None:
-            raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
-                               "forgotten for real", field="subject")
-        report = forget(self.service, self.log.keys, tenant, subject)
-        report.events_affected = self.log.count_sealed_with(getattr(self.log.keys, "deleted", ()))
+
+@dataclass
+class ProjectionCopies:
+    """The `CopiesOutsideTheLog` port: evidence files, import rejects files and the DuckDB files of projections/
+    in the home, and the sealed events a forget made unreadable."""
+
+    log: EventsourcingLog
+    home: Path
+
+    def erase(self, tenant: str, subjects: Sequence[str]) -> list[str]:
         from consumers.file_import import redact_rejects
         from projections.contexts import erase_context_evidence
         from projections.perspectives import erase_evidence
         from projections.searches import erase_search_evidence
 
-        home = self.settings.home
-        rewritten = {"perspective evidence": erase_evidence(home, tenant),  # copies outside the log
-                     "context evidence": erase_context_evidence(home, tenant),
-                     "search evidence": erase_search_evidence(home, tenant),
-                     "import rejects": redact_rejects(home, tenant, (subject, *report.erased_with))}
-        report.files_rewritten = [f"{what}: {count}" for what, count in rewritten.items()]
-        return report
+        rewritten = {"perspective evidence": erase_evidence(self.home, tenant),  # copies outside the log
+                     "context evidence": erase_context_evidence(self.home, tenant),
+                     "search evidence": erase_search_evidence(self.home, tenant),
+                     "import rejects": redact_rejects(self.home, tenant, tuple(subjects))}
+        return [f"{what}: {count}" for what, count in rewritten.items()]
 
-    def purge_projections(self) -> int | None:
-        """Rebuild projections, snapshot and exports without forgotten content (see projections/purge.py)."""
+    def events_affected(self) -> int | None:
+        return self.log.count_sealed_with(getattr(self.log.keys, "deleted", ()))  # type: ignore[no-any-return]
+
+    def purge(self) -> int | None:
         from projections.purge import purge_projections
 
-        return purge_projections(self.log, self.settings.home)
-
-    def ingestor(self) -> Ingestor:
-        return Ingestor(self.service, on_stored=self.on_stored)
-
-    def close(self, drain_seconds: float = 30.0) -> None:
-        """Finish queued consolidations (bounded), then close the store."""
-        if self._resuming is not None:
-            # it reads the store: let it finish before the connections close under it
-            self._resuming.join(drain_seconds)
-        if self._signal is not None:
-            self._signal.drain(drain_seconds)
-            self._signal.close()
-        self.log.close()
+        return purge_projections(self.log, self.home)
 
 
 def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = utc_now) -> Noumena:
-    """Build a Noumena from settings (the environment by default). `clock` is transaction time's source."""
+    """Build a process's parts from settings (the environment by default). `clock` is transaction time's source.
+    The application reads no read model here (no projector runs): `serve()` adds one."""
     settings = settings or Settings()
     make_private(settings.home)
     # The folded ontology is a large, long-lived heap of small objects: the default GC thresholds would
@@ -111,8 +102,103 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     keys = settings.key_store()
     log = EventsourcingLog(settings.event_store_env(), keys)
     service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff)
-    return Noumena(settings=settings, log=log, service=service,
-                   consolidation=ConsolidationWorker(service, extractor_from(settings)))
+    consolidation = ConsolidationWorker(service, extractor_from(settings), log.tenants)
+    perspectives = build_perspective_engine(log, service, settings.home, clock)
+    application = _application(settings, log, service, consolidation, perspectives, clock)
+    return Noumena(settings=settings, log=log, service=service, consolidation=consolidation,
+                   application=application, clock=clock)
+
+
+def _application(settings: Settings, log: EventsourcingLog, service: OntologyService,
+                 consolidation: ConsolidationWorker, perspectives: PerspectiveEngine, clock: Callable[[], datetime],
+                 read_model: FollowedReadModel | None = None) -> Application:
+    searches = contexts = None
+    if isinstance(perspectives, EnginePerspectives):
+        searches = EngineSearches(perspectives, service, settings.home, clock, lambda: _embedder(settings))
+        contexts = EngineContexts(perspectives, service, log, settings.home, clock, searches)
+    return Application(
+        service, log, consolidation=consolidation, perspectives=perspectives,
+        contexts=contexts, searches=searches,  # type: ignore[arg-type]  (None only for a benchmark's engine)
+        copies=ProjectionCopies(log, settings.home), keys=log.keys, read_model=read_model,
+        settings=ApplicationSettings(read_wait_seconds=settings.api_read_wait_seconds,
+                                     purge_wait_seconds=max(60.0, settings.api_read_wait_seconds),
+                                     disuse_period_days=settings.disuse_period_days))
+
+
+def application_reading(noumena: Noumena, follower: ProjectionFollower | None,
+                        perspectives: PerspectiveEngine | None = None) -> Application:
+    """The application of `noumena` with its reads by query and its perspectives following `follower` (started
+    by the caller), or over `perspectives` when given."""
+    from infra.serving import FollowedReadModel
+
+    if perspectives is None:
+        perspectives = build_perspective_engine(noumena.log, noumena.service, noumena.settings.home, noumena.clock,
+                                                follower)
+    return _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation, perspectives,
+                        noumena.clock, FollowedReadModel(follower) if follower is not None else None)
+
+
+@dataclass
+class Served:
+    """What `noumena serve` runs beside the HTTP API, started by `serve()` and stopped by `stop()`."""
+
+    application: Application
+    follower: ProjectionFollower | None
+    kafka: KafkaFollower | None
+
+    def stop(self) -> None:
+        if self.kafka is not None:
+            self.kafka.stop()
+        if self.follower is not None:
+            self.follower.stop()
+
+
+def serve(noumena: Noumena, *, projector: bool = True, kafka: bool = True,
+          perspectives: PerspectiveEngine | None = None) -> Served:
+    """Start the projector in this process (it owns the DuckDB file; reads by query and perspectives follow it)
+    and the Kafka consumer when NOUMENA_KAFKA_BOOTSTRAP is set. `perspectives` replaces the perspective engine
+    built from the log (benchmarks)."""
+    from infra.serving import KafkaFollower, ProjectionFollower
+
+    follower = ProjectionFollower(noumena.log, noumena.settings) if projector else None
+    application = noumena.application
+    if follower is not None or perspectives is not None:
+        application = application_reading(noumena, follower, perspectives)
+    if follower is not None:
+        follower.start()
+    noumena.consolidation.signal  # noqa: B018  (starts consolidation, with a pass over what is still pending)
+    consumer = None
+    if kafka and noumena.settings.kafka_bootstrap:
+        consumer = KafkaFollower(session_event_consumer(noumena))
+        consumer.start()
+    return Served(application, follower, consumer)
+
+
+def session_event_consumer(noumena: Noumena, **options: Any) -> Any:
+    """The Kafka consumer of consumers/kafka_consumer.py for this process."""
+    from consumers.kafka_consumer import SessionEventConsumer
+
+    return SessionEventConsumer(noumena, **options)
+
+
+def extractor_from(settings: Settings) -> Extractor:
+    """The configured extractor: the structured payload, plus an LLM when NOUMENA_EXTRACTOR=llm."""
+    if settings.extractor == "llm":
+        from infra.llm_extractor import LLMExtractor
+
+        if not settings.llm_url or not settings.llm_model:
+            raise ValueError("NOUMENA_EXTRACTOR=llm needs NOUMENA_LLM_URL and NOUMENA_LLM_MODEL")
+        return CompositeExtractor(LLMExtractor(
+            settings.llm_url, settings.llm_model, settings.llm_api_key.get_secret_value(),
+            timeout_seconds=settings.llm_timeout_seconds, retries=settings.llm_retries,
+        ))
+    return StructuredPayloadExtractor()
+
+
+def _embedder(settings: Settings) -> Any:
+    from infra.embedders import embedder_from
+
+    return embedder_from(settings)
 
 
 def _backoff(attempt: int) -> None:

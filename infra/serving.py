@@ -20,11 +20,14 @@ from typing import Any
 
 import duckdb
 
-from infra.bootstrap import Noumena
+from domain.errors import InfrastructureError
+from infra.settings import Settings
+from projections import read_model
 from projections.files import ProjectionFiles
 from projections.projector import Projector
 from projections.purge import purge_projections
 from projections.snapshot import remove_stale_temporaries
+from projections.source import RawLog
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +35,12 @@ log = logging.getLogger(__name__)
 class ProjectionFollower:
     """Owns the live DuckDB file for this process: one thread writes it, any thread reads through cursors."""
 
-    def __init__(self, noumena: Noumena, *, publish_snapshots: bool = True) -> None:
-        settings = noumena.settings
-        self._log = noumena.log
+    def __init__(self, log: RawLog, settings: Settings, *, publish_snapshots: bool = True) -> None:
+        self._log = log
         self._files = ProjectionFiles(settings.home)
         self._poll = settings.projection_poll_interval
         self._snapshot_interval = settings.snapshot_interval if publish_snapshots else 0.0
-        self._projector = Projector(noumena.log, self._files.live, batch_size=settings.projection_batch_size)
+        self._projector = Projector(log, self._files.live, batch_size=settings.projection_batch_size)
         self._read_base = self._projector.con.cursor()
         self._cursor_lock = threading.Lock()
         self._local = threading.local()
@@ -184,13 +186,57 @@ class ProjectionFollower:
                 self._swap.notify_all()
 
 
+class FollowedReadModel:
+    """The read-model port (domain/ports.py `ReadModel`) over this process's projector: queries of
+    projections/read_model.py on the follower's read connections; DuckDB errors become InfrastructureError."""
+
+    def __init__(self, follower: ProjectionFollower) -> None:
+        self.follower = follower
+
+    @property
+    def position(self) -> int:
+        return self.follower.position
+
+    def nudge(self) -> None:
+        self.follower.nudge()
+
+    def wait_for(self, position: int, timeout: float) -> bool:
+        return self.follower.wait_for(position, timeout)
+
+    def lag(self) -> int:
+        return self.follower.lag()
+
+    def _query(self, query: Callable[..., Any], *args: Any) -> Any:
+        with self.follower.reader() as con:
+            try:
+                return query(con, *args)
+            except duckdb.Error as error:
+                raise InfrastructureError(f"read model query failed: {error}") from error
+
+    def entity(self, tenant: str, ref: str) -> dict[str, Any] | None:
+        return self._query(read_model.entity, tenant, ref)  # type: ignore[no-any-return]
+
+    def search_entities(self, tenant: str, text: str, skip: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+        return self._query(read_model.search_entities, tenant, text, skip, limit)  # type: ignore[no-any-return]
+
+    def fact_history(self, tenant: str, fact_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return self._query(read_model.fact_history, tenant, fact_id)  # type: ignore[no-any-return]
+
+    def graph_as_of(self, tenant: str, recorded_at: Any, valid_at: Any, skip: int, limit: int
+                    ) -> tuple[list[dict[str, Any]], int]:
+        return self._query(read_model.graph_as_of, tenant, recorded_at, valid_at, skip,  # type: ignore[no-any-return]
+                           limit)
+
+    def session(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        with self.follower.reader() as con:
+            return read_model.session(con, tenant, session_id), read_model.workers(con, tenant, session_id)
+
+
 class KafkaFollower:
     """The Kafka consumer of consumers/kafka_consumer.py in a background thread."""
 
-    def __init__(self, noumena: Noumena) -> None:
-        from consumers.kafka_consumer import SessionEventConsumer
-
-        self.consumer: Any = SessionEventConsumer(noumena)
+    def __init__(self, consumer: Any) -> None:
+        self.consumer: Any = consumer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="noumena-kafka", daemon=True)
         self.last_error: str | None = None

@@ -45,13 +45,11 @@ from domain.facts import FactAsserted
 from domain.mentions import MentionIndex
 from domain.ontology import Ontology
 from domain.perspective import Perspective, RecallRecord
-from domain.ports import EventLog
+from domain.ports import CommandRunner, EventLog
 from domain.recalls import RecallMode
 from domain.search import SearchAnswer
-from domain.service import OntologyService
-from domain.sessions import SessionKind, SessionState
+from domain.sessions import SessionKind, SessionState, workers_for
 from domain.summaries import Folder, SummaryTree, TrimmingFolder
-from domain.workflows import workers_for
 from projections.perspective_index import Viewpoint
 from projections.perspectives import FORGOTTEN_TEXT, Perspectives, build_perspective
 
@@ -88,7 +86,7 @@ class _Inputs:
 class Contexts:
     """The context service of one process, beside the perspective service whose engine it uses."""
 
-    def __init__(self, perspectives: Perspectives, service: OntologyService, log: EventLog, home: Path,
+    def __init__(self, perspectives: Perspectives, service: CommandRunner, log: EventLog, home: Path,
                  clock: Callable[[], datetime], parameters: ContextParameters = DEFAULT_CONTEXT_PARAMETERS,
                  folder: Folder | None = None, searches: Any = None) -> None:
         self.perspectives = perspectives

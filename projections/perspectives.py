@@ -35,8 +35,8 @@ from domain.perspective import (
     RecallRecord,
     fit_to_budget,
 )
+from domain.ports import CommandRunner
 from domain.recalls import RecallMode
-from domain.service import OntologyService
 from projections.perspective_index import (
     TIER_CODES,
     TIERS_BY_CODE,
@@ -58,7 +58,7 @@ class UnknownPerspective(NoumenaError):
 class Perspectives:
     """The perspective service of one process: indexes per tenant, the rules of serving, the evidence."""
 
-    def __init__(self, log: RawLog, service: OntologyService, home: Path,
+    def __init__(self, log: RawLog, service: CommandRunner, home: Path,
                  clock: Callable[[], datetime], parameters: ActivationParameters = DEFAULT_PARAMETERS) -> None:
         self._log = log
         self._service = service
@@ -214,7 +214,7 @@ class Perspectives:
         if record:
             if as_of is None:
                 perspective.recall = self._record_recall(perspective, deeper)
-            self._store(perspective)
+            self.keep_evidence(perspective)
         return perspective
 
     def _record_recall(self, perspective: Perspective, deeper: bool) -> RecallRecord | None:
@@ -251,7 +251,8 @@ class Perspectives:
             raise UnknownPerspective(perspective_id)
         return self.evidence_dir / f"{perspective_id}.json"
 
-    def _store(self, perspective: Perspective) -> None:
+    def keep_evidence(self, perspective: Perspective) -> None:
+        """Store the evidence of a served perspective (atomically), for `explain`."""
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
         path = self._path(perspective.perspective_id)
         temporary = path.with_suffix(".tmp")

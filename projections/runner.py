@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from typing import Protocol
 
-from infra.settings import Settings
 from projections.files import ProjectionFiles
 from projections.projector import ProjectionError, ProjectionLocked, Projector
 from projections.snapshot import remove_stale_temporaries
 from projections.source import RawLog
 
 
-def follow(log: RawLog, settings: Settings, stop: threading.Event) -> None:
+class ProjectorSettings(Protocol):
+    """The settings the projector service reads (infra/settings.py's Settings has them)."""
+
+    home: Path
+    projection_batch_size: int
+    projection_poll_interval: float
+    snapshot_interval: float
+
+
+def follow(log: RawLog, settings: ProjectorSettings, stop: threading.Event) -> None:
     """Follow the log into `<home>/projections.duckdb` until `stop` is set, publishing `<home>/snapshot.duckdb`
     every `snapshot_interval` seconds when changed and whenever `noumena snapshot` asks. After a forget it
     rebuilds itself, republishes and rewrites the registered Parquet exports (projections/purge.py)."""
@@ -26,7 +36,7 @@ def follow(log: RawLog, settings: Settings, stop: threading.Event) -> None:
                               on_rebuilt=lambda: rewrite_exports(settings.home, files.snapshot))
 
 
-def publish_now(log: RawLog, settings: Settings, timeout: float = 60.0) -> int | None:
+def publish_now(log: RawLog, settings: ProjectorSettings, timeout: float = 60.0) -> int | None:
     """Publish a snapshot of everything in the log now. When a projector process holds the live file, ask it
     and wait; otherwise catch up and publish here. Returns the position published (None: the projector's)."""
     files = ProjectionFiles(settings.home)

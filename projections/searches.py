@@ -24,7 +24,7 @@ import numpy as np
 
 from domain.commands import RecordRecall
 from domain.errors import EmbedderUnavailable, InvalidInput, NoumenaError, UnknownEntity, UnknownSession
-from domain.ports import Embedder
+from domain.ports import CommandRunner, Embedder
 from domain.recalls import RecallMode
 from domain.search import (
     DEFAULT_SEARCH_PARAMETERS,
@@ -38,7 +38,6 @@ from domain.search import (
     score,
     squash_activation,
 )
-from domain.service import OntologyService
 from projections.perspective_index import PerspectiveIndex, Viewpoint, fold
 from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION
 from projections.perspectives import FORGOTTEN_TEXT, Perspectives
@@ -69,7 +68,7 @@ def is_search_id(identifier: str) -> bool:
 class Searches:
     """The search service of one process, beside the perspective service whose indexes it follows."""
 
-    def __init__(self, perspectives: Perspectives, service: OntologyService, home: Path,
+    def __init__(self, perspectives: Perspectives, service: CommandRunner, home: Path,
                  clock: Callable[[], datetime], embedder: Embedder | None = None,
                  parameters: SearchParameters = DEFAULT_SEARCH_PARAMETERS) -> None:
         self.perspectives = perspectives

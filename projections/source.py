@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pydantic_core import from_json, to_json
 
-import infra.mapper  # noqa: F401  (importing registers every event topic)
+import domain.event_catalog  # noqa: F401  (importing registers every event topic)
 from domain.events import event_class_for, upcast
 
 

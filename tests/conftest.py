@@ -13,11 +13,21 @@ from pathlib import Path
 
 import pytest
 
+import tests.properties  # noqa: F401  (loads the hypothesis profile before any test module is collected)
 from infra.bootstrap import Noumena, bootstrap
 from infra.settings import Settings
 
 BACKENDS = ["popo", "sqlite", "postgres"]
 
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test run against the PostgreSQL event store (a `backend` parameter "postgres") carries the `postgres`
+    marker, so `-m "not postgres"` selects exactly what runs without the server."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "postgres" in params.values():
+            item.add_marker(pytest.mark.postgres)
 
 
 class TickingClock:

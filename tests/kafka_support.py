@@ -206,7 +206,7 @@ def log_digest(noumena: Noumena) -> tuple[int, str]:
     what this process queued is drained, and what a killed process left pending is consolidated here, as the
     next noumena process would."""
     noumena.on_stored.drain(60)
-    noumena.resume_consolidation()
+    noumena.consolidation.resume()
     ordered: list[tuple[str, int, str, str]] = []
     unordered: list[tuple[str, str, str]] = []
     place: dict[str, int] = {}

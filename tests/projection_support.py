@@ -1,5 +1,5 @@
 """Helpers shared by the projection tests: random workloads written through the real service, fact rows from
-the log fold (projections.believed) in the projection's shape, and content hashes of DuckDB tables."""
+the log fold (projections.ontology_as_of) in the projection's shape, and content hashes of DuckDB tables."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import duckdb
 
 from domain import commands as c
+from domain.application.ontology_service import OntologyService
 from domain.errors import DomainError
 from domain.facts import FactStatus
 from domain.ontology import Ontology
 from domain.recalls import RecallMode
-from domain.service import OntologyService
 from domain.sessions import WorkerStatus
 from projections.schema import ALL_TABLES
 

@@ -13,10 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.application import MemoryApplication, ProjectionBehind
-from api.perspective_engine import build_perspective_engine
+from domain.application.use_cases import ProjectionBehind
 from domain.commands import CreateTenant, RegisterEntity
-from infra.bootstrap import bootstrap
+from infra.bootstrap import application_reading, bootstrap
 from infra.serving import ProjectionFollower
 from infra.settings import Settings
 from tests.api_support import ROOT, server_env, start_server, stop_server
@@ -59,11 +58,11 @@ def test_a_read_waiting_for_a_position_the_projection_does_not_reach_gets_projec
                                                                                            ) -> None:
     settings = Settings(home=tmp_path, event_store="sqlite", api_read_wait_seconds=0.3)
     noumena = bootstrap(settings)
-    follower = ProjectionFollower(noumena)  # never started: it stays at position 0
+    follower = ProjectionFollower(noumena.log, settings)  # never started: it stays at position 0
     try:
         noumena.service.execute(CreateTenant(tenant="acme"))
         noumena.service.execute(RegisterEntity(tenant="acme", ref="person:li", label="Li"))
-        memory = MemoryApplication(noumena, build_perspective_engine(noumena, follower), follower)
+        memory = application_reading(noumena, follower)
         started = time.monotonic()
         with pytest.raises(ProjectionBehind, match="retry"):
             memory.entity("acme", "person:li", min_position=noumena.log.max_position())

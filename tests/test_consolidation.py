@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from consumers.llm_extractor import LLMExtractor
 from domain import commands as c
+from domain.application.consolidation import consolidate
+from domain.application.disuse import archive_disused
+from domain.application.entities import merge_entities
+from domain.application.recall import MemoryTier, recall
 from domain.consolidation import ConsolidationCompleted, ConsolidationFailed, ConsolidationStatus
 from domain.facts import FactAsserted, FactPromoted, FactStatus
-from domain.workflows import MemoryTier, archive_disused, consolidate, merge_entities, recall, workers_for
-from projections.believed import believed_at
+from domain.sessions import workers_for
+from infra.llm_extractor import LLMExtractor
+from projections.ontology_as_of import believed_at
 from tests.conftest import TickingClock
 from tests.llm_standin import RecordedChatCompletionsServer
 
@@ -36,7 +40,7 @@ def _compacted(event_id: str, facts: list[dict], mentions: list[dict] | None = N
 def test_a_compaction_arriving_by_ingestion_is_consolidated_in_the_background(make_noumena, backend):
     n = make_noumena(backend)
     _org(n)
-    result = n.ingestor().ingest([_compacted("k1", [
+    result = n.application.ingestor.ingest([_compacted("k1", [
         {"subject": "person:li", "relation": "prefers", "object": "memory:monthly",
          "reason": "said so on the third call", "source": {"message_ids": ["m7"]}},
         {"subject": "file:q3", "relation": "failed_because", "object": "memory:fx", "scope": "org"},
@@ -52,7 +56,7 @@ def test_a_compaction_arriving_by_ingestion_is_consolidated_in_the_background(ma
     assert prefers.provenance[0].session_id == "wang-main" and prefers.provenance[0].message_ids == ("m7",)
     assert prefers.provenance[0].actor == "consolidation:structured"
     # a second compaction repeating the fact corroborates it
-    n.ingestor().ingest([_compacted("k2", [{"subject": "person:li", "relation": "prefers",
+    n.application.ingestor.ingest([_compacted("k2", [{"subject": "person:li", "relation": "prefers",
                                             "object": "memory:monthly"}], through="m12")])
     n.on_stored.drain(30)
     state = n.service.ontology(T)
@@ -124,7 +128,7 @@ def test_an_ambiguous_mention_never_merges_silently(make_noumena):
     n = make_noumena("sqlite")
     _org(n)
     n.service.execute(c.RegisterEntity(tenant=T, ref="person:li-zong", label="Li Zong"))
-    n.ingestor().ingest([_compacted("k1", [
+    n.application.ingestor.ingest([_compacted("k1", [
         {"subject": "person:li-zongg", "relation": "prefers", "object": "memory:monthly"},
         {"subject": "person:lee", "relation": "prefers", "object": "memory:monthly"},
     ], mentions=[{"ref": "person:li-zongg", "label": "Li Zongg"}, {"ref": "person:lee", "label": "李總"}])])
@@ -217,7 +221,7 @@ def test_eval_a_question_answered_three_turns_ago_comes_from_the_session_tier(ma
 
 
 def test_a_compaction_left_pending_by_a_dead_process_is_consolidated_by_the_next(make_noumena, tmp_path):
-    from consumers.ingest import Ingestor
+    from domain.application.ingestion import Ingestor
 
     first = make_noumena("sqlite", home=tmp_path / "shared")
     _org(first)
@@ -225,7 +229,7 @@ def test_a_compaction_left_pending_by_a_dead_process_is_consolidated_by_the_next
                                                        "object": "memory:monthly"}])])  # stored, never consolidated
     assert first.service.ontology(T).compactions["wang-main#1"].status is ConsolidationStatus.PENDING
     second = make_noumena("sqlite", home=tmp_path / "shared")
-    assert second.resume_consolidation() == 1
+    assert second.consolidation.resume() == 1
     state = second.service.ontology(T)
     assert state.compactions["wang-main#1"].status is ConsolidationStatus.COMPLETED
     kinds = [type(x.event).__name__ for x in second.log.read(0, 1000)]

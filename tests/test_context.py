@@ -32,6 +32,7 @@ from domain.summaries import FAN_IN, SummaryTree
 from infra.bootstrap import Noumena
 from projections.contexts import Contexts, erase_context_evidence, is_context_id
 from projections.perspectives import Perspectives
+from tests.properties import examples
 
 WANG_MAIN, WORKER = "wang-main", "w-quote-li"
 ASK = "给李总再出一版报价"
@@ -249,7 +250,7 @@ def _omitted_kinds(context: Context) -> list[int]:
     return [order[o.kind] for o in context.omitted if o.stage == "total"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.2), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(budget=st.integers(min_value=1, max_value=4_000))
 def test_the_block_never_exceeds_the_budget_and_cuts_in_order(summarized_story: Story, budget: int) -> None:
     try:
@@ -361,7 +362,7 @@ def test_forget_me_reaches_the_context_evidence_and_the_next_context(story: Stor
     served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
     assert "李总 (Li)" in served.text
 
-    story.app.forget(TENANT, "person:li")
+    story.app.application.forget(TENANT, "person:li")
     again = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
 
     assert "李总 (Li)" not in story.contexts.explain(served.context_id).model_dump_json()
@@ -380,8 +381,8 @@ def test_the_http_api_serves_a_context_in_json_and_markdown_and_explains_it_only
 
     app = create_app(story.app, start_projector=False, start_kafka=False)
     with TestClient(app) as client:
-        key = app.state.memory.keys.create(TENANT).key
-        other = app.state.memory.keys.create("someone-else").key
+        key = app.state.keys.create(TENANT).key
+        other = app.state.keys.create("someone-else").key
         headers = {"Authorization": f"Bearer {key}"}
         served = client.post(f"/v1/sessions/{WANG_MAIN}/context", json={"message": ASK}, headers=headers)
         assert served.status_code == 200, served.text
@@ -404,12 +405,9 @@ def test_the_http_api_serves_a_context_in_json_and_markdown_and_explains_it_only
 def test_the_mcp_tool_gives_the_block_for_a_main_session(story: Story) -> None:
     import asyncio
 
-    from api.application import MemoryApplication
     from api.mcp_server import build_server
-    from api.perspective_engine import build_perspective_engine
 
-    memory = MemoryApplication(story.app, build_perspective_engine(story.app, None), None)
-    server = build_server(memory, TENANT)
+    server = build_server(story.app.application, TENANT)
 
     result = asyncio.run(server.call_tool("context", {"session_id": WANG_MAIN, "message": ASK}))
 
@@ -436,4 +434,4 @@ def test_the_cli_prints_the_block_and_explain_reproduces_it(story: Story, monkey
     assert explained.exit_code == 0, explained.output
     assert "identical block" in explained.stdout and "person:li (message)" in explained.stdout
     too_small = CliRunner().invoke(cli, ["context", WANG_MAIN, "--budget", "50"])
-    assert too_small.exit_code != 0 and isinstance(too_small.exception, ContextBudgetExceeded)
+    assert too_small.exit_code == 2 and "budget" in too_small.output  # a message naming the problem, no traceback

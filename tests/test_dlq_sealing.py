@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from consumers.dlq_sealing import seal, subject_key, unseal
+from consumers.dead_letters.sealing import seal, subject_key, unseal
 from domain import commands as c
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
@@ -33,7 +33,7 @@ def test_a_dead_letter_of_a_forgotten_persons_session_becomes_unreadable(tmp_pat
     sealed = seal(keys, original, "events/0@17")
     assert b"MARKER" not in sealed  # type: ignore[operator]
     assert unseal(keys, sealed) == original  # `noumena dlq replay` gets the original bytes back
-    app.forget(T, "person:zhao")  # the session's key belongs to the person it serves
+    app.application.forget(T, "person:zhao")  # the session's key belongs to the person it serves
     assert unseal(keys, sealed) is None
 
 

@@ -18,8 +18,9 @@ from api.schemas.entities import EntityCreate
 from api.schemas.facts import FactCreate
 from api.schemas.memory import RecallCreate, UsedCreate
 from api.schemas.search import SearchRequest
-from consumers.wire import WireError, parse_envelope
 from domain import commands as c
+from domain.application.recall import recall
+from domain.application.wire import WireError, parse_envelope
 from domain.errors import InvalidInput
 from domain.values import (
     TIMESTAMP_MAX,
@@ -32,7 +33,6 @@ from domain.values import (
     Timestamp,
     clamp_timestamp,
 )
-from domain.workflows import recall
 from infra.settings import Settings
 
 SURROGATE = "\ud800"

@@ -26,6 +26,7 @@ from projections.perspectives import Perspectives
 from projections.searches import Searches
 from tests.conftest import TickingClock
 from tests.embedding_standin import EmbeddingsStandIn, hashed_bag_of_words
+from tests.properties import examples
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,7 +145,7 @@ texts_for_pooling = st.lists(
     min_size=1, max_size=12)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.2), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=texts_for_pooling, budget=st.integers(min_value=1, max_value=40))
 def test_our_pooling_equals_wordllamas_own_mean_pooling_for_any_token_budget(wordllama, wordllamas_own, texts,
                                                                               budget):

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from domain import commands as c
+from domain.application.ontology_service import OntologyService
 from domain.errors import FactNotCurrent, InvalidInput, UnknownEntity, UnknownSession, UnknownTenant
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactStatus
 from domain.ports import TrackingPosition
-from domain.service import OntologyService
 from domain.values import corroborated_confidence
 
 T = "acme"

@@ -21,6 +21,7 @@ from infra.bootstrap import bootstrap
 from infra.keys.sqlite import SQLiteKeyStore
 from infra.settings import Settings
 from tests.conftest import TickingClock, postgres_settings
+from tests.properties import examples
 
 T = "acme"
 PEOPLE = ["person:p0", "person:p1", "person:p2"]
@@ -45,7 +46,7 @@ def _owners(event: FactAsserted) -> set[str]:
 
 @pytest.mark.parametrize("backend", ["sqlite", "popo", "postgres"])
 def test_every_field_is_forgotten_exactly_when_an_owner_was_forgotten_after_it_was_written(backend):
-    settings(max_examples=15 if backend == "postgres" else 40, deadline=None,
+    settings(max_examples=examples(0.05 if backend == "postgres" else 0.13),
              suppress_health_check=[HealthCheck.too_slow])(given(programs)(_check_program))(backend)
 
 
@@ -71,7 +72,7 @@ def _check_program(backend: str, program: list[tuple]) -> None:
                     if not facts:
                         continue
                     subject = f"fact:{facts[pick % len(facts)]}"
-                app.forget(T, subject)
+                app.application.forget(T, subject)
 
         logged = list(app.log.read(0, 100_000))
         forgets = [(x.position, x.event.subject) for x in logged if isinstance(x.event, SubjectForgotten)]
@@ -118,7 +119,7 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
 
     state = app.service.ontology(T)
     (doomed,) = [f for f in state.facts.values() if f.object == "file:b"]
-    report = app.forget(T, f"fact:{doomed.fact_id}")
+    report = app.application.forget(T, f"fact:{doomed.fact_id}")
     assert report.keys_deleted == 1  # the group's key; the other two members' keys are now stored on their own
     assert keys._db.execute("SELECT count(*) FROM data_keys").fetchone()[0] == rows_before + 1  # noqa: SLF001
     assert group_key not in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
@@ -131,7 +132,7 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
                      reason="Li reads file:d"))
     assert app.service.ontology(T).facts[[f.fact_id for f in app.service.ontology(T).facts.values()
                                           if f.object == "file:d"][0]].reason == "Li reads file:d"
-    app.forget(T, "person:li")
+    app.application.forget(T, "person:li")
     assert {f.reason for f in app.service.ontology(T).facts.values()} == {FORGOTTEN}
     app.close()
 
@@ -182,7 +183,7 @@ def test_a_forget_in_one_process_never_erases_facts_another_process_writes_meanw
     forgotten = 0
     while writer.poll() is None:
         facts = sorted(app.service.ontology(T).facts)
-        app.forget(T, f"fact:{facts[len(facts) // 2]}")
+        app.application.forget(T, f"fact:{facts[len(facts) // 2]}")
         forgotten += 1
         time.sleep(0.01)
     assert writer.wait() == 0

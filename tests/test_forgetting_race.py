@@ -57,7 +57,7 @@ def test_nothing_written_before_the_forget_event_stays_readable_with_two_writer_
                                          "150"], cwd=root))
         while facts() < 20 * len(writers):
             time.sleep(0.05)
-    report = app.forget(T, "person:li")
+    report = app.application.forget(T, "person:li").receipt
     assert all(writer.wait(300) == 0 for writer in writers)
     app.close()
 

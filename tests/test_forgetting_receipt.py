@@ -36,7 +36,7 @@ def _plant(noumena) -> None:  # type: ignore[no-untyped-def]
 def test_the_receipt_names_what_was_erased_and_its_id_is_in_the_log(make_noumena, backend):
     noumena = make_noumena(backend, clock=TickingClock())
     _plant(noumena)
-    report = noumena.forget(T, "person:x")
+    report = noumena.application.forget(T, "person:x").receipt
     assert report.receipt_id.startswith("fgt-") and report.keys_deleted >= 2
     # the entity label, the message and three reasons were sealed with the deleted keys
     assert report.events_affected == 5 if backend != "popo" else report.events_affected is not None
@@ -52,7 +52,7 @@ def test_the_receipt_names_what_was_erased_and_its_id_is_in_the_log(make_noumena
 def test_a_forgotten_person_cannot_be_written_about_until_registered_anew(make_noumena, backend):
     noumena = make_noumena(backend)
     _plant(noumena)
-    report = noumena.forget(T, "person:x")
+    report = noumena.application.forget(T, "person:x").receipt
     run = noumena.service.execute
     for command, field in ((c.AssertFact(tenant=T, subject="agent:a", relation="knows", object="person:x"), "object"),
                            (c.AssertFact(tenant=T, subject="agent:a", relation="r", object="file:doc",
@@ -87,11 +87,11 @@ def test_forgetting_redacts_the_rejected_lines_that_name_the_subject_in_every_re
          "payload": {"subject": "person:x", "relation": "likes", "object": "file:nope", "reason": "KEEP-OTHER"}},
     ]
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    report = import_file(source, noumena.ingestor(), home=noumena.settings.home)
+    report = import_file(source, noumena.application.ingestor, home=noumena.settings.home)
     assert report.rejected == 4
     rejects = rejects_path_for(source)
     assert b"MARKER-X-1" in rejects.read_bytes() and b"MARKER-X-2" in rejects.read_bytes()
-    receipt = noumena.forget(T, "person:x")
+    receipt = noumena.application.forget(T, "person:x").receipt
     assert "import rejects: 1" in receipt.files_rewritten
     data = rejects.read_bytes()
     assert b"MARKER-X" not in data and b"KEEP-Y" in data and b"KEEP-OTHER" in data

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from consumers.dead_letters import header
-from consumers.dlq import dead_letters, discard, read_dead_letters, replay
-from consumers.dlq_sealing import unseal
+from consumers.dead_letters.records import header
+from consumers.dead_letters.replay import dead_letters, discard, read_dead_letters, replay
+from consumers.dead_letters.sealing import unseal
 from consumers.kafka_config import connection_options
 from consumers.kafka_consumer import SessionEventConsumer
 from consumers.record_size import record_size

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from consumers.dlq import read_dead_letters
-from consumers.dlq_sealing import unseal
+from consumers.dead_letters.replay import read_dead_letters
+from consumers.dead_letters.sealing import unseal
 from consumers.kafka_config import connection_options
 from consumers.kafka_consumer import SessionEventConsumer
 from infra.bootstrap import Noumena
@@ -165,6 +165,7 @@ def test_a_consumer_killed_at_random_points_and_restarted_ends_with_the_clean_lo
     assert raw_letters >= len(letters)  # a kill between DLQ flush and store may repeat a dead letter
 
 
+@pytest.mark.postgres
 def test_two_consumers_share_a_postgres_log_and_one_is_killed_midway(noumena_for, children, tmp_path):
     bootstrap = kafka_bootstrap()
     topic = create_topic(bootstrap, unique_topic("pg-pair"), partitions=4)
@@ -223,7 +224,7 @@ def test_the_consumer_reconnects_after_a_broker_restart_and_finishes(noumena_for
     restart = subprocess.run([str(REPO / "infra" / "kafka.sh"), "restart"], capture_output=True, text=True,
                              timeout=180)
     assert restart.returncode == 0, restart.stderr
-    assert not caught_up(observer, topic, first_ends) or child.poll() is None
+    assert child.poll() is None, "the consumer exited when the broker restarted"
     kafka_bootstrap()
     produce(bootstrap, topic, s.messages[half:])  # only a reconnected consumer can store these
     ends = end_offsets(bootstrap, topic)

@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.compaction_hook import CompactionSignal
-from consumers.dead_letters import PREFIX, SourceCoordinates
-from consumers.dlq import dead_letters, read_dead_letters
-from consumers.dlq_sealing import unseal
-from consumers.ingest import Ingestor
+from consumers.dead_letters.records import PREFIX, SourceCoordinates
+from consumers.dead_letters.replay import dead_letters, read_dead_letters
+from consumers.dead_letters.sealing import unseal
 from consumers.kafka_batch import BatchProcessor, Incoming
 from consumers.kafka_config import connection_options, tracking_name
 from consumers.kafka_consumer import SessionEventConsumer
 from consumers.kafka_producer import SessionEventProducer
 from consumers.metrics import serve_metrics
-from consumers.wire import WireError
+from domain.application.compaction_signal import CompactionSignal
+from domain.application.ingestion import Ingestor
+from domain.application.wire import WireError
 from domain.commands import CompactSession, StartSession
 from domain.ports import TrackingPosition
 from infra.bootstrap import Noumena
@@ -127,7 +127,8 @@ def test_every_input_is_stored_once_or_dead_lettered_with_its_reason(
     assert set(ids) == s.good_event_ids
     assert set(by_source) == {c for _, c in bad}
     assert len(letters) == len(by_source) == len(bad)
-    # the original bytes, once opened with the subject's key (dead letters are sealed: consumers/dlq_sealing.py)
+    # the original bytes, once opened with the subject's key (dead letters are sealed:
+    # consumers/dead_letters/sealing.py)
     assert {unseal(noumena.log.keys, d.value) for d in by_source.values()} == s.bad_values
     assert log_digest(noumena) == reference_digest(make_noumena, tmp_path, s)
     m = consumer.metrics
@@ -165,7 +166,7 @@ def test_a_restart_resumes_after_the_position_stored_in_the_log_not_kafkas(kafka
 
 
 def test_a_redelivered_batch_is_a_no_op_and_dead_letters_nothing(kafka_settings, noumena_for):
-    from consumers.dead_letters import DeadLetterSink
+    from consumers.dead_letters.records import DeadLetterSink
     from consumers.kafka_config import dlq_producer_options
 
     noumena = noumena_for(kafka_settings)
@@ -325,7 +326,7 @@ def test_the_schema_command_documents_the_envelope_for_other_languages():
 
 def test_a_crash_after_dead_lettering_and_before_the_write_repeats_dead_letters_that_fold_away(
         kafka_settings, noumena_for):
-    from consumers.dead_letters import DeadLetter, DeadLetterSink, latest_per_input
+    from consumers.dead_letters.records import DeadLetter, DeadLetterSink, latest_per_input
     from consumers.kafka_config import dlq_producer_options
     from domain.errors import InfrastructureError
 
@@ -369,9 +370,9 @@ def test_a_crash_after_dead_lettering_and_before_the_write_repeats_dead_letters_
 
 
 def test_an_input_that_makes_noumena_itself_fail_is_dead_lettered_alone(kafka_settings, noumena_for):
-    from consumers.dead_letters import DeadLetterSink
+    from consumers.dead_letters.records import DeadLetterSink
     from consumers.kafka_config import dlq_producer_options
-    from domain.service import OntologyService
+    from domain.application.ontology_service import OntologyService
 
     class ServiceWithABugForEventIdPoison(OntologyService):
         """The real service, plus a bug: any batch holding the event id `poison` raises a non-domain error."""
@@ -420,6 +421,6 @@ def test_a_dead_lettered_copy_is_sealed_with_its_subjects_key_and_forgotten_with
     (opened,) = dead_letters(noumena)
     assert opened.letter.letter.value == json.dumps(bad).encode() and not opened.forgotten
 
-    noumena.forget("acme", "person:zhao")
+    noumena.application.forget("acme", "person:zhao")
     (after,) = dead_letters(noumena)
     assert after.forgotten and after.letter.letter.value is None

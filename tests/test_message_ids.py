@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from consumers.ingest import Ingestor
+from domain.application.ingestion import Ingestor
 from tests.kafka_support import create_tenants
 
 

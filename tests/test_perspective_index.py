@@ -20,6 +20,7 @@ from projections.perspective_index import (
     tier_codes,
 )
 from tests.perspective_support import Org
+from tests.properties import examples
 
 WEEK = 7.0
 
@@ -253,7 +254,7 @@ def test_the_delta_tail_and_a_compaction_give_the_same_walk():
     _same(before, index.walk(view, P, now), index, index)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(0.67))
 @given(st.lists(st.tuples(st.floats(-4, 4), st.integers(0, 4)), max_size=60))
 def test_the_vectorized_tiers_equal_the_domain_rule(rows):
     rows.sort(key=lambda r: -r[0])

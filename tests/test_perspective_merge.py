@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 
 from domain.activation import DEFAULT_PARAMETERS as P
+from domain.application.entities import merge_entities
 from domain.commands import AssertFact, CreateTenant, RegisterEntity, StartSession
-from domain.workflows import merge_entities
 from projections.perspective_index import PerspectiveIndex, Viewpoint
 from projections.perspective_load import from_frames
 from projections.perspectives import Perspectives

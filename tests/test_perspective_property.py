@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from domain.activation import DEFAULT_PARAMETERS
 from projections.perspective_index import Viewpoint
 from tests.perspective_support import Org
+from tests.properties import examples
 
 PERSONS, AGENTS, THINGS = 5, 4, 8
 
@@ -108,7 +109,7 @@ def reachable(world: World, view: Viewpoint, depth: int) -> set[str]:
     return reached
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5), suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), data=st.data())
 def test_no_perspective_holds_an_excluded_a_stale_or_a_hub_hidden_fact(world: World, data: st.DataObject):
     agent = data.draw(st.sampled_from([f"agent:{k}" for k in range(AGENTS)]))

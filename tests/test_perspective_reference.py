@@ -204,7 +204,7 @@ def _draw_view(data: st.DataObject) -> tuple[Viewpoint, ActivationParameters]:
     return Viewpoint(agent, serving, focus), p
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), data=st.data())
 def test_the_index_walk_equals_the_reference_value_for_value(world, data: st.DataObject):
     view, p = _draw_view(data)
@@ -224,7 +224,7 @@ def _split(world, cut: int) -> PerspectiveIndex:
     return index
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), data=st.data())
 def test_a_walk_over_a_csr_and_a_delta_tail_equals_the_reference_and_leaves_its_scratch_clean(
         world, data: st.DataObject):

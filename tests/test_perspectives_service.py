@@ -172,7 +172,7 @@ def test_forgetting_a_person_erases_their_content_from_the_index_and_the_evidenc
         perspectives = Perspectives(app.log, app.service, tmp_path / "home", clock)
         served = perspectives.perspective_for(T, "agent:a")
         assert "MARKER-NAME" in served.context
-        app.forget(T, "person:zhao")
+        app.application.forget(T, "person:zhao")
         evidence = list((tmp_path / "home" / "perspectives").glob("*.json"))
         assert evidence and not any(b"MARKER" in path.read_bytes() for path in evidence)
         assert perspectives.explain(served.perspective_id).items[0].fact_id == served.items[0].fact_id

@@ -1,5 +1,5 @@
 """Point-in-time equality: for random logs and random moments T, `facts_as_of(T)` on the live projection
-equals the facts of a database replayed to T and the log folded to T (projections.believed), attribute for
+equals the facts of a database replayed to T and the log folded to T (projections.ontology_as_of), attribute for
 attribute; the same with `valid_at`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from domain.ontology import Ontology
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
-from projections.believed import believed_at
+from projections.ontology_as_of import believed_at
 from projections.projector import Projector
 from projections.replay import replay
 from tests.projection_support import (
@@ -28,6 +28,7 @@ from tests.projection_support import (
     fact_rows_from_log,
     fact_rows_from_sql,
 )
+from tests.properties import examples
 
 STEPS = (timedelta(0), timedelta(microseconds=1), timedelta(milliseconds=1), timedelta(seconds=1),
          timedelta(hours=1), timedelta(days=1))
@@ -65,7 +66,7 @@ def _sessions_log(states: Iterable[Ontology]) -> dict:
             for s in states for sid, x in s.sessions.items()}
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.07), suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), commands=st.integers(1, 70), batch_size=st.integers(1, 9))
 def test_facts_as_of_equals_a_replay_to_t_and_the_log_fold(seed: int, commands: int, batch_size: int) -> None:
     rng = random.Random(seed)

@@ -19,8 +19,8 @@ from api.story import MOMENTS, START, TENANT
 from domain import commands as c
 from domain.recalls import RecallMode
 from infra.bootstrap import Noumena
-from projections.believed import believed_at
 from projections.files import ProjectionFiles
+from projections.ontology_as_of import believed_at
 from projections.projector import Projector
 from projections.replay import replay
 from projections.schema import ALL_TABLES

@@ -10,14 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain import commands as c
+from domain.application.ontology_service import OntologyService
 from domain.errors import DomainError, FactNotCurrent, UnknownEntity, UnknownFact
 from domain.facts import FactStatus
 from domain.relations import BUILTIN_RELATIONS
-from domain.service import OntologyService
 from domain.values import DEFAULT_CONFIDENCE, corroborated_confidence
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
 from tests.conftest import TickingClock
+from tests.properties import examples
 
 T = "prop"
 REFS = ["person:a", "person:b", "thing:x", "thing:y", "memory:m"]
@@ -118,13 +119,13 @@ def _story(backend: str, home, script: list[c.Command]) -> None:  # type: ignore
         app.close()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=st.lists(commands, max_size=40))
 def test_popo_log_agrees_with_the_reference_model(script, tmp_path_factory):
     _story("popo", tmp_path_factory.mktemp("p"), script)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.15), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=st.lists(commands, max_size=40))
 def test_sqlite_log_agrees_with_the_reference_model(script, tmp_path_factory):
     _story("sqlite", tmp_path_factory.mktemp("s"), script)

@@ -28,6 +28,7 @@ from infra.keys.memory import MemoryKeyStore
 from infra.keys.sqlite import SQLiteKeyStore
 from infra.mapper import EventMapper, SealedFieldCorrupted
 from infra.settings import Settings
+from tests.properties import examples
 
 AT = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -86,7 +87,7 @@ def test_a_facts_record_opens_with_the_key_derived_from_its_groups(tmp_path: Pat
     store.close()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(0.5))
 @given(content=st.text(max_size=400), label=st.text(min_size=1, max_size=80),
        aliases=st.lists(st.text(max_size=20), max_size=4))
 def test_any_text_round_trips_through_the_sealed_format(content: str, label: str, aliases: list[str]) -> None:

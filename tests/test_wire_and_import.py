@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.ingest import Ingestor
-from consumers.wire import WireError, json_schema, parse_envelope
 from domain import commands as c
+from domain.application.ingestion import Ingestor
+from domain.application.wire import WireError, json_schema, parse_envelope
 
 GOOD = {"event_id": "e1", "tenant": "acme", "type": "fact.asserted", "occurred_at": "2026-09-01T09:00:00+08:00",
         "payload": {"subject": "person:li", "relation": "prefers", "object": "memory:monthly", "confidence": 0.9,

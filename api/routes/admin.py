@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from api.auth import AdminDep, MemoryDep
+from api.auth import AdminDep, KeysDep, MemoryDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.admin import KeyCreate, KeyIssued, KeyPublic, KeysPublic, TenantCreate, TenantWritten
@@ -29,26 +29,26 @@ def create_tenant(tenant: TenantCreate, _: AdminDep, memory: MemoryDep) -> Tenan
 
 
 @router.post("/keys", response_model=KeyIssued)
-def create_key(request: KeyCreate, _: AdminDep, memory: MemoryDep) -> KeyIssued:
+def create_key(request: KeyCreate, _: AdminDep, memory: MemoryDep, keys: KeysDep) -> KeyIssued:
     """Issue an API key for a tenant. The key is in this answer only; the server keeps its hash."""
     if not memory.tenant_exists(request.tenant):
         raise not_found(f"no tenant {request.tenant!r}", "body.tenant")
-    issued = memory.keys.create(request.tenant, request.label, tuple(request.agents))
+    issued = keys.create(request.tenant, request.label, tuple(request.agents))
     return KeyIssued(key=issued.key, **_public(issued.record).model_dump())
 
 
 @router.get("/keys", response_model=KeysPublic)
-def list_keys(_: AdminDep, memory: MemoryDep,
+def list_keys(_: AdminDep, keys: KeysDep,
               tenant: Annotated[TenantName | None, Query(description="Only this tenant's keys.")] = None
               ) -> KeysPublic:
     """The keys issued (ids, tenants, labels; never the keys)."""
-    records = memory.keys.list(tenant)
+    records = keys.list(tenant)
     return KeysPublic(data=[_public(r) for r in records], count=len(records))
 
 
 @router.delete("/keys/{key_id}", response_model=KeyPublic)
-def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=64)], _: AdminDep, memory: MemoryDep
+def revoke_key(key_id: Annotated[str, Path(min_length=1, max_length=64)], _: AdminDep, keys: KeysDep
                ) -> KeyPublic:
     """Revoke a key: it stops working at once."""
-    record = memory.keys.revoke(key_id)
+    record = keys.revoke(key_id)
     return _public(record)

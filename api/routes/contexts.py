@@ -8,7 +8,6 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse
 
 from api.auth import CallerDep, MemoryDep, TenantDep
-from api.context_engine import contexts_of
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.contexts import ContextPublic, ContextRequest
@@ -34,7 +33,7 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
         session = memory.service.ontology(caller.tenant).sessions.get(session_id)
         if session is not None:  # an unknown session is answered 404 below, as for any key
             caller.acts_as(memory, session.agent, session.serving, session_id)
-    served = contexts_of(memory).context(caller.tenant, session_id, request.message, request.budget_tokens)
+    served = memory.context(caller.tenant, session_id, request.message, request.budget_tokens)
     if format == "markdown":
         return PlainTextResponse(served.text, media_type="text/markdown; charset=utf-8",
                                  headers={"X-Context-Id": served.context_id})
@@ -45,6 +44,6 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
 def explain_context(context_id: ContextId, tenant: TenantDep, memory: MemoryDep) -> Context:
     """The evidence of a served context: inputs, parameters, the perspective, every block with its ids, the cuts."""
     try:
-        return contexts_of(memory).explain(tenant, context_id)
+        return memory.explain_context(tenant, context_id)
     except UnknownContext:
         raise not_found(f"no context {context_id!r} in your tenant", "path.context_id") from None

@@ -25,8 +25,8 @@ def healthz() -> dict[str, str]:
 @router.get("/readyz", responses={503: {"description": "Not ready: the projector stopped or lags too far."}})
 def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
     """Ready to serve: the projector runs and its lag (log positions not yet projected) is small."""
-    follower = memory.follower
-    body: dict[str, Any] = {"log_position": memory.noumena.log.max_position()}
+    follower = request.app.state.served.follower
+    body: dict[str, Any] = {"log_position": memory.log_position()}
     ready = True
     if follower is None:
         body |= {"projector": "absent"}
@@ -35,7 +35,7 @@ def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
         body |= {"projector": "running" if follower.running else "stopped", "projection_position": follower.position,
                  "projection_lag": lag, "projector_error": follower.last_error}
         ready = follower.running and lag <= READY_LAG and follower.last_error is None
-    kafka = getattr(request.app.state, "kafka", None)
+    kafka = request.app.state.served.kafka
     if kafka is not None:
         body["kafka"] = "running" if kafka.running else f"stopped: {kafka.last_error}"
         ready = ready and kafka.running
@@ -47,9 +47,10 @@ def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
 def metrics(memory: MemoryDep, request: Request) -> Response:
     """Prometheus text: requests and latency per route, log position, projection position and lag, the Kafka
     consumer's counters when it runs in this process, and every other metric in the registry."""
-    LOG_POSITION.set(memory.noumena.log.max_position())
-    if memory.follower is not None:
-        PROJECTION_POSITION.set(memory.follower.position)
-        PROJECTION_LAG.set(memory.follower.lag())
+    LOG_POSITION.set(memory.log_position())
+    read_model = memory.read_model
+    if read_model is not None:
+        PROJECTION_POSITION.set(read_model.position)
+        PROJECTION_LAG.set(read_model.lag())
     body, content_type = render(request.headers.get("accept"))
     return Response(body, media_type=content_type)

@@ -7,13 +7,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse, Response
-from starlette.concurrency import run_in_threadpool
 
-from api.application import MemoryApplication
 from api.auth import Caller, CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.routes.params import MinPosition
 from api.schemas.perspectives import ExplanationPublic, PerspectivePublic
+from domain.application.use_cases import Application
+from domain.perspective import Perspective
 from domain.values import Ref, Timestamp
 
 router = APIRouter(prefix="/perspectives", tags=["perspectives"], route_class=EdgeRoute)
@@ -24,17 +24,18 @@ RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/markdown":
                                                                 "example": "## Clear\n- **Li** —prefers→ ..."}}}}
 
 
-def _answer(perspective: dict[str, Any], format: str) -> Response:
-    """The engine's output is already JSON-shaped and checked: send it as is (validating it again against
+def _answer(perspective: Perspective, format: str) -> Response:
+    """The engine's output is checked already: send its JSON as is (validating it again against
     PerspectivePublic, the documented shape, would double the serving cost of the hot path)."""
     if format == "markdown":
-        return PlainTextResponse(perspective["context"], media_type="text/markdown; charset=utf-8",
-                                 headers={"X-Perspective-Id": perspective["perspective_id"]})
-    return Response(json.dumps(perspective, ensure_ascii=False, separators=(",", ":")), media_type="application/json")
+        return PlainTextResponse(perspective.context, media_type="text/markdown; charset=utf-8",
+                                 headers={"X-Perspective-Id": perspective.perspective_id})
+    body = perspective.model_dump(mode="json")
+    return Response(json.dumps(body, ensure_ascii=False, separators=(",", ":")), media_type="application/json")
 
 
 @router.get("", response_model=PerspectivePublic, responses=RESPONSES)
-async def get_perspective(
+def get_perspective(
     caller: CallerDep, memory: MemoryDep,
     agent: Annotated[Ref, Query(description="The agent whose view this is.", examples=["agent:wang-assistant"])],
     serving: Annotated[Ref | None, Query(description="The person the agent serves now.")] = None,
@@ -43,20 +44,19 @@ async def get_perspective(
     budget_tokens: Budget = None, format: Format = "json", min_position: MinPosition = None,
 ) -> Response:
     """What `agent` sees from where it stands: ranked facts in five clarity tiers and a context block within the
-    budget. Serving one records the full and gist facts as recalled (mode `pushed`). An agent-scoped key asks
-    only as its agents, for persons they serve (403 otherwise)."""
-    tenant = caller.tenant
+    budget. An agent-scoped key asks only as its agents, for persons they serve (403 otherwise).
+
+    Side effect, by design: serving a current perspective records its full and gist facts as recalled by
+    `agent` (one `facts.recalled` event, mode `pushed`), so what was put before the agent ranks higher next
+    time (the testing effect), and keeps its evidence for `explain`. It stays a GET because agents and their
+    runtimes fetch it as their view of memory (the URL names the standpoint, and repeating it is harmless: each
+    repeat is one more recall of the same facts); `as_of` perspectives record nothing. To record use without
+    serving, POST /v1/memory/used."""
+    # A plain `def` route: FastAPI runs it in the threadpool, so the recall's write (which may wait for the
+    # event store) and the evidence file never hold up the event loop and the other requests on it.
     caller.acts_as(memory, agent, serving)
-
-    def serve() -> dict[str, Any]:
-        return memory.perspective(tenant, agent, serving, focus or [], as_of, budget_tokens,
-                                  min_position=min_position)
-
-    # The hot path: a current perspective is a few milliseconds of CPU under one lock, so it runs on the event
-    # loop (two thread hand-offs cost more than that on a busy machine); waiting or folding the past does not.
-    if as_of is None and not memory.must_wait(min_position):
-        return _answer(serve(), format)
-    return _answer(await run_in_threadpool(serve), format)
+    return _answer(memory.perspective(caller.tenant, agent, serving, focus or [], as_of, budget_tokens,
+                                      min_position=min_position), format)
 
 
 @router.post("/{perspective_id}/deepen", response_model=PerspectivePublic, responses=RESPONSES)
@@ -75,8 +75,15 @@ def explain(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep)
     return ExplanationPublic.model_validate(_served_to(caller, memory, perspective_id))
 
 
-def _served_to(caller: Caller, memory: MemoryApplication, perspective_id: str) -> dict[str, Any]:
-    """The explanation of a perspective, after checking an agent-scoped key may see it."""
-    explanation = memory.explain(caller.tenant, perspective_id)
-    caller.acts_as(memory, explanation["inputs"]["agent"], explanation["inputs"].get("serving"))
-    return explanation
+def _served_to(caller: Caller, memory: Application, perspective_id: str) -> dict[str, Any]:
+    """The explanation of a perspective (inputs, parameters, outputs), after checking an agent-scoped key may see
+    it."""
+    served = memory.explain(caller.tenant, perspective_id)
+    caller.acts_as(memory, served.agent, served.serving)
+    body = served.model_dump(mode="json")
+    inputs = {k: body[k] for k in ("tenant", "agent", "serving", "focus", "as_of", "deeper", "served_at",
+                                   "log_position", "budget_tokens")}
+    outputs = {k: body[k] for k in ("items", "count_groups", "forgotten", "counts", "context", "context_tokens",
+                                    "lines", "unknown_refs", "recall")}
+    return {"perspective_id": perspective_id, "inputs": inputs, "parameters": body["parameters"],
+            "outputs": outputs}

@@ -11,7 +11,7 @@ from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.search import SearchPublic, SearchRequest
 from domain.search import SearchAnswer
-from projections.searches import UnknownSearch
+from projections.searches import UnknownSearch, search_json
 
 router = APIRouter(tags=["search"], route_class=EdgeRoute)
 SearchId = Annotated[str, Path(min_length=6, max_length=128, pattern=r"^srch-[A-Za-z0-9_-]+$")]
@@ -27,13 +27,13 @@ def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> Sear
     answer = memory.search_for(caller.tenant, request.agent, request.query, serving=request.serving,
                                session_id=request.session_id, k=request.k, as_of=request.as_of,
                                min_position=request.min_position, about=request.about)
-    return SearchPublic.model_validate(answer)
+    return SearchPublic.model_validate(search_json(answer))
 
 
 @router.get("/searches/{search_id}/explain", response_model=SearchAnswer)
 def explain_search(search_id: SearchId, tenant: TenantDep, memory: MemoryDep) -> SearchAnswer:
     """The evidence of a served search: the request, the parameters, every item with its score components."""
     try:
-        return SearchAnswer.model_validate(memory.explain_search(tenant, search_id))
+        return memory.explain_search(tenant, search_id)
     except UnknownSearch:
         raise not_found(f"no search {search_id!r} in your tenant", "path.search_id") from None

@@ -6,7 +6,7 @@
    metrics middleware. The index is built from frames rather than by ingesting a million events, so this engine
    records no recall and keeps no evidence (`record=False`) in both measurements: the numbers are the serving
    path, not the event-log append a served perspective also makes (bench_event_log.py measures that).
-2. Baseline: in that process, before it serves, `MemoryApplication.perspective` (what the route calls) for the
+2. Baseline: in that process, before it serves, `Application.perspective` (what the route calls) for the
    same viewpoints, one after another: p50/p95.
 3. Load: a second process (`bench_api.py --load`) sends GET /v1/perspectives at a constant arrival rate
    (NOUMENA_BENCH_API_RATE, default 200 requests/s, open loop, for NOUMENA_BENCH_API_SECONDS, default 20 s,
@@ -67,10 +67,9 @@ def serve(port: int, home: Path) -> None:
     from bench_perspective import NOW, generate, viewpoints
 
     from api.app import create_app
-    from api.application import MemoryApplication
-    from api.perspective_engine import EnginePerspectives
     from infra.api_keys import ApiKeyStore
-    from infra.bootstrap import bootstrap
+    from infra.bootstrap import application_reading, bootstrap
+    from infra.perspective_engine import EnginePerspectives
     from infra.settings import Settings
     from projections.perspective_load import from_frames
     from projections.perspectives import Perspectives
@@ -85,12 +84,12 @@ def serve(port: int, home: Path) -> None:
     clock = lambda: datetime.fromtimestamp(NOW, UTC)  # noqa: E731  (the organization's "now")
     perspectives = Perspectives(noumena.log, noumena.service, home, clock)
     perspectives.start_from({TENANT: index}, 0)
-    engine = EnginePerspectives(perspectives, record=False)
+    engine = EnginePerspectives(lambda: perspectives, record=False)
     key = ApiKeyStore(settings.api_keys_path()).create(TENANT, "bench").key
 
     views = [{"agent": v.agent, "serving": v.serving, "focus": list(v.focus)}
              for v in viewpoints(persons, agents, things, VIEWPOINTS)]
-    memory = MemoryApplication(noumena, engine)
+    memory = application_reading(noumena, None, engine)
     for view in views[:30]:  # warm up
         memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
     in_process = []
@@ -227,7 +226,7 @@ def main() -> None:
                        check=True)
         result = json.loads(out.read_text())
         http_ms, local_ms = result["latencies_ms"], setup["in_process_ms"]
-        print(f"  in process (MemoryApplication.perspective): p50 {pct(local_ms, 50):6.2f} ms"
+        print(f"  in process (Application.perspective): p50 {pct(local_ms, 50):6.2f} ms"
               f"   p95 {pct(local_ms, 95):6.2f} ms   mean {statistics.fmean(local_ms):.2f} ms"
               f"   ({len(local_ms)} calls, one at a time: at most {1000 / statistics.fmean(local_ms):.0f}/s"
               " on one core)")

@@ -88,7 +88,7 @@ def run(encrypt: bool, envelopes: list[dict]) -> list[float]:
         setup += [c.StartSession(tenant="bench", session_id=f"s{i}", agent=f"person:p{i}",
                                  serving=f"person:p{i}") for i in range(PEOPLE)]
         app.service.execute_batch(setup)
-        ingestor = app.ingestor()
+        ingestor = app.application.ingestor
         times = []
         for start in range(0, len(envelopes), BATCH):
             started = time.perf_counter()

@@ -9,9 +9,10 @@ For batch sizes 1, 100 and 1000 (records per poll and per write), on one pre-fil
 Baselines, same run: A = kafka-python's raw consume rate of the same topic (no decoding, no storing,
 max_poll_records 1000); B = the same messages through the Ingestor into a fresh SQLite log without Kafka (the
 domain path: rules, state, sealing, append), at the same batch size; C = the floor of any consumer that checks
-what it stores: A's loop, plus each value validated against the envelope schema (consumers/wire.py) and the batch
-inserted as it came (event id and bytes) into a SQLite file in one transaction per poll, with no rules, no state
-and no sealing. C's ratio to A bounds what ">= 0.5 of A" can mean for a consumer written in Python on this stack.
+what it stores: A's loop, plus each value validated against the envelope schema (domain/application/wire.py) and
+the batch inserted as it came (event id and bytes) into a SQLite file in one transaction per poll, with no rules,
+no state and no sealing. C's ratio to A bounds what ">= 0.5 of A" can mean for a consumer written in Python on
+this stack.
 Goals (issue 5): >= 10k events/s into SQLite, >= 0.5 of the raw rate, visible in DuckDB within 1 s at p95.
 
 Sizes: NOUMENA_BENCH_KAFKA_MESSAGES (20000), NOUMENA_BENCH_KAFKA_BATCHES ("1,100,1000"),
@@ -96,7 +97,7 @@ def floor_rate(bootstrap_servers: str, topic: str, work: Path) -> float:
     """Baseline C: A's loop, plus schema validation of each value and one SQLite insert transaction per poll."""
     import sqlite3
 
-    from consumers.wire import WireError, parse_envelope
+    from domain.application.wire import WireError, parse_envelope
 
     work.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(work / "floor.sqlite", isolation_level=None)
@@ -124,7 +125,7 @@ def floor_rate(bootstrap_servers: str, topic: str, work: Path) -> float:
 def domain_path_rate(tenants: list[str], values: list[bytes], batch: int, work: Path) -> float:
     """Baseline B: the same messages through the Ingestor straight into a fresh SQLite log (no Kafka), one
     transaction with a tracking position per `batch` messages: what the consumer adds Kafka to."""
-    from consumers.ingest import Ingestor
+    from domain.application.ingestion import Ingestor
     from domain.ports import TrackingPosition
 
     app = bootstrap(Settings(home=work / f"direct-{batch}", event_store="sqlite"))

@@ -40,15 +40,13 @@ def _stored_bytes(database: Path) -> int:
 
 
 def main() -> None:
-    from api.application import MemoryApplication
-    from api.perspective_engine import build_perspective_engine
     from infra.bootstrap import bootstrap
     from infra.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="noumena-growth-"))
     noumena = bootstrap(Settings(home=home, event_store="sqlite", embedder="none"))
     try:
-        memory = MemoryApplication(noumena, build_perspective_engine(noumena, None), None)
+        memory = noumena.application
         memory.create_tenant(TENANT)
         views = []
         for a in range(AGENTS):

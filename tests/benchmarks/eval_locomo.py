@@ -191,7 +191,7 @@ def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str) -> int:
         home = Path(home_dir)
         noumena = bootstrap(Settings(home=home, encrypt_content=False))
         try:
-            ingestor = noumena.ingestor()
+            ingestor = noumena.application.ingestor
             perspectives = Perspectives(noumena.log, noumena.service, home, lambda: datetime.now(UTC))
             searches = Searches(perspectives, noumena.service, home, lambda: datetime.now(UTC), embedder=embedder)
             contexts = Contexts(perspectives, noumena.service, noumena.log, home, lambda: datetime.now(UTC),

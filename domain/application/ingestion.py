@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.wire import EnvelopeBase, WireError, parse_envelope, to_command
+from domain.application.ontology_service import OntologyService
+from domain.application.wire import EnvelopeBase, WireError, parse_envelope, to_command
 from domain.commands import Command
 from domain.errors import DomainError
 from domain.ports import TrackingPosition
-from domain.service import OntologyService
 
 ENVELOPE_FIELDS = {"tenant", "event_id", "occurred_at", "type", "version", "envelope"}
 

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PREFIX = "noumena.dlq."
 Sealer = Callable[..., bytes | None]
 """(value, coordinates, subject_of=None) -> the value sealed with the key of the subject `subject_of` (default: the
-value itself) names; see consumers/dlq_sealing.py."""
+value itself) names; see consumers/dead_letters/sealing.py."""
 FLUSH_TIMEOUT_S = 60.0
 
 
@@ -167,7 +167,7 @@ class DeadLetterSink:
         self._producer = producer
         self.topic = topic
         self._sealer = sealer
-        """Seals each value with its subject's key before it leaves (consumers/dlq_sealing.py)."""
+        """Seals each value with its subject's key before it leaves (consumers/dead_letters/sealing.py)."""
         self.max_bytes = max_bytes
         self.on_truncated = on_truncated
         """Called with the original letter and its original size whenever one is stored truncated."""

@@ -27,9 +27,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from consumers.dead_letters import (
+from consumers.dead_letters.records import (
     PREFIX,
     DeadLetter,
     DeadLetterSink,
@@ -38,15 +38,17 @@ from consumers.dead_letters import (
     header,
     latest_per_input,
 )
-from consumers.dlq_sealing import is_sealed, seal, unseal
+from consumers.dead_letters.sealing import is_sealed, seal, unseal
 from consumers.kafka_batch import _field_path
 from consumers.kafka_config import connection_options, dlq_producer_options
 from consumers.record_size import topic_max_bytes
-from consumers.wire import parse_envelope, to_command
+from domain.application.wire import parse_envelope, to_command
 from domain.commands import Command
 from domain.errors import DomainError, InfrastructureError
 from domain.ports import TrackingPosition
-from infra.bootstrap import Noumena
+
+if TYPE_CHECKING:  # (types only: consumers never import infra at run time)
+    from infra.bootstrap import Noumena
 
 
 def replay_tracking_name(dlq_topic: str, partition: int) -> str:
@@ -122,7 +124,7 @@ class DeadLetterView:
 
 
 def sealer_for(noumena: Noumena) -> Callable[..., bytes | None] | None:
-    """Seal dead letters with the subject's keys when content is encrypted (see consumers/dlq_sealing.py)."""
+    """Seal dead letters with the subject's keys when content is encrypted (see consumers/dead_letters/sealing.py)."""
     keys = noumena.log.keys
     if keys is None:
         return None

@@ -10,53 +10,31 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from domain.commands import Command
 from domain.errors import ConcurrencyError, DomainError
-from domain.events import DomainEvent
 from domain.forgetting import SubjectForgotten, content_key
 from domain.ontology import Ontology
-from domain.ports import AlreadyTracked, EventLog, Pending, TrackingPosition, VersionConflict
+from domain.ports import (
+    AlreadyTracked,
+    BatchResult,
+    EventLog,
+    Outcome,
+    Pending,
+    TrackingPosition,
+    VersionConflict,
+)
 from domain.rules import decide
 
 MAX_RETRIES = 20
 
-
-@dataclass
-class Outcome:
-    """What one command did: the events it caused (maybe none: a repeat) or the error that rejected it."""
-
-    command: Command
-    events: list[DomainEvent] = field(default_factory=list)
-    error: DomainError | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass
-class BatchResult:
-    outcomes: list[Outcome]
-    positions: list[int]
-    already_tracked: bool = False
-
-    @property
-    def last_position(self) -> int | None:
-        return self.positions[-1] if self.positions else None
-
-    @property
-    def accepted(self) -> int:
-        return sum(1 for o in self.outcomes if o.ok)
-
-    @property
-    def rejected(self) -> list[Outcome]:
-        return [o for o in self.outcomes if not o.ok]
+__all__ = ["MAX_RETRIES", "BatchResult", "OntologyService", "Outcome"]
 
 
 class OntologyService:
+    """Runs commands through the rules (domain/rules.py) and appends their events: the one writer of the log."""
+
     def __init__(self, log: EventLog, clock: Callable[[], datetime], seal_content: bool = True,
                  backoff: Callable[[int], None] | None = None) -> None:
         self._log = log

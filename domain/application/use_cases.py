@@ -1,0 +1,492 @@
+"""The use cases: one method of `Application` per thing a user can ask of noumena, called by every entry point
+(the HTTP routes, the CLI, the MCP tools; Kafka and file import through `ingestor`) so each gets the same checks.
+
+Every method takes the tenant first; callers take it from authentication (HTTP, MCP) or an option (CLI), never
+from a request body. No HTTP and no I/O here: storage, the read model and the perspective and context engines
+are ports (domain/ports.py) that infra/bootstrap.py fills; errors are domain errors (or the few below), mapped
+to problem documents by api/problems.py.
+
+Adding a use case: a method here that validates its input against the tenant's state, runs commands through
+`self.service` (or asks a port), and returns plain data; logic longer than a few lines goes in a module of this
+package named after it (like recall.py), with unit tests over an `Ontology`. Then each entry point calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from domain import commands as c
+from domain.activation import Tier
+from domain.application.consolidation import ConsolidationReport, ConsolidationWorker
+from domain.application.disuse import archive_disused
+from domain.application.entities import merge_entities
+from domain.application.forgetting import ForgetReport, forget
+from domain.application.ingestion import Ingestor
+from domain.application.ontology_service import OntologyService
+from domain.application.recall import recall as recall_by_tier
+from domain.consolidation import CompactionState
+from domain.context import Context
+from domain.entities import EntityState
+from domain.errors import DomainError, InfrastructureError, InvalidInput, UnknownEntity, UnknownTenant
+from domain.facts import FactAsserted, FactCorroborated, FactInvalidated
+from domain.perspective import Perspective, RecallRecord
+from domain.ports import (
+    ContextEngine,
+    CopiesOutsideTheLog,
+    EventLog,
+    KeyStore,
+    PerspectiveEngine,
+    ReadModel,
+    SearchEngine,
+)
+from domain.recalls import RecallMode
+from domain.resolution import NameIndex
+from domain.search import SearchAnswer
+from domain.sessions import SessionState, workers_for
+
+
+class TenantMismatch(DomainError):
+    """An envelope names a tenant other than the caller's."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"events[{index}].tenant: an envelope may only name your own tenant",
+                         field=f"events[{index}].tenant")
+        self.index = index
+
+
+@dataclass(frozen=True)
+class Rejection:
+    index: int
+    field: str
+    detail: str
+
+
+class BatchRejected(DomainError):
+    """At least one envelope was rejected, so none was written."""
+
+    def __init__(self, rejections: list[Rejection]) -> None:
+        first = rejections[0]
+        more = f" (and {len(rejections) - 1} more)" if len(rejections) > 1 else ""
+        super().__init__(f"events[{first.index}]: {first.detail}{more}; nothing was written", field=first.field)
+        self.rejections = rejections
+
+
+class ProjectionBehind(InfrastructureError):
+    """A read named a log position the read model did not reach in time."""
+
+
+@dataclass
+class Written:
+    """What a write did: the log position of its last event (None: a repeat, nothing new was written)."""
+
+    position: int | None
+    events: int = 0
+    fact_id: str | None = None
+    change: str | None = None
+    supersedes: str | None = None
+    keys_deleted: int | None = None
+    receipt: ForgetReport | None = None
+    """A forget's receipt (domain/application/forgetting.py)."""
+    purged_at: int | None = None
+    """After a forget: the log position the projections were rebuilt at, when this process purged them."""
+
+
+@dataclass
+class RecallHit:
+    tier: str
+    fact: dict[str, Any]
+
+
+@dataclass
+class RecallResult:
+    answered_by: str | None
+    tiers_checked: list[str]
+    hits: list[RecallHit] = field(default_factory=list)
+    position: int | None = None
+    restored: list[str] = field(default_factory=list)
+
+
+def _fact_dict(fact: Any) -> dict[str, Any]:
+    return {"fact_id": fact.fact_id, "subject": fact.subject, "relation": fact.relation, "object": fact.object,
+            "scope": fact.scope, "reason": fact.reason, "confidence": fact.confidence, "status": str(fact.status),
+            "valid_from": fact.valid_from, "valid_to": fact.valid_to, "asserted_at": fact.asserted_at}
+
+
+@dataclass(frozen=True)
+class ApplicationSettings:
+    """The application's own settings (from infra/settings.py's Settings, by the composition root)."""
+
+    read_wait_seconds: float = 5.0
+    """How long a read naming `min_position` waits for the read model before giving up."""
+    purge_wait_seconds: float = 60.0
+    """How long a forget waits for this process's projector to purge the read model before it answers."""
+    disuse_period_days: float = 30.0
+    """Archive facts whose activation stayed below the threshold for every agent this long."""
+
+
+@dataclass
+class ReviewItem:
+    """An entity marked needs_review, with the refs whose names look like it."""
+
+    entity: EntityState
+    looks_like: list[str]
+
+
+class Application:
+    """One per process, built by infra/bootstrap.py; shared by every entry point of that process."""
+
+    def __init__(self, service: OntologyService, log: EventLog, *, consolidation: ConsolidationWorker,
+                 perspectives: PerspectiveEngine, contexts: ContextEngine, searches: SearchEngine,
+                 copies: CopiesOutsideTheLog, keys: KeyStore | None = None, read_model: ReadModel | None = None,
+                 settings: ApplicationSettings = ApplicationSettings()) -> None:
+        self.service = service
+        self.log = log
+        self.consolidation = consolidation
+        self.perspectives = perspectives
+        self.contexts = contexts
+        self.searches = searches
+        self.copies = copies
+        self.keys = keys
+        self.read_model = read_model
+        """None: this process runs no projector (the CLI, the MCP server); reads by query are unavailable."""
+        self.settings = settings
+        self.ingestor = Ingestor(service, on_stored=lambda command: consolidation.signal(command))
+        """Wire envelopes into the log (HTTP batches, Kafka, file import): stored compactions start consolidation."""
+
+    # ------------------------------------------------------------------ writes
+
+    def _run(self, command: c.Command) -> Written:
+        return self._run_batch([command])[0]
+
+    def _run_batch(self, commands: Sequence[c.Command]) -> tuple[Written, list[Any]]:
+        result = self.service.execute_batch(commands, all_or_nothing=True)
+        for outcome in result.outcomes:
+            if outcome.error is not None:
+                raise outcome.error
+        self._written(result.positions)
+        events = [e for o in result.outcomes for e in o.events]
+        return Written(position=result.last_position, events=len(events)), events
+
+    def _written(self, positions: Sequence[int]) -> None:
+        if positions and self.read_model is not None:
+            self.read_model.nudge()
+
+    def ingest(self, tenant: str, raws: Sequence[Any]) -> Written:
+        """A batch of wire envelopes, all or nothing; every envelope must name the caller's tenant."""
+        for index, raw in enumerate(raws):
+            if isinstance(raw, dict) and "tenant" in raw and raw["tenant"] != tenant:
+                raise TenantMismatch(index)
+        result = self.ingestor.ingest(list(raws), all_or_nothing=True)
+        if result.rejected:
+            raise BatchRejected([Rejection(r.index, f"events[{r.index}].{r.field}" if r.field else
+                                           f"events[{r.index}]", r.reason) for r in result.rejected])
+        self._written(result.positions)
+        return Written(position=result.last_position, events=result.stored_events)
+
+    def create_tenant(self, tenant: str, display_name: str = "") -> Written:
+        """Create a tenant: one organization, one ontology."""
+        return self._run(c.CreateTenant(tenant=tenant, display_name=display_name))
+
+    def tenant_exists(self, tenant: str) -> bool:
+        return self.service.ontology(tenant).exists
+
+    def register_entity(self, tenant: str, ref: str, label: str, aliases: Sequence[str] = (), hub: bool = False
+                        ) -> Written:
+        """Register an entity (a repeat with the same label is a no-op)."""
+        return self._run(c.RegisterEntity(tenant=tenant, ref=ref, label=label, aliases=tuple(aliases), hub=hub))
+
+    def register_unknown(self, tenant: str, labels: dict[str, str | None]) -> None:
+        """Register each ref that is not an entity yet with its label (refs without a label are left alone)."""
+        state = self.service.ontology(tenant)
+        for ref, label in labels.items():
+            if label and ref not in state.entities:
+                self.register_entity(tenant, ref, label)
+
+    def assert_fact(self, tenant: str, **fields: Any) -> Written:
+        """Assert a fact (with provenance in `source`); a repeat corroborates it, a functional one supersedes."""
+        written, events = self._run_batch([c.AssertFact(tenant=tenant, **fields)])
+        for event in events:
+            if isinstance(event, FactAsserted):
+                written.fact_id, written.change, written.supersedes = event.fact_id, "asserted", event.supersedes
+            elif isinstance(event, FactCorroborated):
+                written.fact_id, written.change = event.fact_id, "corroborated"
+        return written
+
+    def invalidate_fact(self, tenant: str, **fields: Any) -> Written:
+        """End a current fact, named by `fact_id` or by subject, relation, object and scope."""
+        written, events = self._run_batch([c.InvalidateFact(tenant=tenant, **fields)])
+        for event in events:
+            if isinstance(event, FactInvalidated):
+                written.fact_id, written.change = event.fact_id, "invalidated"
+        return written
+
+    def promote_fact(self, tenant: str, fact_id: str, approved_by: str) -> Written:
+        """Approve a person- or session-scoped fact for the whole organization (semantic memory)."""
+        written, events = self._run_batch([c.PromoteFact(tenant=tenant, fact_id=fact_id, approved_by=approved_by)])
+        if events:
+            written.fact_id, written.change = getattr(events[0], "fact_id", None), "promoted"
+        return written
+
+    def mark_used(self, tenant: str, agent: str, fact_ids: Sequence[str], perspective_id: str | None = None,
+                  mode: RecallMode = RecallMode.USED) -> Written:
+        """Record that `agent` used these facts: they grow stronger for that agent."""
+        state = self.service.ontology(tenant)
+        state.require_entity(agent, "agent")
+        for index, fact_id in enumerate(fact_ids):
+            if fact_id not in state.facts:
+                raise UnknownEntityFact(fact_id, f"fact_ids[{index}]")
+        return self._run(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(fact_ids), mode=mode,
+                                        perspective_id=perspective_id))
+
+    def forget(self, tenant: str, subject: str) -> Written:
+        """Forget a subject for real (crypto-shredding: its data keys are deleted, every copy in the log becomes
+        unreadable), blank the evidence files, then purge the read model and the perspective indexes of its
+        content before answering (or let this process's projector do it, waiting for it, bounded)."""
+        if self.keys is None:
+            raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
+                               "forgotten for real", field="subject")
+        report = forget(self.service, self.keys, tenant, subject)
+        report.events_affected = self.copies.events_affected()
+        report.files_rewritten = self.copies.erase(tenant, (subject, *report.erased_with))
+        purged_at = None
+        if self.read_model is not None:
+            if report.position is not None:
+                # The keys are gone already; give the purge (a rebuild of the read model) longer than a read
+                # waits, and answer even if it is still running: the forget itself has happened.
+                self.read_model.wait_for(report.position, self.settings.purge_wait_seconds)
+            report.files_rewritten.append("projections: rebuilt by the running projector")
+        else:
+            purged_at = self.copies.purge()  # None when a server's projector holds the file: it purges itself
+            self.perspectives.forgotten()
+            report.files_rewritten.append("projections: " + ("rebuilt, snapshot and exports rewritten"
+                                                             if purged_at is not None else "none here"))
+        return Written(position=report.position, events=1 if report.position is not None else 0,
+                       keys_deleted=report.keys_deleted, purged_at=purged_at, receipt=report)
+
+    # ------------------------------------------------------------------ entities and facts under review
+
+    def entities_to_review(self, tenant: str) -> list[ReviewItem]:
+        """Entities marked needs_review (an ambiguous mention never merges silently), with their look-alikes."""
+        state = self.service.ontology(tenant)
+        names = NameIndex(state)
+        return [ReviewItem(entity, sorted((names.exact(entity.label) | names.fuzzy(entity.label)) - {entity.ref}))
+                for entity in state.entities.values() if entity.needs_review and entity.merged_into is None]
+
+    def merge_entities(self, tenant: str, merged_ref: str, into_ref: str, reason: str = "reviewed: same entity"
+                       ) -> int:
+        """Merge `merged_ref` into `into_ref` (recorded as an event); its current facts move. Returns how many."""
+        moved = merge_entities(self.service, tenant, merged_ref, into_ref, reason)
+        self._written([self.service.last_position or 0])
+        return moved
+
+    def keep_entity(self, tenant: str, ref: str) -> Written:
+        """Mark a reviewed entity as distinct (clears needs_review)."""
+        return self._run(c.KeepEntity(tenant=tenant, ref=ref))
+
+    def archive_disused(self, tenant: str, now: datetime, period_days: float | None = None) -> list[str]:
+        """Archive disused facts (hidden from perspectives, never deleted); returns their ids."""
+        if not self.tenant_exists(tenant):
+            raise UnknownTenant(tenant)
+        days = self.settings.disuse_period_days if period_days is None else period_days
+        if days <= 0:
+            raise InvalidInput("the disuse period must be positive", field="period_days")
+        archived = archive_disused(self.service, tenant, now, timedelta(days=days))
+        if archived:
+            self._written([self.service.last_position or 0])
+        return archived
+
+    # ------------------------------------------------------------------ consolidation
+
+    def compactions(self, tenant: str) -> list[CompactionState]:
+        """Every compaction with its consolidation status, attempts, counts or failure reason."""
+        if not self.tenant_exists(tenant):
+            raise UnknownTenant(tenant)
+        return list(self.service.ontology(tenant).compactions.values())
+
+    def consolidate_pending(self, tenant: str) -> list[ConsolidationReport]:
+        """Consolidate every pending compaction now (the background worker does this on arrival)."""
+        if not self.tenant_exists(tenant):
+            raise UnknownTenant(tenant)
+        return self.consolidation.run_pending(tenant)
+
+    def retry_consolidation(self, tenant: str, compaction_id: str) -> ConsolidationReport:
+        """Run a failed (or stuck) consolidation again, e.g. after fixing the extractor's settings."""
+        return self.consolidation.retry(tenant, compaction_id)
+
+    # ------------------------------------------------------------------ recall by tier, workers
+
+    def recall(self, tenant: str, agent: str, subject: str, *, relation: str | None = None,
+               serving: str | None = None, session_id: str | None = None, deeper: bool = False) -> RecallResult:
+        """Tier-aware recall (domain/application/recall.py): facts about `subject` from the nearest tier that has
+        any — the session, then the person served (episodic), then the org (semantic) — saying which tier
+        answered. The facts found are recorded as recalled by `agent`; a deeper recall also brings back facts
+        archived for disuse."""
+        state = self.service.ontology(tenant)
+        state.require_entity(agent, "agent")
+        state.require_entity(subject, "subject")
+        if serving is not None:
+            state.require_entity(serving, "serving")
+        if session_id is not None:
+            state.require_session(session_id)
+        answer = recall_by_tier(self.service, tenant, agent, serving, subject, relation, session_id, deeper)
+        tiers = ["session"] + (["episodic"] if serving is not None else []) + ["semantic"]
+        result = RecallResult(answered_by=answer.tier.value if answer.tier else None, tiers_checked=tiers,
+                              hits=[RecallHit(answer.tier.value, _fact_dict(f)) for f in answer.facts]
+                              if answer.tier else [], restored=list(answer.restored))
+        if answer.facts:
+            result.position = self.service.last_position
+            self._written([result.position or 0])
+        return result
+
+    def workers(self, tenant: str, session_id: str, about: str | None = None, live_only: bool = True
+                ) -> list[SessionState]:
+        """The workers of a main session (the live ones by default), about `about` if given, newest first."""
+        return workers_for(self.service.ontology(tenant), session_id, about, live_only)
+
+    # ------------------------------------------------------------------ reads from the projection
+
+    def log_position(self) -> int:
+        """The last position in the event log."""
+        return self.log.max_position()
+
+    def must_wait(self, min_position: int | None) -> bool:
+        """Whether a read naming `min_position` would have to wait for the projector."""
+        return bool(min_position) and (self.read_model is None or self.read_model.position < (min_position or 0))
+
+    def wait_for(self, min_position: int | None) -> None:
+        """Read-your-writes: wait (bounded) until the read model has applied `min_position`."""
+        if min_position is None or min_position <= 0:
+            return
+        read_model = self._read_model()
+        end = self.log.max_position()
+        if min_position > end:
+            raise InvalidInput(f"min_position {min_position} is beyond the end of the log ({end}): no write"
+                               " returned it", field="min_position")
+        if not read_model.wait_for(min_position, self.settings.read_wait_seconds):
+            raise ProjectionBehind(f"the read model reached position {read_model.position}, not {min_position},"
+                                   f" within {self.settings.read_wait_seconds:g} s; retry")
+
+    def _read_model(self) -> ReadModel:
+        if self.read_model is None:
+            raise ProjectionBehind("this process runs no projector")
+        return self.read_model
+
+    def entity(self, tenant: str, ref: str, min_position: int | None = None) -> dict[str, Any] | None:
+        self.wait_for(min_position)
+        return self._read_model().entity(tenant, ref)
+
+    def search_entities(self, tenant: str, text: str, skip: int, limit: int, min_position: int | None = None
+                        ) -> tuple[list[dict[str, Any]], int]:
+        self.wait_for(min_position)
+        return self._read_model().search_entities(tenant, text, skip, limit)
+
+    def fact(self, tenant: str, fact_id: str, min_position: int | None = None
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        self.wait_for(min_position)
+        return self._read_model().fact_history(tenant, fact_id)
+
+    def graph(self, tenant: str, recorded_at: datetime | None, valid_at: datetime | None, skip: int, limit: int,
+              min_position: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        self.wait_for(min_position)
+        return self._read_model().graph_as_of(tenant, recorded_at, valid_at, skip, limit)
+
+    def session(self, tenant: str, session_id: str, min_position: int | None = None
+                ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        self.wait_for(min_position)
+        return self._read_model().session(tenant, session_id)
+
+    # ------------------------------------------------------------------ recall by content
+
+    def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
+                   session_id: str | None = None, k: int = 10, as_of: datetime | None = None,
+                   min_position: int | None = None, about: Sequence[str] = ()) -> SearchAnswer:
+        """The facts `agent` may see (serving `serving`, in `session_id`, touching `about` if given) that best
+        match `query`, nearest tier first, with their score components (projections/searches.py). A current
+        search records its results as recalled (mode `looked_up`); an as-of search records nothing."""
+        if min_position is not None and self.read_model is not None:
+            self.wait_for(min_position)
+        answer = self.searches.search(tenant, agent, query, serving=serving, session_id=session_id, k=k,
+                                      as_of=as_of, about=about)
+        self._written([answer.recall_position] if answer.recall_position is not None else [])
+        return answer
+
+    def explain_search(self, tenant: str | None, search_id: str) -> SearchAnswer:
+        """The evidence of a served search (tenant None: an operator's look, as for `explain`)."""
+        return self.searches.served(tenant, search_id)
+
+    # ------------------------------------------------------------------ perspectives and contexts
+
+    def perspective(self, tenant: str, agent: str, serving: str | None = None, focus: Sequence[str] = (),
+                    as_of: datetime | None = None, budget_tokens: int | None = None, deeper: bool = False,
+                    min_position: int | None = None) -> Perspective:
+        """What `agent` sees, serving `serving`, with `focus` in mind: ranked, tiered, rendered within budget.
+
+        Serving a current perspective is also a write: it records one recall of its full and gist facts (mode
+        `pushed`, `deepened` for a deeper look), which makes them rank higher next time (the testing effect),
+        and keeps its evidence for `explain`. An as-of perspective records no recall (looking at the past does
+        not use a fact now). The recall is written after the perspective is computed, outside the engine's
+        lock, so a slow write delays only this caller.
+        """
+        if min_position is not None and self.read_model is not None:
+            self.wait_for(min_position)
+        served = self.perspectives.perspective(tenant, agent, serving, focus, as_of, budget_tokens, deeper)
+        if as_of is None and self.perspectives.records_recalls:
+            served.recall = self._record_recall(tenant, agent, served.perspective_id,
+                                                served.fact_ids(Tier.FULL, Tier.GIST),
+                                                RecallMode.DEEPENED if deeper else RecallMode.PUSHED)
+        self.perspectives.keep_evidence(served)
+        return served
+
+    def _record_recall(self, tenant: str, agent: str, served_id: str, fact_ids: list[str], mode: RecallMode
+                       ) -> RecallRecord | None:
+        if not fact_ids:
+            return None
+        written = self._run(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(fact_ids), mode=mode,
+                                           perspective_id=served_id))
+        return RecallRecord(mode=mode.value, fact_ids=fact_ids, position=written.position)
+
+    def deepen(self, tenant: str, perspective_id: str, budget_tokens: int | None = None) -> Perspective:
+        """Think deeper from a perspective served before: same standpoint, one more hop, a lower threshold."""
+        before = self.perspectives.served(tenant, perspective_id)
+        return self.perspective(tenant, before.agent, before.serving, before.focus, before.as_of,
+                                budget_tokens or before.budget_tokens, deeper=True)
+
+    def explain(self, tenant: str | None, perspective_id: str) -> Perspective:
+        """The evidence of a served perspective: inputs, parameters and outputs, to reproduce it. Agents name
+        their tenant; None is an operator's look at the data directory (the CLI), whatever the tenant."""
+        return self.perspectives.served(tenant, perspective_id)
+
+    def reproduce(self, perspective_id: str) -> Perspective:
+        """Compute a served perspective again from the log as it stood when it was served (nothing recorded):
+        equal items mean the answer is explained by its inputs."""
+        return self.perspectives.reproduce(perspective_id)
+
+    def context(self, tenant: str, session_id: str, message: str | None = None, budget_tokens: int | None = None
+                ) -> Context:
+        """The context block for a main session, compiled for this request (records a `pushed` recall of the
+        facts it shows clearly, and keeps its evidence)."""
+        served = self.contexts.context(tenant, session_id, message, budget_tokens)
+        self._written([served.recall.position] if served.recall and served.recall.position else [])
+        return served
+
+    def explain_context(self, tenant: str | None, context_id: str) -> Context:
+        """The evidence of a served context (tenant None: an operator's look, as for `explain`)."""
+        return self.contexts.served(tenant, context_id)
+
+    def reproduce_context(self, context_id: str) -> Context:
+        """Assemble a served context again from the log as it stood then (nothing recorded)."""
+        return self.contexts.reproduce(context_id)
+
+
+class UnknownEntityFact(DomainError):
+    """A fact id named in a request is not a fact of the caller's tenant."""
+
+    def __init__(self, fact_id: str, field: str) -> None:
+        super().__init__(f"no fact {fact_id!r} in your tenant", field=field)
+
+
+__all__ = ["Application", "ApplicationSettings", "BatchRejected", "ProjectionBehind", "RecallResult", "TenantMismatch",
+           "UnknownEntity", "Written"]

@@ -1,0 +1,61 @@
+"""The context port's adapter (domain/ports.py `ContextEngine`): projections/contexts.py beside the perspective
+engine of the process.
+
+It shares the perspective engine's `Perspectives` (its per-tenant indexes) and serializes on the same lock, since
+assembling a context walks those indexes; the search engine's `Searches` recalls facts by the message's content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from domain.context import Context
+from domain.ports import CommandRunner, EventLog
+from infra.perspective_engine import EnginePerspectives
+from infra.search_engine import EngineSearches
+
+if TYPE_CHECKING:
+    from projections.contexts import Contexts
+
+
+class EngineContexts:
+    """Every call is scoped to the caller's tenant; another tenant's context id is simply unknown."""
+
+    def __init__(self, perspectives: EnginePerspectives, service: CommandRunner, log: EventLog, home: Path,
+                 clock: Callable[[], datetime], searches: EngineSearches | None = None) -> None:
+        self._perspectives = perspectives
+
+        def make() -> Contexts:
+            from projections.contexts import Contexts
+
+            return Contexts(perspectives.engine, service, log, home, clock,
+                            searches=searches.searches if searches is not None else None)
+
+        self._make = make
+        self._contexts: Contexts | None = None
+
+    @property
+    def contexts(self) -> Contexts:
+        engine = self._perspectives.engine
+        if self._contexts is None or self._contexts.perspectives is not engine:  # (reloaded after a forget)
+            self._contexts = self._make()
+        return self._contexts
+
+    def context(self, tenant: str, session_id: str, message: str | None, budget_tokens: int | None) -> Context:
+        contexts = self.contexts
+        with self._perspectives.lock:
+            return contexts.context_for(tenant, session_id, message, budget_tokens=budget_tokens)
+
+    def served(self, tenant: str | None, context_id: str) -> Context:
+        from projections.contexts import UnknownContext
+
+        served = self.contexts.explain(context_id)
+        if tenant is not None and served.tenant != tenant:
+            raise UnknownContext(context_id)
+        return served
+
+    def reproduce(self, context_id: str) -> Context:
+        return self.contexts.reproduce(context_id)
