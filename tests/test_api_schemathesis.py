@@ -28,6 +28,8 @@ from schemathesis.specs.openapi.checks import (
 from tests.api_support import ADMIN_KEY, Server, register_story, start_server, stop_server
 from tests.properties import examples
 
+pytestmark = pytest.mark.slow  # minutes, not seconds (`-m 'not slow'` for a quick loop)
+
 EXAMPLES = examples(0.1)
 MINIMUM_CASES = EXAMPLES * 33
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def _sessions_log(states: Iterable[Ontology]) -> dict:
 
 @settings(max_examples=examples(0.07), suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), commands=st.integers(1, 70), batch_size=st.integers(1, 9))
+@pytest.mark.slow
 def test_facts_as_of_equals_a_replay_to_t_and_the_log_fold(seed: int, commands: int, batch_size: int) -> None:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="asof-") as tmp:

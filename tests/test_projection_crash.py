@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
@@ -21,6 +22,8 @@ from projections.projector import Projector
 from projections.replay import replay
 from tests.conftest import TickingClock
 from tests.projection_support import Workload, content_hashes
+
+pytestmark = pytest.mark.slow  # minutes, not seconds (`-m 'not slow'` for a quick loop)
 
 KILLS = 6
 

@@ -1,0 +1,116 @@
+"""The rules as specifications, with nothing but the domain: given an ontology (folded from events), when a
+command is decided, then these events, or this error naming the field. No application, no store: milliseconds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from domain import commands as c
+from domain.errors import DomainError, UnknownEntity, UnknownTenant
+from domain.events import DomainEvent
+from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactStatus
+from domain.ontology import Ontology
+from domain.rules import decide
+
+T = "acme"
+NOW = datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
+
+
+def given(*commands: c.Command) -> Ontology:
+    """An ontology that has accepted these commands, one second apart (each decided, its events applied)."""
+    state = Ontology(tenant=T)
+    for k, command in enumerate(commands):
+        when(state, command, NOW + timedelta(seconds=k))
+    return state
+
+
+def when(state: Ontology, command: c.Command, now: datetime = NOW + timedelta(hours=1)) -> list[DomainEvent]:
+    events = decide(state, command, now)
+    for event in events:
+        state.apply(event)
+    return events
+
+
+def people(*refs: str) -> list[c.Command]:
+    return [c.CreateTenant(tenant=T)] + [c.RegisterEntity(tenant=T, ref=ref, label=ref.split(":")[1].title())
+                                         for ref in refs]
+
+
+def test_nothing_is_decided_for_a_tenant_that_was_never_created() -> None:
+    with pytest.raises(UnknownTenant):
+        when(Ontology(tenant=T), c.RegisterEntity(tenant=T, ref="person:li", label="Li"))
+
+
+def test_a_fact_about_an_unknown_entity_is_rejected_naming_the_field() -> None:
+    state = given(*people("person:li"))
+    with pytest.raises(UnknownEntity) as rejected:
+        when(state, c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:nobody"))
+    assert rejected.value.field == "object"
+    assert not state.facts
+
+
+def test_asserting_a_fact_makes_it_current_with_its_reason() -> None:
+    state = given(*people("person:li", "person:wang"))
+    (asserted,) = when(state, c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:wang",
+                                           reason="met at the fair"))
+    assert isinstance(asserted, FactAsserted)
+    fact = state.facts[asserted.fact_id]
+    assert (fact.status, fact.reason, fact.subject, fact.object) == (FactStatus.CURRENT, "met at the fair",
+                                                                     "person:li", "person:wang")
+
+
+def test_asserting_a_current_fact_again_corroborates_it_and_raises_its_confidence() -> None:
+    state = given(*people("person:li", "person:wang"),
+                  c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:wang", confidence=0.6))
+    (only,) = state.facts.values()
+    (again,) = when(state, c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:wang",
+                                        confidence=0.6))
+    assert isinstance(again, FactCorroborated) and again.fact_id == only.fact_id
+    assert state.facts[only.fact_id].confidence > 0.6
+    assert len(state.facts) == 1
+
+
+def test_a_new_object_of_a_functional_relation_supersedes_the_current_one() -> None:
+    state = given(*people("person:li", "org:acme", "org:beta"),
+                  c.AssertFact(tenant=T, subject="person:li", relation="works_for", object="org:acme"))
+    (before,) = state.facts.values()
+    ended, asserted = when(state, c.AssertFact(tenant=T, subject="person:li", relation="works_for",
+                                                object="org:beta"))
+    assert isinstance(ended, FactInvalidated) and ended.fact_id == before.fact_id
+    assert isinstance(asserted, FactAsserted) and asserted.supersedes == before.fact_id
+    assert [f.object for f in state.current_facts()] == ["org:beta"]
+
+
+def test_a_relation_that_is_not_functional_keeps_every_object() -> None:
+    state = given(*people("person:li", "person:wang", "person:zhao"),
+                  c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:wang"))
+    when(state, c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:zhao"))
+    assert sorted(f.object for f in state.current_facts()) == ["person:wang", "person:zhao"]
+
+
+def test_invalidating_a_fact_ends_it_and_keeps_it_in_history() -> None:
+    state = given(*people("person:li", "person:wang"),
+                  c.AssertFact(tenant=T, subject="person:li", relation="knows", object="person:wang"))
+    (fact,) = state.facts.values()
+    (ended,) = when(state, c.InvalidateFact(tenant=T, fact_id=fact.fact_id, reason="they never met"))
+    assert isinstance(ended, FactInvalidated)
+    assert state.facts[fact.fact_id].status is not FactStatus.CURRENT
+    assert list(state.current_facts()) == []
+
+
+def test_a_rejected_command_leaves_the_state_as_it_was() -> None:
+    state = given(*people("person:li"))
+    version = state.version
+    with pytest.raises(DomainError):
+        when(state, c.InvalidateFact(tenant=T, subject="person:li", relation="knows", object="person:li",
+                                     reason="nothing to end"))
+    assert state.version == version and not state.facts
+
+
+def test_a_repeated_event_id_is_a_no_op() -> None:
+    state = given(*people("person:li", "person:wang"),
+                  c.AssertFact(tenant=T, event_id="e-1", subject="person:li", relation="knows", object="person:wang"))
+    assert when(state, c.AssertFact(tenant=T, event_id="e-1", subject="person:li", relation="knows",
+                                    object="person:wang", reason="the same input again")) == []
