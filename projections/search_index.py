@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,12 +202,18 @@ class SearchIndex:
             out[ready] = (self.vectors[chosen].astype(np.float32) @ query) * self.scales[chosen]
         return out
 
-    def similarity(self, a: int, b: int) -> float:
-        if a >= self.embedded or b >= self.embedded:
-            return 0.0
-        va = self.vectors[a].astype(np.float32) * self.scales[a]
-        vb = self.vectors[b].astype(np.float32) * self.scales[b]
-        return float(va @ vb)
+    def similarities(self, docs: Sequence[int]) -> Callable[[int, int], float]:
+        """The cosine of any two of `docs` (0 for a document not embedded yet), from one product of their vectors."""
+        ready = [d for d in dict.fromkeys(docs) if d < self.embedded]
+        where = {d: k for k, d in enumerate(ready)}
+        vectors = self.vectors[ready].astype(np.float32) * self.scales[ready, None] if ready else np.zeros((0, 0))
+        gram = vectors @ vectors.T
+
+        def similar(a: int, b: int) -> float:
+            i, j = where.get(a), where.get(b)
+            return 0.0 if i is None or j is None else float(gram[i, j])
+
+        return similar
 
     # ------------------------------------------------------------------------------------------ lexical
 

@@ -51,9 +51,9 @@ SEMANTIC_POOL = 200
 """How many of the best semantic matches join the lexical ones as candidates."""
 MASKS_KEPT = 32
 """Viewers whose visibility masks are kept (the oldest goes first)."""
-RANKED_FULLY = 150
-"""How many of the best candidates by content are ranked with activation and recency (the rest cannot reach the
-top k: those two terms add at most their weights, 0.07 by default)."""
+RANKED_PER_RESULT = 4
+"""Four candidates per result asked for (at least 40) are ranked with activation and recency, the best by content
+(activation and recency add at most their weights, 0.07 by default; the rest are spare for de-duplication)."""
 
 
 class UnknownSearch(NoumenaError):
@@ -207,14 +207,15 @@ class Searches:
         reached = dict(zip(walked.facts.tolist(), walked.activation.tolist(), strict=True))
         semantic, mode = self._semantic(index, query, visible, lex_docs, lex_scores, reached, pindex, p)
         docs = np.array(sorted(set(lexical) | set(semantic)), dtype=np.int64)
-        if len(docs) > RANKED_FULLY:
+        ranked_fully = max(40, RANKED_PER_RESULT * p.k)
+        if len(docs) > ranked_fully:
             # only the best by content are ranked fully (activation and recency add at most their weights),
             # with every candidate of the viewer's own tiers (session and person scopes: few)
             content = np.array([p.lexical_weight * lexical.get(d, 0.0) + p.semantic_weight * semantic.get(d, 0.0)
                                 for d in docs.tolist()])
             own = pindex.scope.data[docs] != 0
             best = np.zeros(len(docs), dtype=bool)
-            best[np.argpartition(-content, RANKED_FULLY - 1)[:RANKED_FULLY]] = True
+            best[np.argpartition(-content, ranked_fully - 1)[:ranked_fully]] = True
             docs = docs[best | own]
         if not len(docs):
             return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
@@ -336,7 +337,7 @@ class Searches:
             start = TIER_ORDER.index(answered)
             ordered = [c for tier in TIER_ORDER[start:] for c in ranked if c.tier is tier]
             ordered += [c for c in ranked if TIER_ORDER.index(c.tier) < start]
-        return answered, diversify(ordered, p.k, index.similarity, p)
+        return answered, diversify(ordered, p.k, index.similarities([c.doc for c in ordered]), p)
 
     @staticmethod
     def _item(pindex: PerspectiveIndex, index: SearchIndex, rank: int, c: Candidate) -> SearchItem:
