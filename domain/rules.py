@@ -82,14 +82,14 @@ def _decide(command: c.Command, state: Ontology, now: datetime) -> list[DomainEv
 
 
 @_decide.register
-def _(cmd: c.CreateTenant, state: Ontology, now: datetime) -> list[DomainEvent]:
+def create_tenant(cmd: c.CreateTenant, state: Ontology, now: datetime) -> list[DomainEvent]:
     if state.exists:
         raise TenantAlreadyExists(cmd.tenant)
     return [TenantCreated(**_base(cmd, now), display_name=cmd.display_name)]
 
 
 @_decide.register
-def _(cmd: c.RegisterEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
+def register_entity(cmd: c.RegisterEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
     existing = state.entities.get(cmd.ref)
     if existing is None:
         return [EntityRegistered(**_base(cmd, now), ref=cmd.ref, label=cmd.label, aliases=cmd.aliases,
@@ -103,7 +103,7 @@ def _(cmd: c.RegisterEntity, state: Ontology, now: datetime) -> list[DomainEvent
 
 
 @_decide.register
-def _(cmd: c.DefineRelation, state: Ontology, now: datetime) -> list[DomainEvent]:
+def define_relation(cmd: c.DefineRelation, state: Ontology, now: datetime) -> list[DomainEvent]:
     current = state.relation(cmd.name)
     if (current.functional, current.symmetric, current.weight) == (cmd.functional, cmd.symmetric, cmd.weight):
         return []
@@ -137,7 +137,7 @@ def _check_scope(state: Ontology, scope: str) -> None:
 
 
 @_decide.register
-def _(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+def assert_fact(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     entities = state.entities
     if cmd.subject not in entities:
         state.require_entity(cmd.subject, "subject")  # (raises, naming the field)
@@ -219,7 +219,7 @@ def _promotion(state: Ontology, cmd: c.Command, now: datetime, fact: FactAsserte
 
 
 @_decide.register
-def _(cmd: c.PromoteFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+def promote_fact(cmd: c.PromoteFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     fact = state.require_fact(cmd.fact_id)
     if fact.status is not FactStatus.CURRENT:
         raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by)
@@ -232,7 +232,7 @@ def _(cmd: c.PromoteFact, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 
 @_decide.register
-def _(cmd: c.MergeEntities, state: Ontology, now: datetime) -> list[DomainEvent]:
+def merge_entities(cmd: c.MergeEntities, state: Ontology, now: datetime) -> list[DomainEvent]:
     merged = state.require_entity(cmd.merged_ref, "merged_ref")
     state.require_entity(cmd.into_ref, "into_ref")
     if cmd.merged_ref == cmd.into_ref:
@@ -243,7 +243,7 @@ def _(cmd: c.MergeEntities, state: Ontology, now: datetime) -> list[DomainEvent]
 
 
 @_decide.register
-def _(cmd: c.KeepEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
+def keep_entity(cmd: c.KeepEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
     entity = state.require_entity(cmd.ref, "ref")
     if not entity.needs_review:
         return []
@@ -252,7 +252,7 @@ def _(cmd: c.KeepEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 
 @_decide.register
-def _(cmd: StartConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
+def start_consolidation(cmd: StartConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
     compaction = _compaction(state, cmd.compaction_id)
     if compaction.status is ConsolidationStatus.COMPLETED:
         raise InvalidInput(f"compaction {cmd.compaction_id} is already consolidated", field="compaction_id")
@@ -262,7 +262,7 @@ def _(cmd: StartConsolidation, state: Ontology, now: datetime) -> list[DomainEve
 
 
 @_decide.register
-def _(cmd: CompleteConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
+def complete_consolidation(cmd: CompleteConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
     compaction = _compaction(state, cmd.compaction_id)
     if compaction.status is not ConsolidationStatus.RUNNING:
         raise InvalidInput(f"compaction {cmd.compaction_id} is {compaction.status.value}, not running",
@@ -273,7 +273,7 @@ def _(cmd: CompleteConsolidation, state: Ontology, now: datetime) -> list[Domain
 
 
 @_decide.register
-def _(cmd: FailConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
+def fail_consolidation(cmd: FailConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
     compaction = _compaction(state, cmd.compaction_id)
     return [ConsolidationFailed(**_base(cmd, now), compaction_id=cmd.compaction_id,
                                 session_id=compaction.session_id, reason=cmd.reason,
@@ -288,7 +288,7 @@ def _compaction(state: Ontology, compaction_id: str) -> CompactionState:
 
 
 @_decide.register
-def _(cmd: c.InvalidateFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+def invalidate_fact(cmd: c.InvalidateFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     if cmd.fact_id is not None:
         fact = state.require_fact(cmd.fact_id)
     else:
@@ -322,7 +322,7 @@ def _latest_for_key(state: Ontology, key: tuple[str, str, str, str]):  # type: i
 
 
 @_decide.register
-def _(cmd: c.ArchiveFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+def archive_fact(cmd: c.ArchiveFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     fact = state.require_fact(cmd.fact_id)
     if fact.status is not FactStatus.CURRENT:
         raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by)
@@ -330,7 +330,7 @@ def _(cmd: c.ArchiveFact, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 
 @_decide.register
-def _(cmd: c.RestoreFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+def restore_fact(cmd: c.RestoreFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     fact = state.require_fact(cmd.fact_id)
     if fact.status is not FactStatus.ARCHIVED:
         raise InvalidInput(f"fact {fact.fact_id} is {fact.status.value}, only archived facts are restored",
@@ -341,7 +341,7 @@ def _(cmd: c.RestoreFact, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 
 @_decide.register
-def _(cmd: c.StartSession, state: Ontology, now: datetime) -> list[DomainEvent]:
+def start_session(cmd: c.StartSession, state: Ontology, now: datetime) -> list[DomainEvent]:
     state.require_entity(cmd.agent, "agent")
     if cmd.serving is not None:
         state.require_entity(cmd.serving, "serving")
@@ -378,7 +378,7 @@ def _live_session(state: Ontology, session_id: str, field_name: str = "session_i
 
 
 @_decide.register
-def _(cmd: c.AppendMessage, state: Ontology, now: datetime) -> list[DomainEvent]:
+def append_message(cmd: c.AppendMessage, state: Ontology, now: datetime) -> list[DomainEvent]:
     session = _live_session(state, cmd.session_id)
     first = session.message_ids.get(cmd.message_id)
     if first is not None:
@@ -397,7 +397,7 @@ def _(cmd: c.AppendMessage, state: Ontology, now: datetime) -> list[DomainEvent]
 
 
 @_decide.register
-def _(cmd: c.DispatchWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
+def dispatch_worker(cmd: c.DispatchWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
     main = _live_session(state, cmd.session_id)
     for i, ref in enumerate(cmd.about):
         state.require_entity(ref, f"about[{i}]")
@@ -418,7 +418,7 @@ def _(cmd: c.DispatchWorker, state: Ontology, now: datetime) -> list[DomainEvent
 
 
 @_decide.register
-def _(cmd: c.ReportWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
+def report_worker(cmd: c.ReportWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
     worker = _live_session(state, cmd.session_id)
     if worker.kind is not SessionKind.WORKER:
         raise InvalidInput(f"session {cmd.session_id!r} is a main session; only workers report",
@@ -430,7 +430,7 @@ def _(cmd: c.ReportWorker, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 
 @_decide.register
-def _(cmd: c.CompactSession, state: Ontology, now: datetime) -> list[DomainEvent]:
+def compact_session(cmd: c.CompactSession, state: Ontology, now: datetime) -> list[DomainEvent]:
     session = state.require_session(cmd.session_id)
     if state.forgotten_people:
         state.require_not_forgotten(_session_serving(state, session), "session_id")
@@ -441,7 +441,7 @@ def _(cmd: c.CompactSession, state: Ontology, now: datetime) -> list[DomainEvent
 
 
 @_decide.register
-def _(cmd: c.EndSession, state: Ontology, now: datetime) -> list[DomainEvent]:
+def end_session(cmd: c.EndSession, state: Ontology, now: datetime) -> list[DomainEvent]:
     session = state.require_session(cmd.session_id)
     if session.ended:
         return []
@@ -455,7 +455,7 @@ def _(cmd: c.EndSession, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 
 @_decide.register
-def _(cmd: c.RecordRecall, state: Ontology, now: datetime) -> list[DomainEvent]:
+def record_recall(cmd: c.RecordRecall, state: Ontology, now: datetime) -> list[DomainEvent]:
     state.require_entity(cmd.agent, "agent")
     for i, fact_id in enumerate(cmd.fact_ids):
         if fact_id not in state.facts:
@@ -465,7 +465,7 @@ def _(cmd: c.RecordRecall, state: Ontology, now: datetime) -> list[DomainEvent]:
 
 
 @_decide.register
-def _(cmd: c.RecordForgetting, state: Ontology, now: datetime) -> list[DomainEvent]:
+def record_forgetting(cmd: c.RecordForgetting, state: Ontology, now: datetime) -> list[DomainEvent]:
     kind, _, rest = cmd.subject.partition(":")
     if kind in ("person", "memory"):
         state.require_entity(cmd.subject, "subject")
