@@ -18,7 +18,7 @@ from domain.values import (
     Scope,
     TenantName,
     Text,
-    Timestamp,
+    ValidTime,
     text,
     valid_to_after_valid_from,
 )
@@ -30,8 +30,9 @@ class Command(BaseModel):
     tenant: TenantName
     event_id: text(1, 200) | None = None
     """The ingest envelope id: a command carrying an id already seen is a no-op."""
-    occurred_at: Timestamp | None = None
-    """The source's own clock. Data, never transaction time."""
+    occurred_at: ValidTime | None = None
+    """The source's own clock. Data, never transaction time (it is the default start of an assertion's valid
+    time, and of an invalidation's end)."""
 
 
 class CreateTenant(Command):
@@ -69,8 +70,10 @@ class AssertFact(Command):
     object: Ref
     reason: Text | None = None
     confidence: Confidence | None = None
-    valid_from: Timestamp | None = None
-    valid_to: Timestamp | None = None
+    valid_from: ValidTime | None = None
+    """When it began to hold. Default: `occurred_at`, else the recorded time (docs/timelines.md)."""
+    valid_to: ValidTime | None = None
+    """When it stopped holding. Default: open, or, for a functional relation, until the next value's start."""
     scope: Scope = "org"
     source: Source | None = None
 
@@ -86,13 +89,43 @@ class InvalidateFact(Command):
     object: Ref | None = None
     scope: Scope = "org"
     reason: Text
-    valid_to: Timestamp | None = None
+    valid_to: ValidTime | None = None
+    """When it stopped holding. Default: `occurred_at`, else the recorded time. Naming an earlier end of a fact
+    already ended corrects that end (a `fact.corrected`)."""
     source: Source | None = None
 
     @model_validator(mode="after")
     def _named(self) -> Self:
         if self.fact_id is None and None in (self.subject, self.relation, self.object):
             raise ValueError("name the fact by fact_id or by subject, relation and object")
+        return self
+
+
+class CorrectFact(Command):
+    """Correct a fact's valid interval, current or ended: the bounds given replace the old ones.
+
+    Named by `fact_id`, or by (subject, relation, object, scope): then the current fact with that key, else the
+    one asserted last. In a functional timeline the neighbours the new interval reaches are cut (docs/timelines.md).
+    """
+
+    fact_id: Identifier | None = None
+    subject: Ref | None = None
+    relation: RelationName | None = None
+    object: Ref | None = None
+    scope: Scope = "org"
+    reason: Text
+    valid_from: ValidTime | None = None
+    valid_to: ValidTime | None = None
+    source: Source | None = None
+
+    _interval = field_validator("valid_to")(valid_to_after_valid_from)
+
+    @model_validator(mode="after")
+    def _named(self) -> Self:
+        if self.fact_id is None and None in (self.subject, self.relation, self.object):
+            raise ValueError("name the fact by fact_id or by subject, relation and object")
+        if self.valid_from is None and self.valid_to is None:
+            raise ValueError("a correction names valid_from, valid_to or both")
         return self
 
 

@@ -10,11 +10,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from domain import commands as c
 from domain.events import DomainEvent
-from domain.values import Confidence, Ref, RelationName, Scope
+from domain.values import Confidence, Ref, RelationName, Scope, ValidTime
 
 
 class ConsolidationStatus(StrEnum):
@@ -111,8 +111,8 @@ class ExtractedFact(BaseModel):
     object: Ref
     reason: Annotated[str, Field(min_length=1, max_length=20_000)] | None = None
     confidence: Confidence | None = None
-    valid_from: AwareDatetime | None = None
-    valid_to: AwareDatetime | None = None
+    valid_from: ValidTime | None = None
+    valid_to: ValidTime | None = None
     scope: Scope | None = None
     message_ids: list[str] = []
 
@@ -125,7 +125,7 @@ class ExtractedInvalidation(BaseModel):
     object: Ref
     scope: Scope | None = None
     reason: Annotated[str, Field(min_length=1, max_length=20_000)]
-    valid_to: AwareDatetime | None = None
+    valid_to: ValidTime | None = None
 
 
 class Extraction(BaseModel):

@@ -45,9 +45,10 @@ class UnknownFact(DomainError):
 class FactNotCurrent(DomainError):
     """Only a current fact can be invalidated or corroborated; the message names its state."""
 
-    def __init__(self, fact_id: str, status: str, superseded_by: str | None = None) -> None:
+    def __init__(self, fact_id: str, status: str, superseded_by: str | None = None, field: str = "fact_id",
+                 hint: str = "") -> None:
         extra = f" (superseded by {superseded_by})" if superseded_by else ""
-        super().__init__(f"fact {fact_id} is not current: it is {status}{extra}", field="fact_id")
+        super().__init__(f"fact {fact_id} is not current: it is {status}{extra}{hint}", field=field)
         self.fact_id = fact_id
         self.status = status
 

@@ -45,6 +45,10 @@ class FactCorroborated(DomainEvent):
     previous_confidence: float
     confidence: float
     reason: str | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    """The range this source states (events stored before these fields existed read as None: not recorded).
+    It is kept with the source and never moves the fact's own range (docs/timelines.md)."""
 
 
 class FactInvalidated(DomainEvent):
@@ -57,6 +61,27 @@ class FactInvalidated(DomainEvent):
     reason: str
     valid_to: datetime | None = None
     superseded_by: str | None = None
+    provenance: Provenance
+
+
+class FactCorrected(DomainEvent):
+    """The fact's valid interval is corrected: the fields given replace the old bounds, the others stay.
+
+    Written when a value placed into a functional timeline cuts a neighbour that is no longer current, and for an
+    explicit correction (`CorrectFact`, an invalidation naming an earlier `valid_to` of an ended fact). A bound
+    equal to the other (`valid_to == valid_from`) leaves an empty interval: the value held at no instant.
+    Transaction time is untouched: as-of queries before this event still see the old interval.
+    """
+
+    topic = "fact.corrected"
+    content_fields = ("reason",)
+
+    fact_id: str
+    reason: str
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    superseded_by: str | None = None
+    """The value that follows this one in its timeline now (None: unchanged)."""
     provenance: Provenance
 
 
@@ -106,6 +131,8 @@ class FactState:
     superseded_by: str | None = None
     supersedes: str | None = None
     ended_reason: str | None = None
+    ranges: list[tuple[datetime | None, datetime | None]] = field(default_factory=list)
+    """The valid range each source stated, in the order of `provenance` (None, None where none was recorded)."""
 
     @property
     def key(self) -> tuple[str, str, str, str]:

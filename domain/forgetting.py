@@ -9,7 +9,7 @@ Who owns which content (`content_key`):
 
 - label and aliases of `person:` and `memory:` entities: the entity's key, owned by the entity; a memory's
   key is also deleted when a person a fact links it to is forgotten (`linked_memories`);
-- a fact's reason (assert, corroborate, invalidate): the fact's key, owned by the fact, by its `person:` or
+- a fact's reason (assert, corroborate, invalidate, correct): the fact's key, owned by the fact, by its `person:` or
   `session:` scope, and, for an org-scoped fact, by a `person:` subject or object. A fact's key is not
   stored on its own: it is derived from the key of its *group* (the facts with the same owners besides
   themselves, e.g. every fact scoped to `person:li`; org facts that name no person are spread over
@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from domain.entities import EntityRegistered, EntityUpdated
 from domain.events import DomainEvent
-from domain.facts import FactAsserted, FactCorroborated, FactInvalidated
+from domain.facts import FactAsserted, FactCorrected, FactCorroborated, FactInvalidated
 
 FORGOTTEN = "[forgotten]"
 """What a forgotten text reads as, everywhere."""
@@ -159,7 +159,7 @@ def _kind(cls: type[DomainEvent]) -> int:
             kind = _ENTITY
         elif issubclass(cls, FactAsserted):
             kind = _ASSERTED
-        elif issubclass(cls, FactCorroborated | FactInvalidated):
+        elif issubclass(cls, FactCorroborated | FactInvalidated | FactCorrected):
             kind = _FACT
         elif "session_id" in cls.model_fields:
             kind = _SESSION

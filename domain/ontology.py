@@ -28,6 +28,7 @@ from domain.events import DomainEvent
 from domain.facts import (
     FactArchived,
     FactAsserted,
+    FactCorrected,
     FactCorroborated,
     FactInvalidated,
     FactPromoted,
@@ -82,6 +83,8 @@ class Ontology:
     facts: dict[str, FactState] = field(default_factory=dict)
     current_by_key: dict[FactKey, str] = field(default_factory=dict)
     functional_current: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    slots: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    """(subject, relation, scope) -> every fact asserted there, in log order: a functional relation's timeline."""
     generations: dict[FactKey, int] = field(default_factory=dict)
     facts_by_scope: dict[str, set[str]] = field(default_factory=dict)
     sessions: dict[str, SessionState] = field(default_factory=dict)
@@ -255,7 +258,7 @@ class Ontology:
             fact_id=e.fact_id, subject=e.subject, relation=e.relation, object=e.object, scope=e.scope,
             reason=e.reason, confidence=e.confidence, valid_from=e.valid_from, valid_to=e.valid_to,
             status=FactStatus.CURRENT, asserted_at=e.recorded_at, provenance=[e.provenance],
-            supersedes=e.supersedes,
+            supersedes=e.supersedes, ranges=[(e.valid_from, e.valid_to)],
         )
         relation = self.relation(e.relation)
         key = self.key_for(e.subject, e.relation, e.object, e.scope, relation)
@@ -265,8 +268,18 @@ class Ontology:
         if e.scope not in self.facts_by_scope:
             self._set(self.facts_by_scope, e.scope, set())
         self._add(self.facts_by_scope[e.scope], e.fact_id)
+        slot = (e.subject, e.relation, e.scope)
+        in_slot = self.slots.get(slot)
+        if in_slot is None:
+            self._set(self.slots, slot, [e.fact_id])
+        else:
+            self._append(in_slot, e.fact_id)
         if relation.functional:
-            self._set(self.functional_current, (e.subject, e.relation, e.scope), e.fact_id)
+            # A value placed before the current one is asserted and then invalidated in the same write: the
+            # current value stays (rules place values so that one is current per slot; domain/timelines.py).
+            holder = self.functional_current.get(slot)
+            if holder is None or self.facts[holder].status is not FactStatus.CURRENT:
+                self._set(self.functional_current, slot, e.fact_id)
         if e.scope != "org":
             self._track_person_scope(fact, current=True)
 
@@ -275,6 +288,14 @@ class Ontology:
         fact = self.facts[e.fact_id]
         self._attr(fact, "confidence", e.confidence)
         self._append(fact.provenance, e.provenance)
+        self._append(fact.ranges, (e.valid_from, e.valid_to))
+
+    @_applies
+    def _(self, e: FactCorrected) -> None:
+        fact = self.facts[e.fact_id]
+        self._attrs(fact, valid_from=fact.valid_from if e.valid_from is None else e.valid_from,
+                    valid_to=fact.valid_to if e.valid_to is None else e.valid_to,
+                    superseded_by=fact.superseded_by if e.superseded_by is None else e.superseded_by)
 
     @_applies
     def _(self, e: FactInvalidated) -> None:
@@ -295,7 +316,10 @@ class Ontology:
         self._attrs(fact, status=FactStatus.CURRENT, ended_reason=None)
         self._set(self.current_by_key, self.key_for(*fact.key), fact.fact_id)
         if self.relation(fact.relation).functional:
-            self._set(self.functional_current, (fact.subject, fact.relation, fact.scope), fact.fact_id)
+            slot = (fact.subject, fact.relation, fact.scope)
+            holder = self.functional_current.get(slot)
+            if holder is None or self.facts[holder].status is not FactStatus.CURRENT:
+                self._set(self.functional_current, slot, fact.fact_id)
         self._track_person_scope(fact, current=True)
 
     @_applies

@@ -9,6 +9,7 @@ from datetime import datetime
 from functools import singledispatch
 
 from domain import commands as c
+from domain import timelines
 from domain.consolidation import (
     CompactionState,
     CompleteConsolidation,
@@ -33,6 +34,7 @@ from domain.events import DomainEvent, make
 from domain.facts import (
     FactArchived,
     FactAsserted,
+    FactCorrected,
     FactCorroborated,
     FactInvalidated,
     FactPromoted,
@@ -150,72 +152,169 @@ def assert_fact(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[Domai
     source = cmd.source
     if source is not None and source.session_id is not None:
         state.require_session(source.session_id, "source.session_id")
+    start = cmd.valid_from or cmd.occurred_at or now
+    if cmd.valid_to is not None and cmd.valid_to <= start:
+        said = "valid_from" if cmd.valid_from else "occurred_at, the default valid_from" if cmd.occurred_at else (
+            "the recorded time, the default valid_from")
+        raise InvalidInput(f"valid_to {cmd.valid_to.isoformat()} is not after {said} {start.isoformat()}",
+                           field="valid_to")
     provenance = _provenance(cmd, source)
     confidence = DEFAULT_CONFIDENCE if cmd.confidence is None else cmd.confidence
     relation = state.relation_types.get(cmd.relation) or default_relation(cmd.relation)
     key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope, relation)
 
     existing_id = state.current_by_key.get(key)
+    if existing_id is None and relation.functional:
+        existing_id = _value_holding(state, (cmd.subject, cmd.relation, cmd.scope), key, start)
     if existing_id is not None:
         existing = state.facts[existing_id]
         return [make(FactCorroborated, {
             "tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id, "fact_id": existing_id,
             "provenance": provenance, "previous_confidence": existing.confidence,
             "confidence": corroborated_confidence(existing.confidence, confidence), "reason": cmd.reason,
+            "valid_from": start, "valid_to": cmd.valid_to,
         })]
 
-    new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
-    events: list[DomainEvent] = []
-    supersedes = None
-    if relation.functional:
-        previous_id = state.functional_current.get((cmd.subject, cmd.relation, cmd.scope))
-        if previous_id is not None:
-            previous = state.facts[previous_id]
-            ends = cmd.valid_from or cmd.occurred_at or now
-            if previous.valid_from is not None and ends <= previous.valid_from:
-                ends = None  # the new fact does not say when the old one ended; keep its valid_to open
-            supersedes = previous_id
-            events.append(FactInvalidated(
-                **_base(cmd, now), fact_id=previous_id, reason=f"superseded by {cmd.relation} -> {cmd.object}",
-                valid_to=ends if previous.valid_to is None or (ends and ends < previous.valid_to) else None,
-                superseded_by=new_id, provenance=provenance,
-            ))
-    asserted = make(FactAsserted, {
-        "tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id, "fact_id": new_id,
-        "subject": cmd.subject, "relation": cmd.relation, "object": cmd.object, "scope": cmd.scope,
-        "reason": cmd.reason, "confidence": confidence, "valid_from": cmd.valid_from, "valid_to": cmd.valid_to,
-        "provenance": provenance, "supersedes": supersedes,
-    })
-    events.append(asserted)
-    if cmd.scope.startswith("person:"):
+    fields = {"tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id, "subject": cmd.subject,
+              "relation": cmd.relation, "object": cmd.object, "scope": cmd.scope, "reason": cmd.reason,
+              "confidence": confidence, "provenance": provenance}
+    events, asserted, current = _assert_value(state, cmd, now, key, relation.functional, fields, start,
+                                              cmd.valid_to, provenance)
+    if current and cmd.scope.startswith("person:"):
         persons = state.person_scopes.get(key[:3], set()) | {cmd.scope}
         if len(persons) >= PROMOTION_MIN_PERSONS:
             sources = [state.current_by_key[state.key_for(cmd.subject, cmd.relation, cmd.object, p)]
-                       for p in sorted(persons - {cmd.scope})] + [new_id]
+                       for p in sorted(persons - {cmd.scope})] + [asserted.fact_id]
             events += _promotion(state, cmd, now, asserted, sources,
                                  f"seen independently for {len(persons)} persons")
     return events
 
 
+def _value_holding(state: Ontology, slot: tuple[str, str, str], key: tuple[str, str, str, str],
+                   instant: datetime) -> str | None:
+    """The fact of this key in a functional timeline whose interval holds `instant`: a value asserted again
+    inside its own past interval corroborates it instead of cutting it."""
+    for fact in timelines.timeline(state.facts, state.slots.get(slot, [])):
+        if state.key_for(*fact.key) == key and timelines.holds_at(fact.valid_from, fact.valid_to, instant):
+            return fact.fact_id
+    return None
+
+
+def _assert_value(state: Ontology, cmd: c.Command, now: datetime, key: tuple[str, str, str, str],
+                  functional: bool, fields: dict[str, object], start: datetime, end: datetime | None,
+                  provenance: Provenance) -> tuple[list[DomainEvent], FactAsserted, bool]:
+    """Assert a new value; under a functional relation, place it into its timeline (domain/timelines.py).
+    Returns the events, the new fact's assertion, and whether it is current."""
+    new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
+    if not functional:
+        asserted = make(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": end})
+        return [asserted], asserted, True
+    slot = (str(fields["subject"]), str(fields["relation"]), str(fields["scope"]))
+    plan = timelines.place(timelines.timeline(state.facts, state.slots.get(slot, [])), new_id, start, end,
+                           placed_is_new=True, placed_current=False)
+    remainder_id = _remainder_id(state, cmd, plan, key)
+    events = _neighbour_events(state, cmd, now, plan, remainder_id, provenance, fields)
+    events += _remainder_events(state, cmd, now, plan, remainder_id, new_id, provenance)
+    placed = plan.placed
+    supersedes = plan.previous_current if placed.current and plan.previous_current else plan.left
+    asserted = make(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": placed.end,
+                                   "supersedes": supersedes})
+    events.append(asserted)
+    if not placed.current:
+        follower = _real(placed.superseded_by, remainder_id)
+        events.append(FactInvalidated(
+            **_base(cmd, now), fact_id=new_id, superseded_by=follower, provenance=provenance,
+            reason=f"placed before the current value: {fields['relation']} -> {fields['object']} holds until "
+                   f"{_when(placed.end)}"))
+    return events, asserted, placed.current
+
+
+def _when(moment: datetime | None) -> str:
+    return "further notice" if moment is None else moment.isoformat()
+
+
+def _real(fact_id: str | None, remainder_id: str | None) -> str | None:
+    return remainder_id if fact_id == timelines.REMAINDER else fact_id
+
+
+def _remainder_id(state: Ontology, cmd: c.Command, plan: timelines.Plan, placed_key: tuple[str, str, str, str]
+                  ) -> str | None:
+    if plan.remainder is None:
+        return None
+    split = state.facts[str(plan.remainder.split_from)]
+    key = state.key_for(*split.key)
+    return fact_id_for(cmd.tenant, key, state.generations.get(key, 0) + (1 if key == placed_key else 0))
+
+
+def _neighbour_events(state: Ontology, cmd: c.Command, now: datetime, plan: timelines.Plan,
+                      remainder_id: str | None, provenance: Provenance, placed: dict[str, object]
+                      ) -> list[DomainEvent]:
+    """One event per neighbour the placement cut, moved, emptied or took the current place from."""
+    events: list[DomainEvent] = []
+    what = f"{placed['relation']} -> {placed['object']} holds from {_when(plan.placed.start)}"
+    for entry in plan.changed:
+        fact = state.facts[entry.fact_id]
+        new_from = entry.start if entry.start != fact.valid_from else None
+        new_to = entry.end if entry.end != fact.valid_to else None
+        follower = _real(entry.superseded_by, remainder_id)
+        if fact.status is FactStatus.CURRENT and not entry.current:
+            events.append(FactInvalidated(**_base(cmd, now), fact_id=fact.fact_id, reason=f"superseded: {what}",
+                                          valid_to=new_to, superseded_by=follower, provenance=provenance))
+            if new_from is not None:
+                events.append(FactCorrected(**_base(cmd, now), fact_id=fact.fact_id, reason=f"cut: {what}",
+                                            valid_from=new_from, provenance=provenance))
+            continue
+        new_follower = follower if not entry.current and follower != fact.superseded_by else None
+        if new_from is not None or new_to is not None or new_follower is not None:
+            events.append(FactCorrected(**_base(cmd, now), fact_id=fact.fact_id, reason=f"cut: {what}",
+                                        valid_from=new_from, valid_to=new_to, superseded_by=new_follower,
+                                        provenance=provenance))
+    return events
+
+
+def _remainder_events(state: Ontology, cmd: c.Command, now: datetime, plan: timelines.Plan,
+                      remainder_id: str | None, placed_id: str, provenance: Provenance) -> list[DomainEvent]:
+    """A neighbour the placed value splits continues after it as a new fact of the same value (its source's
+    claim: the original provenance and confidence; no copy of its reason, which is sealed with that fact)."""
+    remainder = plan.remainder
+    if remainder is None or remainder_id is None:
+        return []
+    split = state.facts[str(remainder.split_from)]
+    events: list[DomainEvent] = [FactAsserted(
+        **_base(cmd, now), fact_id=remainder_id, subject=split.subject, relation=split.relation,
+        object=split.object, scope=split.scope, reason=None, confidence=split.confidence,
+        valid_from=remainder.start, valid_to=remainder.end, provenance=split.provenance[0], supersedes=placed_id)]
+    if not remainder.current:
+        events.append(FactInvalidated(**_base(cmd, now), fact_id=remainder_id,
+                                      reason=split.ended_reason or f"continues {split.fact_id}",
+                                      superseded_by=_real(remainder.superseded_by, remainder_id),
+                                      provenance=provenance))
+    return events
+
+
 def _promotion(state: Ontology, cmd: c.Command, now: datetime, fact: FactAsserted | FactState,
                source_ids: list[str], cause: str) -> list[DomainEvent]:
-    """Promotion is the only path across scopes: a new org-scoped fact, and the event that says why."""
-    org_key = state.key_for(fact.subject, fact.relation, fact.object, "org")
-    if org_key in state.current_by_key:
+    """Promotion is the only path across scopes: a new org-scoped fact, placed by the same rules as any
+    assertion (a functional relation's org value is superseded or cut), and the event that says why."""
+    relation = state.relation(fact.relation)
+    org_key = state.key_for(fact.subject, fact.relation, fact.object, "org", relation)
+    start = fact.valid_from or (fact.asserted_at if isinstance(fact, FactState) else now)
+    if org_key in state.current_by_key or (
+            relation.functional and _value_holding(state, (fact.subject, fact.relation, "org"), org_key, start)):
         return []
     confidence = 0.0
     for source_id in source_ids:
         source_confidence = fact.confidence if source_id == fact.fact_id else state.facts[source_id].confidence
         confidence = corroborated_confidence(confidence, source_confidence)
-    promoted_id = fact_id_for(cmd.tenant, org_key, state.generations.get(org_key, 0))
-    return [
-        FactAsserted(**_base(cmd, now), fact_id=promoted_id, subject=fact.subject, relation=fact.relation,
-                     object=fact.object, scope="org", reason=f"promoted: {cause}", confidence=confidence,
-                     valid_from=fact.valid_from, valid_to=fact.valid_to,
-                     provenance=Provenance(actor="promotion", event_id=cmd.event_id)),
-        FactPromoted(**_base(cmd, now), promoted_fact_id=promoted_id, source_fact_ids=tuple(source_ids),
-                     to_scope="org", cause=cause),
-    ]
+    provenance = Provenance(actor="promotion", event_id=cmd.event_id)
+    fields = {"tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id, "subject": fact.subject,
+              "relation": fact.relation, "object": fact.object, "scope": "org", "reason": f"promoted: {cause}",
+              "confidence": confidence, "provenance": provenance}
+    events, asserted, _current = _assert_value(state, cmd, now, org_key, relation.functional, fields, start,
+                                               fact.valid_to, provenance)
+    events.append(FactPromoted(**_base(cmd, now), promoted_fact_id=asserted.fact_id,
+                               source_fact_ids=tuple(source_ids), to_scope="org", cause=cause))
+    return events
 
 
 @_decide.register
@@ -227,7 +326,7 @@ def promote_fact(cmd: c.PromoteFact, state: Ontology, now: datetime) -> list[Dom
         raise InvalidInput(f"fact {fact.fact_id} is already org-scoped", field="fact_id")
     events = _promotion(state, cmd, now, fact, [fact.fact_id], f"approved by {cmd.approved_by}")
     if not events:
-        raise InvalidInput(f"an org-scoped copy of fact {fact.fact_id} is already current", field="fact_id")
+        raise InvalidInput(f"an org-scoped copy of fact {fact.fact_id} already holds", field="fact_id")
     return events
 
 
@@ -287,37 +386,91 @@ def _compaction(state: Ontology, compaction_id: str) -> CompactionState:
     return compaction
 
 
+def _named_fact(state: Ontology, cmd: c.InvalidateFact | c.CorrectFact) -> tuple[FactState, str]:
+    """The fact a command names, and the field that named it (what a rejection points at): by `fact_id`, or
+    by (subject, relation, object, scope): the current fact with that key, else the one asserted last."""
+    if cmd.fact_id is not None:
+        return state.require_fact(cmd.fact_id), "fact_id"
+    assert cmd.subject and cmd.relation and cmd.object  # guaranteed by the command's validator
+    key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope)
+    fact_id = state.current_by_key.get(key)
+    if fact_id is not None:
+        return state.facts[fact_id], "subject"
+    latest = _latest_for_key(state, key)
+    if latest is None:
+        raise UnknownFact(f"{cmd.subject} -{cmd.relation}-> {cmd.object} in scope {cmd.scope}", field="subject")
+    return latest, "subject"
+
+
 @_decide.register
 def invalidate_fact(cmd: c.InvalidateFact, state: Ontology, now: datetime) -> list[DomainEvent]:
-    if cmd.fact_id is not None:
-        fact = state.require_fact(cmd.fact_id)
-    else:
-        assert cmd.subject and cmd.relation and cmd.object  # guaranteed by the command's validator
-        key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope)
-        fact_id = state.current_by_key.get(key)
-        if fact_id is None:
-            latest = _latest_for_key(state, key)
-            if latest is None:
-                raise UnknownFact(f"{cmd.subject} -{cmd.relation}-> {cmd.object} in scope {cmd.scope}",
-                                  field="subject")
-            raise FactNotCurrent(latest.fact_id, latest.status.value, latest.superseded_by)
-        fact = state.facts[fact_id]
+    fact, named_by = _named_fact(state, cmd)
+    if fact.status is FactStatus.INVALIDATED and cmd.valid_to is not None and timelines.ends_after(
+            fact.valid_to, cmd.valid_to):
+        # An earlier end for a fact already ended: a correction of its interval (transaction time keeps the old).
+        if fact.valid_from is not None and cmd.valid_to <= fact.valid_from:
+            raise InvalidInput(f"valid_to {cmd.valid_to.isoformat()} is not after the fact's valid_from "
+                               f"{fact.valid_from.isoformat()}", field="valid_to")
+        return [FactCorrected(**_base(cmd, now), fact_id=fact.fact_id, reason=cmd.reason, valid_to=cmd.valid_to,
+                              provenance=_provenance(cmd, cmd.source))]
     if fact.status is not FactStatus.CURRENT:
-        raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by)
+        hint = "; name an earlier valid_to to correct its end" if fact.status is FactStatus.INVALIDATED else ""
+        raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by, field=named_by, hint=hint)
     valid_to = cmd.valid_to or cmd.occurred_at or now
     if fact.valid_from is not None and valid_to <= fact.valid_from:
+        said = "valid_to" if cmd.valid_to else "occurred_at, the default valid_to," if cmd.occurred_at else (
+            "the recorded time, the default valid_to,")
         raise InvalidInput(
-            f"valid_to {valid_to.isoformat()} is not after the fact's valid_from {fact.valid_from.isoformat()}",
+            f"{said} {valid_to.isoformat()} is not after the fact's valid_from {fact.valid_from.isoformat()}",
             field="valid_to",
         )
     if fact.valid_to is not None and valid_to > fact.valid_to:
-        valid_to = fact.valid_to
+        valid_to = fact.valid_to  # an invalidation ends a fact, it never extends it: a later end is cut back
     return [FactInvalidated(**_base(cmd, now), fact_id=fact.fact_id, reason=cmd.reason, valid_to=valid_to,
                             provenance=_provenance(cmd, cmd.source))]
 
 
-def _latest_for_key(state: Ontology, key: tuple[str, str, str, str]):  # type: ignore[no-untyped-def]
-    matches = [f for f in state.facts.values() if state.key_for(*f.key) == key]
+@_decide.register
+def correct_fact(cmd: c.CorrectFact, state: Ontology, now: datetime) -> list[DomainEvent]:
+    fact, named_by = _named_fact(state, cmd)
+    if fact.status is FactStatus.ARCHIVED:
+        raise FactNotCurrent(fact.fact_id, fact.status.value, field=named_by,
+                             hint="; an archived fact is restored before it is corrected")
+    start = fact.valid_from if cmd.valid_from is None else cmd.valid_from
+    end = fact.valid_to if cmd.valid_to is None else cmd.valid_to
+    if start is not None and end is not None and end <= start:
+        raise InvalidInput(f"the corrected interval [{_when(start)}, {_when(end)}) is empty: valid_to must be "
+                           "after valid_from", field="valid_to" if cmd.valid_to is not None else "valid_from")
+    if (start, end) == (fact.valid_from, fact.valid_to):
+        return []
+    provenance = _provenance(cmd, cmd.source)
+    if not state.relation(fact.relation).functional:
+        return [FactCorrected(**_base(cmd, now), fact_id=fact.fact_id, reason=cmd.reason, valid_from=cmd.valid_from,
+                              valid_to=cmd.valid_to, provenance=provenance)]
+    slot = (fact.subject, fact.relation, fact.scope)
+    plan = timelines.place(timelines.timeline(state.facts, state.slots.get(slot, []), exclude=fact.fact_id),
+                           fact.fact_id, start, end, placed_is_new=False,
+                           placed_current=fact.status is FactStatus.CURRENT)
+    key = state.key_for(*fact.key)
+    remainder_id = _remainder_id(state, cmd, plan, key)
+    fields = {"relation": fact.relation, "object": fact.object}
+    events = _neighbour_events(state, cmd, now, plan, remainder_id, provenance, fields)
+    placed = plan.placed
+    events.append(FactCorrected(**_base(cmd, now), fact_id=fact.fact_id, reason=cmd.reason,
+                                valid_from=placed.start if placed.start != fact.valid_from else None,
+                                valid_to=placed.end if placed.end != fact.valid_to else None, provenance=provenance))
+    if fact.status is FactStatus.CURRENT and not placed.current:
+        events.append(FactInvalidated(**_base(cmd, now), fact_id=fact.fact_id, reason=cmd.reason,
+                                      superseded_by=_real(placed.superseded_by, remainder_id),
+                                      provenance=provenance))
+    events += _remainder_events(state, cmd, now, plan, remainder_id, fact.fact_id, provenance)
+    return events
+
+
+def _latest_for_key(state: Ontology, key: tuple[str, str, str, str]) -> FactState | None:
+    slots = {(key[0], key[1], key[3]), (key[2], key[1], key[3])}  # (a symmetric fact's subject is either end)
+    matches = [state.facts[i] for slot in slots for i in state.slots.get(slot, ())
+               if state.key_for(*state.facts[i].key) == key]
     return max(matches, key=lambda f: f.asserted_at) if matches else None
 
 
@@ -337,7 +490,25 @@ def restore_fact(cmd: c.RestoreFact, state: Ontology, now: datetime) -> list[Dom
                            field="fact_id")
     if state.current_by_key.get(state.key_for(*fact.key)) is not None:
         raise InvalidInput(f"fact {fact.fact_id} has a current successor; it cannot be restored", field="fact_id")
+    blocker = restore_blocker(state, fact)
+    if blocker is not None:
+        raise InvalidInput(f"fact {fact.fact_id} cannot be restored: its timeline moved on ({blocker.relation} ->"
+                           f" {blocker.object} from {_when(blocker.valid_from)}); assert the value again instead",
+                           field="fact_id")
     return [FactRestored(**_base(cmd, now), fact_id=fact.fact_id, cause=cmd.cause)]
+
+
+def restore_blocker(state: Ontology, fact: FactState) -> FactState | None:
+    """For a functional relation: a value of the archived fact's timeline that overlaps it or starts after it
+    (restoring it would make two values hold at once, or a past value current). None: it can be restored."""
+    if not state.relation(fact.relation).functional:
+        return None
+    for other in timelines.timeline(state.facts, state.slots.get((fact.subject, fact.relation, fact.scope), []),
+                                    exclude=fact.fact_id):
+        if timelines.overlaps(other.valid_from, other.valid_to, fact.valid_from, fact.valid_to) or (
+                timelines.starts_before(fact.valid_from, other.valid_from)):
+            return other
+    return None
 
 
 @_decide.register

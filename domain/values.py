@@ -197,6 +197,31 @@ def clamp_timestamp(value: datetime | None) -> datetime | None:
         return TIMESTAMP_MAX if value.year > 5000 else TIMESTAMP_MIN
     return min(max(utc, TIMESTAMP_MIN), TIMESTAMP_MAX) if not TIMESTAMP_MIN <= utc <= TIMESTAMP_MAX else value
 
+
+VALID_TIME_MIN = datetime(1000, 1, 1, tzinfo=UTC)
+VALID_TIME_MAX = datetime(9000, 1, 1, tzinfo=UTC)
+"""Valid times and source clocks must lie in [VALID_TIME_MIN, VALID_TIME_MAX): far enough for any history an
+organization records, and far from the ends of Python's calendar, where moving a time between zones overflows
+(year 1 at +08:00 and year 9999 at -05:00 cannot be compared with a UTC time) and where DuckDB's `infinity`
+sentinels live. Outside it the value is refused with an error naming the field."""
+
+
+def _check_valid_time(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("a time must carry a time zone")
+    try:
+        inside = VALID_TIME_MIN <= value < VALID_TIME_MAX
+    except OverflowError:
+        inside = False
+    if not inside:
+        raise ValueError(f"{value.isoformat()} is outside the accepted range of times "
+                         f"[{VALID_TIME_MIN.date().isoformat()}, {VALID_TIME_MAX.date().isoformat()})")
+    return value
+
+
+ValidTime = Annotated[Timestamp, AfterValidator(_check_valid_time)]
+"""A valid time (`valid_from`, `valid_to`) or a source's clock (`occurred_at`): aware, and inside the range."""
+
 DEFAULT_CONFIDENCE = 0.8
 """Confidence of an assertion that states none: trusted, but with room to grow through corroboration."""
 

@@ -40,7 +40,8 @@ INSERT INTO fact_versions
 WITH e AS (
   SELECT position, recorded_at AS clock, stamped_at, topic, json_transform(payload, '{_VERSION_FIELDS}') AS j
   FROM _events
-  WHERE topic IN ('fact.asserted', 'fact.corroborated', 'fact.invalidated', 'fact.archived', 'fact.restored')
+  WHERE topic IN ('fact.asserted', 'fact.corroborated', 'fact.invalidated', 'fact.corrected', 'fact.archived',
+                  'fact.restored')
 )
 SELECT j.tenant, j.fact_id,
   CAST(row_number() OVER w AS INTEGER),
@@ -54,15 +55,17 @@ SELECT j.tenant, j.fact_id,
   last_value(CASE topic WHEN 'fact.asserted' THEN 'current' WHEN 'fact.invalidated' THEN 'invalidated'
                         WHEN 'fact.archived' THEN 'archived' WHEN 'fact.restored' THEN 'current' END
              IGNORE NULLS) OVER w,
-  nullif(last_value(CASE WHEN topic = 'fact.asserted' THEN coalesce(j.valid_from, TIMESTAMPTZ 'infinity') END
+  nullif(last_value(CASE WHEN topic = 'fact.asserted' THEN coalesce(j.valid_from, TIMESTAMPTZ 'infinity')
+                         WHEN topic = 'fact.corrected' THEN j.valid_from END
                     IGNORE NULLS) OVER w, TIMESTAMPTZ 'infinity'),
   nullif(last_value(CASE WHEN topic = 'fact.asserted' THEN coalesce(j.valid_to, TIMESTAMPTZ 'infinity')
-                         WHEN topic = 'fact.invalidated' THEN j.valid_to END IGNORE NULLS) OVER w,
+                         WHEN topic IN ('fact.invalidated', 'fact.corrected') THEN j.valid_to END IGNORE NULLS) OVER w,
          TIMESTAMPTZ 'infinity'),
   last_value(CASE WHEN topic = 'fact.asserted' THEN stamped_at END IGNORE NULLS) OVER w,
   CAST(count(CASE WHEN topic IN ('fact.asserted', 'fact.corroborated') THEN 1 END) OVER w AS INTEGER),
   nullif(last_value(CASE topic WHEN 'fact.asserted' THEN {_NUL}
-                               WHEN 'fact.invalidated' THEN coalesce(j.superseded_by, {_NUL}) END
+                               WHEN 'fact.invalidated' THEN coalesce(j.superseded_by, {_NUL})
+                               WHEN 'fact.corrected' THEN j.superseded_by END
                     IGNORE NULLS) OVER w, {_NUL}),
   nullif(last_value(CASE WHEN topic = 'fact.asserted' THEN coalesce(j.supersedes, {_NUL}) END IGNORE NULLS) OVER w,
          {_NUL}),

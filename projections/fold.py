@@ -132,7 +132,7 @@ if FACT_VERSIONS.column_names != [
 ]:
     raise ImportError("projections.fold builds fact rows in an order the schema no longer has")
 
-_FACT_TOPICS = ("fact.corroborated", "fact.invalidated", "fact.archived", "fact.restored")
+_FACT_TOPICS = ("fact.corroborated", "fact.invalidated", "fact.corrected", "fact.archived", "fact.restored")
 _SESSION_TOPICS = ("session.started", "message.appended", "worker.dispatched", "worker.reported",
                    "session.compacted", "session.ended")
 
@@ -274,6 +274,16 @@ class BatchFold:
             updates[_FACT["valid_to"]] = valid_to
         self._facts.change((d["tenant"], d["fact_id"]), pos, now, updates)
 
+    def _fact_corrected(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
+        updates = {}
+        for name in ("valid_from", "valid_to"):
+            value = ts(d.get(name))
+            if value is not None:  # None: that bound is unchanged
+                updates[_FACT[name]] = value
+        if d.get("superseded_by") is not None:
+            updates[_FACT["superseded_by"]] = d["superseded_by"]
+        self._facts.change((d["tenant"], d["fact_id"]), pos, now, updates)
+
     def _fact_archived(self, pos: int, now: datetime, at: datetime, d: dict[str, Any]) -> None:
         self._facts.change((d["tenant"], d["fact_id"]), pos, now,
                            {_FACT["status"]: "archived", _FACT["ended_reason"]: d["cause"]})
@@ -344,6 +354,7 @@ class BatchFold:
         "fact.asserted": _fact_asserted,
         "fact.corroborated": _fact_corroborated,
         "fact.invalidated": _fact_invalidated,
+        "fact.corrected": _fact_corrected,
         "fact.archived": _fact_archived,
         "fact.restored": _fact_restored,
         "session.started": _session_started,

@@ -29,8 +29,8 @@ _SESSION_FIELDS = (
 _RECALL_FIELDS = ('{"tenant": "VARCHAR", "agent": "VARCHAR", "mode": "VARCHAR", "perspective_id": "VARCHAR",'
                   ' "fact_ids": "VARCHAR[]", "event_id": "VARCHAR"}')
 
-FACT_TOPICS = frozenset({"fact.asserted", "fact.corroborated", "fact.invalidated", "fact.archived", "fact.restored",
-                         "fact.promoted"})
+FACT_TOPICS = frozenset({"fact.asserted", "fact.corroborated", "fact.invalidated", "fact.corrected", "fact.archived",
+                         "fact.restored", "fact.promoted"})
 SESSION_TOPICS = frozenset({"session.started", "message.appended", "worker.dispatched", "worker.reported",
                             "session.compacted", "session.ended"})
 

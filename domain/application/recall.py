@@ -12,6 +12,7 @@ from domain.application.ontology_service import OntologyService
 from domain.facts import FactState, FactStatus
 from domain.ontology import Ontology
 from domain.recalls import RecallMode
+from domain.rules import restore_blocker
 from domain.sessions import SessionKind
 from domain.values import check_identifier, check_ref, check_relation, checked
 
@@ -65,7 +66,8 @@ def recall(service: OntologyService, tenant: str, agent: str, serving: str | Non
         if not found:
             continue
         found.sort(key=lambda f: f.asserted_at, reverse=True)
-        restored = [f.fact_id for f in found if f.status is FactStatus.ARCHIVED]
+        # (an archived value of a functional relation whose timeline moved on stays archived: restore_blocker)
+        restored = [f.fact_id for f in found if f.status is FactStatus.ARCHIVED and restore_blocker(state, f) is None]
         commands: list[c.Command] = [c.RestoreFact(tenant=tenant, fact_id=fid, cause="recalled by a deeper look")
                                      for fid in restored]
         commands.append(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(f.fact_id for f in found),

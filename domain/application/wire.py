@@ -19,6 +19,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from domain import commands as c
@@ -35,7 +36,7 @@ from domain.values import (
     Scope,
     TenantName,
     Text,
-    Timestamp,
+    ValidTime,
     text,
     valid_to_after_valid_from,
 )
@@ -66,8 +67,8 @@ class FactAssertedV1(Payload):
     object: Ref
     reason: Text | None = None
     confidence: Confidence | None = None
-    valid_from: Timestamp | None = None
-    valid_to: Timestamp | None = None
+    valid_from: ValidTime | None = None
+    valid_to: ValidTime | None = None
     scope: Scope = "org"
     source: SourceV1 | None = None
 
@@ -75,12 +76,35 @@ class FactAssertedV1(Payload):
 
 
 class FactInvalidatedV1(Payload):
+    """Ends the current fact with this key; for a fact already ended, an earlier `valid_to` corrects its end."""
+
     subject: Ref
     relation: RelationName
     object: Ref
     scope: Scope = "org"
     reason: Text
-    valid_to: Timestamp | None = None
+    valid_to: ValidTime | None = None
+
+
+class FactCorrectedV1(Payload):
+    """Corrects the valid interval of the fact with this key (the current one, else the one asserted last)."""
+
+    subject: Ref
+    relation: RelationName
+    object: Ref
+    scope: Scope = "org"
+    reason: Text
+    valid_from: ValidTime | None = None
+    valid_to: ValidTime | None = None
+    source: SourceV1 | None = None
+
+    _interval = field_validator("valid_to")(valid_to_after_valid_from)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> FactCorrectedV1:
+        if self.valid_from is None and self.valid_to is None:
+            raise ValueError("a correction names valid_from, valid_to or both")
+        return self
 
 
 class SessionStartedV1(Payload):
@@ -141,6 +165,7 @@ PAYLOADS: dict[str, type[Payload]] = {
     "entity.registered": EntityRegisteredV1,
     "fact.asserted": FactAssertedV1,
     "fact.invalidated": FactInvalidatedV1,
+    "fact.corrected": FactCorrectedV1,
     "session.started": SessionStartedV1,
     "message.appended": MessageAppendedV1,
     "worker.dispatched": WorkerDispatchedV1,
@@ -156,7 +181,7 @@ class EnvelopeBase(BaseModel):
 
     event_id: text(1, 200)
     tenant: TenantName
-    occurred_at: Timestamp | None = None
+    occurred_at: ValidTime | None = None
     version: Literal[1] = 1
 
 
@@ -246,6 +271,10 @@ def to_command(envelope: EnvelopeBase) -> c.Command:
             return fact_command(common, p)
         case FactInvalidatedV1():
             return invalidation_command(common, p)
+        case FactCorrectedV1():
+            return c.CorrectFact(**common, subject=p.subject, relation=p.relation, object=p.object, scope=p.scope,
+                                 reason=p.reason, valid_from=p.valid_from, valid_to=p.valid_to,
+                                 source=_source(p.source))
         case SessionStartedV1():
             return c.StartSession(**common, session_id=p.session_id, agent=p.agent, kind=p.kind,
                                   serving=p.serving, parent_session_id=p.parent_session_id, task=p.task)
