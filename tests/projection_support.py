@@ -102,9 +102,9 @@ class Workload:
         rng, tenant = self.rng, self.rng.choice(self.tenants)
         facts = self.fact_ids[tenant]
         kind = rng.choices(
-            ["assert", "invalidate", "archive", "restore", "recall", "entity", "session", "worker", "end"],
-            weights=[10, 3, 1, 1, 3, 1, 1, 2, 1])[0]
-        if kind == "assert" or not facts and kind in ("invalidate", "archive", "restore", "recall"):
+            ["assert", "invalidate", "correct", "archive", "restore", "recall", "entity", "session", "worker", "end"],
+            weights=[10, 3, 2, 1, 1, 3, 1, 1, 2, 1])[0]
+        if kind == "assert" or not facts and kind in ("invalidate", "correct", "archive", "restore", "recall"):
             valid_from = rng.choice(VALID_TIMES)
             later = [v for v in VALID_TIMES if v is not None and (valid_from is None or v > valid_from)]
             valid_to = rng.choice([None, *later]) if rng.random() < 0.3 else None
@@ -115,6 +115,11 @@ class Workload:
         if kind == "invalidate":
             return c.InvalidateFact(tenant=tenant, fact_id=rng.choice(facts), reason="no longer true",
                                     valid_to=rng.choice(VALID_TIMES[1:]) if rng.random() < 0.5 else None)
+        if kind == "correct":  # a fact's interval corrected (in a functional timeline, its neighbours cut)
+            bounds = sorted(rng.sample([v for v in VALID_TIMES if v is not None], 2))
+            valid_from, valid_to = rng.choice([(bounds[0], None), (None, bounds[1]), (bounds[0], bounds[1])])
+            return c.CorrectFact(tenant=tenant, fact_id=rng.choice(facts), reason="corrected", valid_from=valid_from,
+                                 valid_to=valid_to)
         if kind == "archive":
             return c.ArchiveFact(tenant=tenant, fact_id=rng.choice(facts), cause="disuse")
         if kind == "restore":

@@ -1,6 +1,7 @@
 """Point-in-time equality: for random logs and random moments T, `facts_as_of(T)` on the live projection
 equals the facts of a database replayed to T and the log folded to T (projections.ontology_as_of), attribute for
-attribute; the same with `valid_at`."""
+attribute; the same with `valid_at`, where a functional relation never holds two values at once. The logs
+include values placed into the past, corrections and splits of functional timelines (docs/timelines.md)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,11 @@ def test_facts_as_of_equals_a_replay_to_t_and_the_log_fold(seed: int, commands: 
                                   " valid_from <= $1) AND (valid_to IS NULL OR $1 < valid_to)", [valid_at]) == expected
                         assert fact_rows_from_sql(live.con, "SELECT * FROM facts_as_of($1, valid_at := $2)",
                                                   [moment, valid_at]) == expected
+                        # a functional relation holds one value per (subject, scope) at every valid instant
+                        assert live.con.execute(
+                            "SELECT tenant, subject, scope, count(*) FROM facts_as_of($1, valid_at := $2)"
+                            " WHERE relation = 'stage' GROUP BY ALL HAVING count(*) > 1",
+                            [moment, valid_at]).fetchall() == []
                     finally:
                         at_t.close()
                     assert _entities_sql(live.con, moment) == _entities_log(folded.values())
