@@ -164,8 +164,10 @@ def assert_fact(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[Domai
     key = state.key_for(cmd.subject, cmd.relation, cmd.object, cmd.scope, relation)
 
     existing_id = state.current_by_key.get(key)
+    reachable = None
     if existing_id is None and relation.functional:
-        existing_id = _value_holding(state, (cmd.subject, cmd.relation, cmd.scope), key, start)
+        reachable = _reachable(state, (cmd.subject, cmd.relation, cmd.scope), start)
+        existing_id = _value_holding(state, reachable, key, start)
     if existing_id is not None:
         existing = state.facts[existing_id]
         return [make(FactCorroborated, {
@@ -179,7 +181,7 @@ def assert_fact(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[Domai
               "relation": cmd.relation, "object": cmd.object, "scope": cmd.scope, "reason": cmd.reason,
               "confidence": confidence, "provenance": provenance}
     events, asserted, current = _assert_value(state, cmd, now, key, relation.functional, fields, start,
-                                              cmd.valid_to, provenance)
+                                              cmd.valid_to, provenance, reachable)
     if current and cmd.scope.startswith("person:"):
         persons = state.person_scopes.get(key[:3], set()) | {cmd.scope}
         if len(persons) >= PROMOTION_MIN_PERSONS:
@@ -190,19 +192,32 @@ def assert_fact(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[Domai
     return events
 
 
-def _value_holding(state: Ontology, slot: tuple[str, str, str], key: tuple[str, str, str, str],
+def _value_holding(state: Ontology, values: list[FactState], key: tuple[str, str, str, str],
                    instant: datetime) -> str | None:
-    """The fact of this key in a functional timeline whose interval holds `instant`: a value asserted again
-    inside its own past interval corroborates it instead of cutting it."""
-    for fact in timelines.timeline(state.facts, state.slots.get(slot, [])):
+    """The fact of this key among a functional timeline's `values` whose interval holds `instant`: a value
+    asserted again inside its own past interval corroborates it instead of cutting it."""
+    for fact in values:
         if state.key_for(*fact.key) == key and timelines.holds_at(fact.valid_from, fact.valid_to, instant):
             return fact.fact_id
     return None
 
 
+def _reachable(state: Ontology, slot: tuple[str, str, str], start: datetime) -> list[FactState]:
+    """The values of a functional timeline a value starting at `start` can reach. The current value is the one
+    that starts last, so when it starts at or before `start` it is the only one (every other ends before it
+    starts): the common case, a new value after the current one, reads one fact, not the slot's history."""
+    current_id = state.functional_current.get(slot)
+    if current_id is not None:
+        current = state.facts[current_id]
+        if current.status is FactStatus.CURRENT and not timelines.starts_before(start, current.valid_from):
+            return timelines.timeline(state.facts, [current_id])
+    return timelines.timeline(state.facts, state.slots.get(slot, []))
+
+
 def _assert_value(state: Ontology, cmd: c.Command, now: datetime, key: tuple[str, str, str, str],
                   functional: bool, fields: dict[str, object], start: datetime, end: datetime | None,
-                  provenance: Provenance) -> tuple[list[DomainEvent], FactAsserted, bool]:
+                  provenance: Provenance, reachable: list[FactState] | None = None
+                  ) -> tuple[list[DomainEvent], FactAsserted, bool]:
     """Assert a new value; under a functional relation, place it into its timeline (domain/timelines.py).
     Returns the events, the new fact's assertion, and whether it is current."""
     new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
@@ -210,8 +225,9 @@ def _assert_value(state: Ontology, cmd: c.Command, now: datetime, key: tuple[str
         asserted = make(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": end})
         return [asserted], asserted, True
     slot = (str(fields["subject"]), str(fields["relation"]), str(fields["scope"]))
-    plan = timelines.place(timelines.timeline(state.facts, state.slots.get(slot, [])), new_id, start, end,
-                           placed_is_new=True, placed_current=False)
+    if reachable is None:
+        reachable = _reachable(state, slot, start)
+    plan = timelines.place(reachable, new_id, start, end, placed_is_new=True, placed_current=False)
     remainder_id = _remainder_id(state, cmd, plan, key)
     events = _neighbour_events(state, cmd, now, plan, remainder_id, provenance, fields)
     events += _remainder_events(state, cmd, now, plan, remainder_id, new_id, provenance)
@@ -299,8 +315,8 @@ def _promotion(state: Ontology, cmd: c.Command, now: datetime, fact: FactAsserte
     relation = state.relation(fact.relation)
     org_key = state.key_for(fact.subject, fact.relation, fact.object, "org", relation)
     start = fact.valid_from or (fact.asserted_at if isinstance(fact, FactState) else now)
-    if org_key in state.current_by_key or (
-            relation.functional and _value_holding(state, (fact.subject, fact.relation, "org"), org_key, start)):
+    reachable = _reachable(state, (fact.subject, fact.relation, "org"), start) if relation.functional else None
+    if org_key in state.current_by_key or (reachable and _value_holding(state, reachable, org_key, start)):
         return []
     confidence = 0.0
     for source_id in source_ids:
@@ -311,7 +327,7 @@ def _promotion(state: Ontology, cmd: c.Command, now: datetime, fact: FactAsserte
               "relation": fact.relation, "object": fact.object, "scope": "org", "reason": f"promoted: {cause}",
               "confidence": confidence, "provenance": provenance}
     events, asserted, _current = _assert_value(state, cmd, now, org_key, relation.functional, fields, start,
-                                               fact.valid_to, provenance)
+                                               fact.valid_to, provenance, reachable)
     events.append(FactPromoted(**_base(cmd, now), promoted_fact_id=asserted.fact_id,
                                source_fact_ids=tuple(source_ids), to_scope="org", cause=cause))
     return events

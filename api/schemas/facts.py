@@ -8,7 +8,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.schemas.common import WritePublic
-from domain.values import Confidence, Identifier, Ref, RelationName, Scope, Text, Timestamp, text
+from domain.values import Confidence, Identifier, Ref, RelationName, Scope, Text, ValidTime, text
 
 
 class SourceIn(BaseModel):
@@ -32,8 +32,10 @@ class FactCreate(BaseModel):
     object: Ref
     reason: Text | None = None
     confidence: Confidence | None = Field(default=None, description="0..1; default 0.8.")
-    valid_from: Timestamp | None = None
-    valid_to: Timestamp | None = None
+    valid_from: ValidTime | None = Field(default=None, description="When it began to hold (default: now). A value "
+                                         "of a functional relation placed in the past is inserted into its timeline.")
+    valid_to: ValidTime | None = Field(default=None, description="When it stopped holding (default: open; for a "
+                                       "functional relation, until its next value starts).")
     scope: Scope = Field(default="org", description="`org`, `person:<ref>` or `session:<id>`.")
     source: SourceIn | None = None
 
@@ -49,13 +51,14 @@ class FactInvalidate(BaseModel):
         {"reason": "the quote failed: the exchange rate moved", "valid_to": "2026-09-10T10:00:00+08:00"}]})
 
     reason: Text
-    valid_to: Timestamp | None = Field(default=None, description="When it stopped holding (default: now).")
+    valid_to: ValidTime | None = Field(default=None, description="When it stopped holding (default: now). For a "
+                                       "fact already ended, an earlier valid_to corrects its end.")
     source: SourceIn | None = None
 
 
 class FactWritten(WritePublic):
     fact_id: str | None = Field(description="The fact asserted, corroborated or invalidated.")
-    change: str | None = Field(description="asserted | corroborated | invalidated; null for a repeat.",
+    change: str | None = Field(description="asserted | corroborated | invalidated | corrected; null for a repeat.",
                                examples=["asserted"])
     supersedes: str | None = Field(default=None, description="The fact this one replaced (functional relation).")
 

@@ -31,7 +31,7 @@ from domain.consolidation import CompactionState
 from domain.context import Context
 from domain.entities import EntityState
 from domain.errors import DomainError, InfrastructureError, InvalidInput, UnknownEntity, UnknownTenant
-from domain.facts import FactAsserted, FactCorroborated, FactInvalidated
+from domain.facts import FactAsserted, FactCorrected, FactCorroborated, FactInvalidated
 from domain.perspective import Perspective, RecallRecord
 from domain.ports import (
     ContextEngine,
@@ -207,9 +207,11 @@ class Application:
 
     def assert_fact(self, tenant: str, **fields: Any) -> Written:
         """Assert a fact (with provenance in `source`); a repeat corroborates it, a functional one supersedes."""
-        written, events = self._run_batch([c.AssertFact(tenant=tenant, **fields)])
+        command = c.AssertFact(tenant=tenant, **fields)
+        written, events = self._run_batch([command])
         for event in events:
-            if isinstance(event, FactAsserted):
+            # (not a neighbour's remainder a placement split off, nor the org copy a promotion made)
+            if isinstance(event, FactAsserted) and (event.object, event.scope) == (command.object, command.scope):
                 written.fact_id, written.change, written.supersedes = event.fact_id, "asserted", event.supersedes
             elif isinstance(event, FactCorroborated):
                 written.fact_id, written.change = event.fact_id, "corroborated"
@@ -221,6 +223,8 @@ class Application:
         for event in events:
             if isinstance(event, FactInvalidated):
                 written.fact_id, written.change = event.fact_id, "invalidated"
+            elif isinstance(event, FactCorrected):  # an earlier end for a fact already ended
+                written.fact_id, written.change = event.fact_id, "corrected"
         return written
 
     def promote_fact(self, tenant: str, fact_id: str, approved_by: str) -> Written:
