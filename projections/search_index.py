@@ -88,6 +88,10 @@ class SearchIndex:
                 self._add(pindex, doc, data)
         elif topic == "fact.invalidated" or topic == "fact.archived":
             self._retire(pindex, data["fact_id"])
+        elif topic == "fact.corrected" and data.get("valid_from"):  # a timeline moved the fact's start
+            doc = pindex.fact_index(data["fact_id"])
+            if doc is not None and doc < len(self.valid_from):
+                self.valid_from[doc] = timestamp(data["valid_from"])
         elif topic == "fact.restored":
             doc = pindex.fact_index(data["fact_id"])
             if doc is not None and doc < len(self.doc_len):
