@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from domain.events import DomainEvent
+from domain.events import DomainEvent, register_upcaster
 from domain.values import Provenance
 
 
@@ -38,6 +39,7 @@ class FactCorroborated(DomainEvent):
     """The same (subject, relation, object, scope) was asserted again by another source."""
 
     topic = "fact.corroborated"
+    version = 2  # v2: the source's valid range (valid_from, valid_to); v1 payloads read with both None
     content_fields = ("reason",)
 
     fact_id: str
@@ -47,8 +49,13 @@ class FactCorroborated(DomainEvent):
     reason: str | None = None
     valid_from: datetime | None = None
     valid_to: datetime | None = None
-    """The range this source states (events stored before these fields existed read as None: not recorded).
-    It is kept with the source and never moves the fact's own range (docs/timelines.md)."""
+    """The range this source states (None, None in events stored as v1: not recorded). It is kept with the
+    source and never moves the fact's own range (docs/timelines.md)."""
+
+
+@register_upcaster("fact.corroborated", 1)
+def _corroboration_without_range(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "valid_from": None, "valid_to": None}
 
 
 class FactInvalidated(DomainEvent):

@@ -222,10 +222,11 @@ def test_corroboration_keeps_each_sources_valid_range_in_the_history_and_fact_ch
     assert rows == [("asserted", "crm", day(10), None), ("corroborated", "mail", day(12), day(50))]
 
 
-def test_a_corroboration_stored_before_ranges_were_recorded_still_reads(app) -> None:
+def test_a_corroboration_stored_as_v1_before_ranges_were_recorded_still_reads(app) -> None:
     cls, version = event_class_for("fact.corroborated.v1")
     old = {"tenant": T, "recorded_at": day(1).isoformat(), "fact_id": "f" * 32, "previous_confidence": 0.8,
            "confidence": 0.96, "provenance": {"actor": "crm"}}
+    assert (cls, version) == (FactCorroborated, 1) and FactCorroborated.version == 2
     event = cls.model_validate(upcast(cls.topic, version, old))
     assert isinstance(event, FactCorroborated) and (event.valid_from, event.valid_to) == (None, None)
     assert event_class_for("fact.corrected.v1")[0] is FactCorrected
@@ -284,3 +285,28 @@ def test_the_state_rebuilt_from_the_log_has_the_same_timeline(app) -> None:
     assert timeline(rebuilt) == timeline(app.service.ontology(T)) == [
         ("signed", day(1), day(5), "invalidated"), ("review", day(5), day(10), "invalidated"),
         ("suspended", day(10), day(25), "invalidated"), ("signed", day(25), None, "current")]
+
+
+def test_a_log_holding_a_v1_corroboration_still_folds_and_projects(app, tmp_path) -> None:
+    import sqlite3
+
+    stage(app, "signed", day(10))
+    stage(app, "signed", day(12))
+    home = app.settings.home
+    db = sqlite3.connect(home / "events.sqlite")
+    try:
+        (rowid, state), = db.execute("SELECT rowid, state FROM stored_events WHERE topic = 'fact.corroborated.v2'")
+        payload = json.loads(state)
+        assert payload.pop("valid_from") and "valid_to" in payload
+        payload.pop("valid_to")
+        db.execute("UPDATE stored_events SET topic = 'fact.corroborated.v1', state = ? WHERE rowid = ?",
+                   [json.dumps(payload).encode(), rowid])
+        db.commit()
+    finally:
+        db.close()
+    fact = next(iter(OntologyService(app.log, clock=lambda: day(200)).ontology(T).facts.values()))
+    assert fact.ranges == [(day(10), None), (None, None)] and len(fact.provenance) == 2
+    with Projector(app.log, tmp_path / "p.duckdb") as projector:
+        projector.catch_up()
+        assert projector.con.execute("SELECT change, valid_from FROM fact_changes ORDER BY position").fetchall() \
+            == [("asserted", day(10)), ("corroborated", None)]
