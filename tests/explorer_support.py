@@ -45,6 +45,10 @@ class GeneratedOrg:
     busy_product: str = ""
 
 
+SOURCE_CLOCK = "2025-12-01T00:00:00+00:00"
+"""When the generated organization's sources say its facts were stated (before every moment the tests look at)."""
+
+
 def generate_org(server: Server, name: str = "generated", seed: int = 21, customers: int = 30) -> GeneratedOrg:
     """An organization made through POST /v1/events: a sales agent, a customer-service agent (a hub, like the
     story's) serving every customer, staff, projects and products linked at random (org scope), and for each
@@ -105,8 +109,9 @@ def generate_org(server: Server, name: str = "generated", seed: int = 21, custom
         fact(person, "lives_at", address, scope=scope, reason="private address")
         fact(ticket, "about", rng.choice(products), scope=scope)
         org.private[person] = {ticket, address}
-    events += [{"event_id": f"{name}-fact-{n}", "tenant": name, "type": "fact.asserted", "payload": payload}
-               for n, payload in enumerate(facts)]
+    # the source's clock: a fact that names no valid_from holds from it on (docs/timelines.md)
+    events += [{"event_id": f"{name}-fact-{n}", "tenant": name, "type": "fact.asserted", "occurred_at": SOURCE_CLOCK,
+                "payload": payload} for n, payload in enumerate(facts)]
     for start in range(0, len(events), 1000):
         written = tenant.client.post("/v1/events", json={"events": events[start:start + 1000]})
         assert written.status_code == 200, written.text
