@@ -45,8 +45,10 @@ class GeneratedOrg:
     busy_product: str = ""
 
 
-SOURCE_CLOCK = "2025-12-01T00:00:00+00:00"
-"""When the generated organization's sources say its facts were stated (before every moment the tests look at)."""
+HELD_SINCE = "2025-12-01T00:00:00+00:00"
+"""When the generated organization's facts began to hold, before every moment the tests look at. (Without a
+valid_from a fact holds from its source's occurred_at or its recorded time on, docs/timelines.md; an old
+occurred_at would also make it an old memory, weak in the perspective, which these facts are not meant to be.)"""
 
 
 def generate_org(server: Server, name: str = "generated", seed: int = 21, customers: int = 30) -> GeneratedOrg:
@@ -72,7 +74,7 @@ def generate_org(server: Server, name: str = "generated", seed: int = 21, custom
 
     def fact(subject: str, relation: str, obj: str, scope: str = "org", reason: str | None = None) -> None:
         payload: dict[str, Any] = {"subject": subject, "relation": relation, "object": obj, "scope": scope,
-                                   "confidence": round(rng.uniform(0.5, 1.0), 2)}
+                                   "confidence": round(rng.uniform(0.5, 1.0), 2), "valid_from": HELD_SINCE}
         if reason:
             payload["reason"] = reason
         facts.append(payload)
@@ -109,9 +111,8 @@ def generate_org(server: Server, name: str = "generated", seed: int = 21, custom
         fact(person, "lives_at", address, scope=scope, reason="private address")
         fact(ticket, "about", rng.choice(products), scope=scope)
         org.private[person] = {ticket, address}
-    # the source's clock: a fact that names no valid_from holds from it on (docs/timelines.md)
-    events += [{"event_id": f"{name}-fact-{n}", "tenant": name, "type": "fact.asserted", "occurred_at": SOURCE_CLOCK,
-                "payload": payload} for n, payload in enumerate(facts)]
+    events += [{"event_id": f"{name}-fact-{n}", "tenant": name, "type": "fact.asserted", "payload": payload}
+               for n, payload in enumerate(facts)]
     for start in range(0, len(events), 1000):
         written = tenant.client.post("/v1/events", json={"events": events[start:start + 1000]})
         assert written.status_code == 200, written.text

@@ -249,7 +249,7 @@ def test_true_at_marks_the_drawn_facts_that_did_not_hold_then(page: Page, explor
         assert set(valid["held"]) | set(valid["notValid"]) == {e["id"] for e in drawn["edges"]}
     assert cover in held_then["2026-01-10T12:00"] and reports not in held_then["2026-01-10T12:00"]
     assert cover not in held_then["2026-03-01T12:00"] and reports in held_then["2026-03-01T12:00"]
-    # no valid time given: they hold from their envelopes' occurred_at (Dec 2025) on, so at both moments
+    # valid since December 2025 (explorer_support.HELD_SINCE): they hold at both moments
     timeless = {e["id"] for e in drawn["edges"]} - {cover, reports}
     assert timeless <= held_then["2026-01-10T12:00"] and timeless <= held_then["2026-03-01T12:00"]
     page.click("#clear-true-at")
