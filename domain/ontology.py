@@ -263,7 +263,12 @@ class Ontology:
         relation = self.relation(e.relation)
         key = self.key_for(e.subject, e.relation, e.object, e.scope, relation)
         self._set(self.facts, e.fact_id, fact)
-        self._set(self.current_by_key, key, e.fact_id)
+        # A value placed before the current one is asserted and then invalidated in the same write: whatever is
+        # current stays so, also when the new fact continues its own value (the remainder of a split).
+        holder = self.current_by_key.get(key)
+        holds_key = holder is None or self.facts[holder].status is not FactStatus.CURRENT
+        if holds_key:
+            self._set(self.current_by_key, key, e.fact_id)
         self._set(self.generations, key, self.generations.get(key, 0) + 1)
         if e.scope not in self.facts_by_scope:
             self._set(self.facts_by_scope, e.scope, set())
@@ -274,13 +279,11 @@ class Ontology:
             self._set(self.slots, slot, [e.fact_id])
         else:
             self._append(in_slot, e.fact_id)
-        if relation.functional:
-            # A value placed before the current one is asserted and then invalidated in the same write: the
-            # current value stays (rules place values so that one is current per slot; domain/timelines.py).
+        if relation.functional:  # (rules place values so that one is current per slot: domain/timelines.py)
             holder = self.functional_current.get(slot)
             if holder is None or self.facts[holder].status is not FactStatus.CURRENT:
                 self._set(self.functional_current, slot, e.fact_id)
-        if e.scope != "org":
+        if holds_key and e.scope != "org":
             self._track_person_scope(fact, current=True)
 
     @_applies
@@ -426,10 +429,10 @@ class Ontology:
             self._discard(self.person_scopes[key], fact.scope)
 
     def _forget_current(self, fact: FactState) -> None:
-        self._track_person_scope(fact, current=False)
         key = self.key_for(*fact.key)
         if self.current_by_key.get(key) == fact.fact_id:
             self._delete(self.current_by_key, key)
+            self._track_person_scope(fact, current=False)
         fkey = (fact.subject, fact.relation, fact.scope)
         if self.functional_current.get(fkey) == fact.fact_id:
             self._delete(self.functional_current, fkey)

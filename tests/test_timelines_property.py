@@ -273,6 +273,11 @@ def _invariants(state: Ontology) -> None:
             assert current[0] is values[-1], f"the current value of {slot} is not the one that starts last"
     for fact in state.facts.values():
         assert fact.valid_from is not None  # nothing holds "since ever" any more
+        if fact.status is FactStatus.CURRENT:  # the indexes the rules read agree with the statuses
+            assert state.current_by_key[state.key_for(*fact.key)] == fact.fact_id
+            assert state.functional_current[(fact.subject, fact.relation, fact.scope)] == fact.fact_id
+        elif fact.status is FactStatus.INVALIDATED:
+            assert state.current_by_key.get(state.key_for(*fact.key)) != fact.fact_id
         if fact.superseded_by is not None:
             follower = state.facts[fact.superseded_by]
             assert (follower.subject, follower.relation, follower.scope) == (fact.subject, fact.relation, fact.scope)
