@@ -8,19 +8,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from consumers.ingest import Ingestor
-from consumers.wire import WireError, parse_envelope
-from domain.service import OntologyService
-from projections.believed import believed_at
 from pydantic import ValidationError
 
 from domain import commands as c
+from domain.application.ingestion import Ingestor
+from domain.application.ontology_service import OntologyService
+from domain.application.wire import WireError, parse_envelope
 from domain.errors import FactNotCurrent, InvalidInput
 from domain.events import event_class_for, upcast
 from domain.facts import FactCorrected, FactCorroborated, FactInvalidated, FactState, FactStatus
 from domain.ontology import Ontology
 from infra.bootstrap import Noumena, bootstrap
 from infra.settings import Settings
+from projections.ontology_as_of import believed_at
 from projections.projector import Projector
 from tests.projection_support import ManualClock
 

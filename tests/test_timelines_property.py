@@ -25,15 +25,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain import commands as c
+from domain.application.entities import merge_entities
+from domain.application.ontology_service import OntologyService
 from domain.errors import DomainError, InvalidInput
 from domain.facts import FactState, FactStatus
 from domain.ontology import Ontology
-from domain.service import OntologyService
-from domain.workflows import merge_entities
 from infra.bootstrap import bootstrap
 from infra.eventlog import EventsourcingLog
 from infra.settings import Settings
 from tests.projection_support import ManualClock
+from tests.properties import examples
 
 T = "tl"
 BASE = datetime(2026, 3, 1, tzinfo=UTC)
@@ -201,7 +202,7 @@ def _service(clock: ManualClock) -> Iterator[tuple[OntologyService, Eventsourcin
             app.close()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=st.lists(step, max_size=30))
 def test_the_value_at_every_valid_instant_is_the_reference_timelines(script) -> None:  # type: ignore[no-untyped-def]
     _reference_story(script)
@@ -283,7 +284,7 @@ def _invariants(state: Ontology) -> None:
             assert (follower.subject, follower.relation, follower.scope) == (fact.subject, fact.relation, fact.scope)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=st.lists(write, max_size=30), advances=st.lists(st.sampled_from([0, 0, 1]), min_size=30, max_size=30))
 def test_every_writer_keeps_functional_timelines_without_overlaps(script, advances) -> None:  # type: ignore[no-untyped-def]
     clock = ManualClock(day(0))
