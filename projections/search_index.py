@@ -207,15 +207,20 @@ class SearchIndex:
         return out
 
     def similarities(self, docs: Sequence[int]) -> Callable[[int, int], float]:
-        """The cosine of any two of `docs` (0 for a document not embedded yet), from one product of their vectors."""
-        ready = [d for d in dict.fromkeys(docs) if d < self.embedded]
-        where = {d: k for k, d in enumerate(ready)}
-        vectors = self.vectors[ready].astype(np.float32) * self.scales[ready, None] if ready else np.zeros((0, 0))
-        gram = vectors @ vectors.T
+        """The cosine of any two of `docs` (0 for a document not embedded yet); each vector is read once, when first
+        compared (de-duplication stops after k results, so most candidates never are)."""
+        allowed = set(docs)
+        vectors: dict[int, np.ndarray | None] = {}
+
+        def vector(doc: int) -> np.ndarray | None:
+            if doc not in vectors:
+                ready = doc in allowed and doc < self.embedded
+                vectors[doc] = self.vectors[doc].astype(np.float32) * self.scales[doc] if ready else None
+            return vectors[doc]
 
         def similar(a: int, b: int) -> float:
-            i, j = where.get(a), where.get(b)
-            return 0.0 if i is None or j is None else float(gram[i, j])
+            va, vb = vector(a), vector(b)
+            return 0.0 if va is None or vb is None else float(va @ vb)
 
         return similar
 

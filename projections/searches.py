@@ -49,6 +49,9 @@ TIER_OF_KIND = {SCOPE_SESSION: SearchTier.SESSION, SCOPE_PERSON: SearchTier.EPIS
 TIER_ORDER = (SearchTier.SESSION, SearchTier.EPISODIC, SearchTier.SEMANTIC)
 SEMANTIC_POOL = 200
 """How many of the best semantic matches join the lexical ones as candidates."""
+WALKED_CANDIDATES = 200
+"""Beyond the exact limit, the facts the viewer's perspective reaches with the highest activation that are compared
+with the query's embedding."""
 MASKS_KEPT = 32
 """Viewers whose visibility masks are kept (the oldest goes first)."""
 RANKED_PER_RESULT = 4
@@ -285,7 +288,8 @@ class Searches:
         else:
             best_lexical = lex_docs
             own = np.flatnonzero(visible & (pindex.scope.data[: len(visible)] != 0))
-            walked = np.array([d for d in reached if d < len(visible) and visible[d]], dtype=np.int64)
+            nearest = [d for d in reached if d < len(visible) and visible[d]][:WALKED_CANDIDATES]  # by activation
+            walked = np.array(nearest, dtype=np.int64)
             pool, mode = np.unique(np.concatenate([best_lexical, own, walked]).astype(np.int64)), "candidates"
         if not len(pool):
             return {}, mode
