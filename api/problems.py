@@ -19,6 +19,7 @@ from domain.errors import (
     DomainError,
     EventCorrupted,
     FactNotCurrent,
+    ForgetRunning,
     InfrastructureError,
     NotPermitted,
     NoumenaError,
@@ -88,7 +89,7 @@ def _domain_problem(error: DomainError) -> ApiProblem:
     if isinstance(error, UnknownFact):
         return ApiProblem(404, "not-found", "Not found", error.message, field=error.field)
     if isinstance(error, FactNotCurrent | SessionConflict | SessionAlreadyEnded | TenantAlreadyExists
-                  | SubjectWasForgotten):
+                  | SubjectWasForgotten | ForgetRunning):
         return ApiProblem(409, "conflict", "Conflict with the current state", error.message, field=error.field)
     field = error.field
     return ApiProblem(422, "invalid-input", "Invalid input", error.message, field=field,

@@ -74,6 +74,17 @@ class SubjectWasForgotten(DomainError):
         self.ref = ref
 
 
+class ForgetRunning(DomainError):
+    """A tenant forgets one subject at a time (per process): another forget asked meanwhile is refused, naming the
+    running one, rather than queued behind it."""
+
+    def __init__(self, tenant: str, running: str, started_at: str, subject: str) -> None:
+        super().__init__(f"tenant {tenant!r} is already forgetting {running} (started {started_at}); one forget per "
+                         f"tenant runs at a time: ask to forget {subject} again once that one has answered",
+                         field="subject")
+        self.running = running
+
+
 class SessionConflict(DomainError):
     """A session id was reused with different attributes."""
 

@@ -150,8 +150,8 @@ class PerspectiveEngine(Protocol):
         """Compute a served perspective again from the log as it stood then; nothing is recorded."""
         ...
 
-    def forgotten(self) -> None:
-        """Content was forgotten: drop whatever holds it in memory."""
+    def forgotten(self, tenants: list[str] | None = None) -> None:
+        """Content was forgotten in `tenants` (None: any): drop whatever holds it in memory."""
         ...
 
 
@@ -193,6 +193,11 @@ class ReadModel(Protocol):
     def nudge(self) -> None: ...
 
     def wait_for(self, position: int, timeout: float) -> bool: ...
+
+    def wait_purged(self, tenant: str, position: int, timeout: float) -> bool:
+        """After a forget at `position`: wait until the read model holds none of the tenant's forgotten content
+        (the other tenants read on meanwhile); False when `timeout` seconds pass first."""
+        ...
 
     def lag(self) -> int: ...
 

@@ -135,7 +135,9 @@ def application_reading(noumena: Noumena, follower: ProjectionFollower | None,
         perspectives = build_perspective_engine(noumena.log, noumena.service, noumena.settings.home, noumena.clock,
                                                 follower)
     return _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation, perspectives,
-                        noumena.clock, FollowedReadModel(follower) if follower is not None else None)
+                        noumena.clock,
+                        FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)
+                        if follower is not None else None)
 
 
 @dataclass

@@ -45,6 +45,8 @@ class EngineContexts:
         return self._contexts
 
     def context(self, tenant: str, session_id: str, message: str | None, budget_tokens: int | None) -> Context:
+        if self._perspectives.gate is not None:
+            self._perspectives.gate(tenant)
         contexts = self.contexts
         with self._perspectives.lock:
             return contexts.context_for(tenant, session_id, message, budget_tokens=budget_tokens)

@@ -27,8 +27,14 @@ if TYPE_CHECKING:  # (imported when first used: a process that serves no perspec
 class EnginePerspectives:
     """Every call is scoped to the caller's tenant; another tenant's perspective id is simply unknown."""
 
-    def __init__(self, load: Callable[[], Perspectives], *, record: bool = True) -> None:
+    def __init__(self, load: Callable[[], Perspectives], *, record: bool = True,
+                 reload: Callable[[Perspectives, list[str]], None] | None = None,
+                 gate: Callable[[str], None] | None = None) -> None:
         self._load = load
+        self._reload = reload
+        self.gate = gate
+        """Called with the tenant before anything is computed from its index (outside every lock): waits while the
+        tenant purges a forget (infra/serving.py), so no content it forgot is served meanwhile."""
         self._engine: Perspectives | None = None
         self.records_recalls = record
         """False: record no recall and keep no evidence (benchmarks over an index not built from the log)."""
@@ -46,6 +52,8 @@ class EnginePerspectives:
 
     def perspective(self, tenant: str, agent: str, serving: str | None, focus: Sequence[str],
                     as_of: datetime | None, budget_tokens: int | None, deeper: bool = False) -> Perspective:
+        if self.gate is not None:
+            self.gate(tenant)
         engine = self.engine
         with self.lock:
             return engine.perspective_for(tenant, agent, serving, focus, as_of,
@@ -56,12 +64,17 @@ class EnginePerspectives:
         if self.records_recalls:
             self.engine.keep_evidence(perspective)
 
-    def forgotten(self) -> None:
-        """Content was forgotten: drop the indexes (they hold labels and reasons) and load them again."""
-        if self._engine is not None:
+    def forgotten(self, tenants: list[str] | None = None) -> None:
+        """Content was forgotten: load the indexes of `tenants` again (they hold labels and reasons), the others
+        left as they are; None: every tenant, the engine loaded afresh."""
+        if self._engine is None:
+            return
+        if tenants is None or self._reload is None:
             fresh = self._load()
             with self.lock:
                 self._engine = fresh
+            return
+        self._reload(self._engine, tenants)
 
     def served(self, tenant: str | None, perspective_id: str) -> Perspective:
         from projections.perspectives import UnknownPerspective
@@ -90,16 +103,24 @@ def _load(log: RawLog, service: CommandRunner, home: Path, clock: Callable[[], d
         follower: ProjectionFollower | None = None
         _followed_to = -1
 
-        def catch_up(self) -> int:
+        def catch_up(self, until_position: int | None = None) -> int:
             follower = self.follower
             if follower is not None:
+                # never beyond the projector: a forget's tenant is marked purging before the projector reports
+                # its position, so this service never serves from an index that read past an unmarked forget
                 position = follower.position
                 if position == self._followed_to:
                     return position
-                reached = super().catch_up()
+                reached = super().catch_up(position)
                 self._followed_to = position
                 return reached
-            return super().catch_up()
+            return super().catch_up(until_position)
+
+        def refold(self, tenant: str) -> None:
+            if self.follower is None:
+                super().refold(tenant)
+            # else nothing now: the tenant's reads wait while the projector rebuilds the read model without the
+            # forgotten content, then its index is loaded from the rebuilt file (`_reload`), not folded here
 
     perspectives = _FollowedPerspectives(log, service, home, clock)
     perspectives.follower = follower
@@ -115,12 +136,26 @@ def _load(log: RawLog, service: CommandRunner, home: Path, clock: Callable[[], d
     return perspectives
 
 
+def _reload(follower: ProjectionFollower, perspectives: Perspectives, tenants: list[str]) -> None:
+    """After the projector swapped in a read model rebuilt without forgotten content: load the purged tenants'
+    indexes from it (the other tenants' indexes stay as they are)."""
+    from projections.perspective_load import from_duckdb
+
+    with follower.reader() as con:
+        loaded = {tenant: from_duckdb(con, tenant) for tenant in tenants}
+    for tenant, index in loaded.items():
+        perspectives.replace_index(tenant, index)
+
+
 def build_perspective_engine(log: RawLog, service: CommandRunner, home: Path, clock: Callable[[], datetime],
                              follower: ProjectionFollower | None = None) -> EnginePerspectives:
     """The engine for this process, loaded on first use: with a (not yet started) projector, its indexes load
     from the live DuckDB file, and load again after the projector purged forgotten content (the indexes hold
     labels and reasons); without one, from the published snapshot when there is one, else from the log."""
-    engine = EnginePerspectives(lambda: _load(log, service, home, clock, follower))
-    if follower is not None:
-        follower.on_purged.append(engine.forgotten)
+    if follower is None:
+        return EnginePerspectives(lambda: _load(log, service, home, clock, None))
+    engine = EnginePerspectives(lambda: _load(log, service, home, clock, follower),
+                                reload=lambda perspectives, tenants: _reload(follower, perspectives, tenants),
+                                gate=lambda tenant: follower.wait_clean(tenant, follower.read_wait_seconds))
+    follower.on_purged.append(engine.forgotten)
     return engine

@@ -46,6 +46,8 @@ class EngineSearches:
     def search(self, tenant: str, agent: str, query: str, serving: str | None = None,
                session_id: str | None = None, k: int | None = None, as_of: datetime | None = None,
                about: Sequence[str] = ()) -> SearchAnswer:
+        if self._perspectives.gate is not None:
+            self._perspectives.gate(tenant)
         searches = self.searches
         with self._perspectives.lock:
             return searches.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,

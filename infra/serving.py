@@ -5,28 +5,38 @@ Read-your-writes: a write returns its log position; a read that names one waits 
 has applied it. Writers nudge the follower so that wait is usually one DuckDB transaction, not a poll interval.
 
 Forgetting: when the projector applies a `subject.forgotten` event (written by this process or any other), the
-follower rebuilds the live file from the log (projections/purge.py: the forgotten content now reads
-`[forgotten]`) and tells its listeners (the perspective indexes) to reload, before it reports the position.
+tenant it names is *purging*: its reads (read model, perspectives, searches, contexts) wait until the purge is
+done, while every other tenant reads on. A builder thread replays the log (which now reads `[forgotten]` for the
+subject's content) into a new DuckDB file, republishes the snapshot and rewrites the exports from it; meanwhile
+this thread keeps projecting new events into the old file, so other tenants' reads and `min_position` waits go
+on. When the build is done, this thread catches the new file up and swaps it in (readers wait only for the swap),
+the perspective indexes reload the purged tenants from it, and the tenants are let through. A forget recorded
+after a build started is not covered by it: its tenant waits for the next build, which starts at once.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from domain.application.use_cases import ProjectionBehind
 from domain.errors import InfrastructureError
 from infra.settings import Settings
 from projections import read_model
 from projections.files import ProjectionFiles
 from projections.projector import Projector
-from projections.purge import purge_projections
-from projections.snapshot import remove_stale_temporaries
+from projections.purge import rewrite_exports
+from projections.replay import replay
+from projections.snapshot import publish_snapshot, remove_stale_temporaries
 from projections.source import RawLog
 
 log = logging.getLogger(__name__)
@@ -53,19 +63,42 @@ class ProjectionFollower:
         self.last_error: str | None = None
         self.batches = 0
         self.purges = 0
-        self.on_purged: list[Callable[[], None]] = []
-        """Called (in the follower's thread) after a purge, before the new position is reported."""
+        self.on_purged: list[Callable[[list[str]], None]] = []
+        """Called (in the follower's thread) with the purged tenants after a purge's swap, before they are let
+        through."""
+        self._purging: dict[str, int] = {}
+        """Tenant -> the position of its latest forget not yet purged: its reads wait."""
+        self._build: threading.Thread | None = None
+        self._build_covers = 0
+        """Every forget at or before this position reads `[forgotten]` to the running build."""
+        self._built: tuple[Path, int] | None = None
+        self._build_error: BaseException | None = None
+        self.purge_seconds: list[float] = []
+        """How long each purge took from its forget being projected to its tenants being let through."""
+        self._purge_started = 0.0
         self._generation = 0
         self._readers = 0
         self._swap = threading.Condition()
         self._swapping = False
         self._settings = settings
+        self.read_wait_seconds = settings.api_read_wait_seconds
+        """How long a read of a tenant that is purging a forget waits before ProjectionBehind (503, retry)."""
 
     # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def _pending_file(self) -> Path:
+        return self._files.live.with_name(self._files.live.name + ".purging.json")
 
     def start(self) -> None:
         if self._snapshot_interval > 0:
             remove_stale_temporaries(self._files.snapshot)
+        if self._pending_file.exists():  # a purge was under way when the process stopped: do it now
+            try:
+                pending = {str(k): int(v) for k, v in json.loads(self._pending_file.read_text()).items()}
+            except (OSError, ValueError):
+                pending = {"": self._projector.position}  # unreadable: rebuild anyway, holding no tenant back
+            self._begin_purge(pending)
         self._thread = threading.Thread(target=self._run, name="noumena-projector", daemon=True)
         self._thread.start()
 
@@ -74,6 +107,14 @@ class ProjectionFollower:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        try:  # a purge under way is finished, so the live file never keeps forgotten content past a clean stop
+            while self._build is not None and (self._thread is None or not self._thread.is_alive()):
+                self._build.join(timeout=120)
+                if self._build.is_alive():
+                    break
+                self._finish_purge()
+        except Exception:
+            log.exception("finishing a purge at stop failed; the next start purges again")
         self._close_connections()
 
     @property
@@ -87,8 +128,10 @@ class ProjectionFollower:
             before = self._projector.position
             try:
                 applied = self._projector.run_once()
-                if applied and self._forgotten_since(before):
-                    self._purge()
+                if applied:
+                    self._begin_purge(self._forgotten_since(before))
+                if self._built is not None or self._build_error is not None:
+                    self._finish_purge()
                 self.last_error = None
             except Exception as error:  # keep serving reads; readiness reports the failure
                 self.last_error = repr(error)
@@ -102,7 +145,8 @@ class ProjectionFollower:
                     self._advanced.notify_all()
             due = self._snapshot_interval > 0 and time.monotonic() - last_publish >= self._snapshot_interval
             requested = self._files.snapshot_request.exists()  # `noumena snapshot` from another process
-            if (requested or (due and published != self.position)) and not applied:
+            purging = bool(self._purging)  # (the live file still holds forgotten content: never published)
+            if (requested or (due and published != self.position)) and not applied and not purging:
                 try:
                     published, last_publish = self._projector.publish(self._files.snapshot), time.monotonic()
                 except Exception:
@@ -110,22 +154,72 @@ class ProjectionFollower:
                     last_publish = time.monotonic()
                 if requested:
                     self._files.snapshot_request.unlink(missing_ok=True)
-            if not applied:
+            if not applied and self._built is None:
                 self._wake.wait(self._poll)
 
-    def _forgotten_since(self, position: int) -> bool:
-        row = self._projector.con.execute("SELECT count(*) FROM clock WHERE position > ? AND topic = ?",
-                                          [position, "subject.forgotten"]).fetchone()
-        return bool(row and row[0])
+    def _forgotten_since(self, position: int) -> dict[str, int]:
+        rows = self._projector.con.execute("SELECT tenant, max(position) FROM clock WHERE position > ? AND topic = ?"
+                                           " GROUP BY tenant", [position, "subject.forgotten"]).fetchall()
+        return {str(tenant): int(at) for tenant, at in rows}
 
-    def _purge(self) -> None:
-        """Rebuild the live file without forgotten content; readers wait meanwhile, then reconnect."""
+    def _begin_purge(self, forgotten: dict[str, int], *, build: bool = True) -> None:
+        """Hold the tenants' reads (from before their new position is reported) and start a build if none runs."""
+        if not forgotten:
+            return
+        with self._swap:
+            if not self._purging:
+                self._purge_started = time.monotonic()
+            for tenant, position in forgotten.items():
+                self._purging[tenant] = max(position, self._purging.get(tenant, 0))
+            self._pending_file.write_text(json.dumps(self._purging))  # a restart finishes what a crash left
+        if build and self._build is None:
+            self._start_build()
+
+    def _start_build(self) -> None:
+        self._build_covers = self._log.max_position()  # forgets recorded by now had their keys deleted before
+        self._build = threading.Thread(target=self._build_purged, name="noumena-purge", daemon=True)
+        self._build.start()
+
+    def _build_purged(self) -> None:
+        """In the builder thread: the log replayed into a new file; the snapshot and exports rewritten from it."""
+        try:
+            rebuilt = self._files.live.with_name(self._files.live.name + ".rebuilt")
+            built = replay(self._log, rebuilt, batch_size=self._settings.projection_batch_size * 25)
+            with Projector(self._log, rebuilt) as projector:
+                publish_snapshot(projector.con, self._files.snapshot)
+            rewrite_exports(self._settings.home, self._files.snapshot)
+            self._built = (rebuilt, built.position)
+        except BaseException as error:  # reported by the follower's thread, which retries
+            self._build_error = error
+        self._wake.set()
+
+    def _finish_purge(self) -> None:
+        """In the follower's thread: catch the rebuilt file up, swap it in, let the covered tenants through."""
+        assert self._build is not None
+        self._build.join()
+        self._build = None
+        if self._build_error is not None:
+            error, self._build_error = self._build_error, None
+            self._start_build()
+            raise InfrastructureError(f"rebuilding the read model after a forget failed: {error!r}") from error
+        assert self._built is not None
+        rebuilt, _ = self._built
+        self._built = None
+        fresh = Projector(self._log, rebuilt, batch_size=self._settings.projection_batch_size)
+        try:
+            while fresh.position < self._projector.position and fresh.run_once():
+                pass
+            fresh.con.execute("CHECKPOINT")
+        finally:
+            fresh.close()
+        covered, old_position = self._build_covers, self._projector.position
         with self._swap:
             self._swapping = True
             self._swap.wait_for(lambda: self._readers == 0)
             try:
                 self._close_connections()
-                purge_projections(self._log, self._settings.home)
+                self._files.live.with_name(self._files.live.name + ".wal").unlink(missing_ok=True)
+                os.replace(rebuilt, self._files.live)
                 self._projector = Projector(self._log, self._files.live,
                                             batch_size=self._settings.projection_batch_size)
                 self._read_base = self._projector.con.cursor()
@@ -134,8 +228,45 @@ class ProjectionFollower:
             finally:
                 self._swapping = False
                 self._swap.notify_all()
-        for listener in self.on_purged:
-            listener()
+        # the new file may have gone past the old one: a forget it applied there waits like any other
+        self._begin_purge(self._forgotten_since(old_position), build=False)
+        with self._swap:
+            tenants = [tenant for tenant, position in self._purging.items() if position <= covered]
+        try:
+            for listener in self.on_purged:
+                listener(tenants)
+        finally:
+            with self._swap:
+                for tenant in tenants:
+                    self._purging.pop(tenant, None)
+                if self._purging:
+                    self._pending_file.write_text(json.dumps(self._purging))
+                else:
+                    self._pending_file.unlink(missing_ok=True)
+                self.purge_seconds.append(time.monotonic() - self._purge_started)
+                self._purge_started = time.monotonic()
+                self._swap.notify_all()
+            with self._advanced:
+                self.position = self._projector.position
+                self._advanced.notify_all()
+        if self._purging:
+            self._start_build()
+
+    def purging(self) -> dict[str, int]:
+        """Tenants whose forgotten content is still being purged, with their forget's position."""
+        with self._swap:
+            return dict(self._purging)
+
+    def wait_purged(self, tenant: str, timeout: float) -> bool:
+        """Wait until `tenant` has no purge pending; False when `timeout` seconds pass first."""
+        with self._swap:
+            return self._swap.wait_for(lambda: tenant not in self._purging, timeout)
+
+    def wait_clean(self, tenant: str, timeout: float) -> None:
+        """A read of `tenant` must not see content it forgot: wait for its purge (bounded), else ProjectionBehind."""
+        if tenant in self._purging and not self.wait_purged(tenant, timeout):
+            raise ProjectionBehind(f"tenant {tenant!r} forgot a subject and its read model is still being rebuilt "
+                                   f"without it (more than {timeout:g} s); retry")
 
     def _close_connections(self) -> None:
         with self._cursor_lock:
@@ -190,8 +321,10 @@ class FollowedReadModel:
     """The read-model port (domain/ports.py `ReadModel`) over this process's projector: queries of
     projections/read_model.py on the follower's read connections; DuckDB errors become InfrastructureError."""
 
-    def __init__(self, follower: ProjectionFollower) -> None:
+    def __init__(self, follower: ProjectionFollower, wait_seconds: float = 5.0) -> None:
         self.follower = follower
+        self.wait_seconds = wait_seconds
+        """How long a read of a tenant that is purging a forget waits before ProjectionBehind (503, retry)."""
 
     @property
     def position(self) -> int:
@@ -206,10 +339,23 @@ class FollowedReadModel:
     def lag(self) -> int:
         return self.follower.lag()
 
-    def _query(self, query: Callable[..., Any], *args: Any) -> Any:
+    def wait_purged(self, tenant: str, position: int, timeout: float) -> bool:
+        """After a forget at `position`: wait until the read model is rebuilt without the tenant's forgotten
+        content (and the perspective indexes reloaded); False when `timeout` seconds pass first."""
+        start = time.monotonic()
+        if not self.follower.wait_for(position, timeout):
+            return False
+        return self.follower.wait_purged(tenant, max(0.0, timeout - (time.monotonic() - start)))
+
+    def wait_clean(self, tenant: str) -> None:
+        """Before a read of `tenant`: wait (bounded) while it purges a forget."""
+        self.follower.wait_clean(tenant, self.wait_seconds)
+
+    def _query(self, query: Callable[..., Any], tenant: str, *args: Any) -> Any:
+        self.follower.wait_clean(tenant, self.wait_seconds)
         with self.follower.reader() as con:
             try:
-                return query(con, *args)
+                return query(con, tenant, *args)
             except duckdb.Error as error:
                 raise InfrastructureError(f"read model query failed: {error}") from error
 
@@ -228,6 +374,7 @@ class FollowedReadModel:
                            limit)
 
     def session(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        self.follower.wait_clean(tenant, self.wait_seconds)
         with self.follower.reader() as con:
             return read_model.session(con, tenant, session_id), read_model.workers(con, tenant, session_id)
 

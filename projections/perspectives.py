@@ -105,18 +105,23 @@ class Perspectives:
             index = self._indexes[tenant] = PerspectiveIndex(tenant)
         return index
 
-    def catch_up(self) -> int:
-        """Apply every logged record not yet seen to its tenant's index; return the log position reached."""
+    def catch_up(self, until_position: int | None = None) -> int:
+        """Apply every logged record not yet seen (up to `until_position`, None: the end of the log) to its tenant's
+        index; return the log position reached."""
         with self._lock:
-            return self._catch_up()
+            return self._catch_up(until_position)
 
-    def _catch_up(self) -> int:
+    def _catch_up(self, until_position: int | None = None) -> int:
         forgotten: set[str] = set()
-        while True:
+        reached = False
+        while not reached:
             batch = self._log.read_raw(self._position, READ_BATCH)
             if not batch:
                 break
             for position, topic, state in batch:
+                if until_position is not None and position > until_position:
+                    reached = True
+                    break
                 record = decode(position, topic, state)
                 tenant = record.data.get("tenant")
                 if record.topic == "subject.forgotten" and tenant is not None:
@@ -131,12 +136,38 @@ class Perspectives:
                             follower.applied(index, position, record.topic, record.data)
                 self._position = position
         for tenant in forgotten:
-            # the index holds labels and reasons read before the forget: fold the tenant again from the log,
-            # which now reads `[forgotten]` for that content
-            self._indexes[tenant] = fold(tenant, self._records(self._position))
+            self.refold(tenant)
+        return self._position
+
+    def refold(self, tenant: str) -> None:
+        """After a forget in `tenant` (holding the lock): the index holds labels and reasons read before it, so
+        fold the tenant again from the log, which now reads `[forgotten]` for that content."""
+        self._indexes[tenant] = fold(tenant, self._records(self._position))
+        for follower in self.followers:
+            follower.refolded(tenant)
+
+    def replace_index(self, tenant: str, index: PerspectiveIndex) -> None:
+        """Adopt `index` for `tenant` (loaded from a read model rebuilt after a forget), then apply to it the
+        tenant's records this service has followed beyond it."""
+        with self._lock:
+            position = index.position
+            while position < self._position:
+                batch = self._log.read_raw(position, READ_BATCH)
+                if not batch:
+                    break
+                for at, topic, state in batch:
+                    if at > self._position:
+                        break
+                    record = decode(at, topic, state)
+                    if record.data.get("tenant") == tenant and at > index.position:
+                        index.apply(at, record.topic, record.data)
+                    position = at
+                else:
+                    continue
+                break
+            self._indexes[tenant] = index
             for follower in self.followers:
                 follower.refolded(tenant)
-        return self._position
 
     def records(self, until_position: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         """Every logged record (position, topic, payload) up to `until_position`, decoded."""

@@ -17,8 +17,9 @@ READY_LAG = 10_000
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """The process is alive."""
+async def healthz() -> dict[str, str]:
+    """The process is alive. Answered on the event loop itself (no worker thread), so a pool of threads busy
+    with slow requests never delays it."""
     return {"status": "ok"}
 
 

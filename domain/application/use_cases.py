@@ -13,9 +13,10 @@ package named after it (like recall.py), with unit tests over an `Ontology`. The
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from domain import commands as c
@@ -30,7 +31,14 @@ from domain.application.recall import recall as recall_by_tier
 from domain.consolidation import CompactionState
 from domain.context import Context
 from domain.entities import EntityState
-from domain.errors import DomainError, InfrastructureError, InvalidInput, UnknownEntity, UnknownTenant
+from domain.errors import (
+    DomainError,
+    ForgetRunning,
+    InfrastructureError,
+    InvalidInput,
+    UnknownEntity,
+    UnknownTenant,
+)
 from domain.facts import FactAsserted, FactCorrected, FactCorroborated, FactInvalidated
 from domain.perspective import Perspective, RecallRecord
 from domain.ports import (
@@ -155,6 +163,9 @@ class Application:
         self.settings = settings
         self.ingestor = Ingestor(service, on_stored=lambda command: consolidation.signal(command))
         """Wire envelopes into the log (HTTP batches, Kafka, file import): stored compactions start consolidation."""
+        self._forgets: dict[str, tuple[str, datetime]] = {}
+        """Tenant -> the subject it is forgetting now and since when: one forget per tenant at a time."""
+        self._forgets_lock = threading.Lock()
 
     # ------------------------------------------------------------------ writes
 
@@ -248,7 +259,28 @@ class Application:
     def forget(self, tenant: str, subject: str) -> Written:
         """Forget a subject for real (crypto-shredding: its data keys are deleted, every copy in the log becomes
         unreadable), blank the evidence files, then purge the read model and the perspective indexes of its
-        content before answering (or let this process's projector do it, waiting for it, bounded)."""
+        content before answering (or let this process's projector do it, waiting for it, bounded).
+
+        Other tenants are never held up by it beyond the key deletion itself: the projector rebuilds the read
+        model in the background while they read on (infra/serving.py). One forget per tenant runs at a time in
+        a process: another one asked meanwhile is refused (ForgetRunning, naming the running one)."""
+        with self._forgets_lock:
+            running = self._forgets.get(tenant)
+            if running is not None:
+                raise ForgetRunning(tenant, running[0], running[1].isoformat(), subject)
+            self._forgets[tenant] = (subject, datetime.now(UTC))
+        try:
+            return self._forget(tenant, subject)
+        finally:
+            with self._forgets_lock:
+                self._forgets.pop(tenant, None)
+
+    def forgets_running(self) -> dict[str, str]:
+        """Tenant -> the subject this process is forgetting for it now."""
+        with self._forgets_lock:
+            return {tenant: subject for tenant, (subject, _) in self._forgets.items()}
+
+    def _forget(self, tenant: str, subject: str) -> Written:
         if self.keys is None:
             raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
                                "forgotten for real", field="subject")
@@ -257,14 +289,17 @@ class Application:
         report.files_rewritten = self.copies.erase(tenant, (subject, *report.erased_with))
         purged_at = None
         if self.read_model is not None:
+            purged = True
             if report.position is not None:
-                # The keys are gone already; give the purge (a rebuild of the read model) longer than a read
-                # waits, and answer even if it is still running: the forget itself has happened.
-                self.read_model.wait_for(report.position, self.settings.purge_wait_seconds)
-            report.files_rewritten.append("projections: rebuilt by the running projector")
+                # The keys are gone already; give the purge (a rebuild of the read model, in the background)
+                # longer than a read waits, and answer even if it is still running: the forget itself has happened.
+                purged = self.read_model.wait_purged(tenant, report.position, self.settings.purge_wait_seconds)
+            report.files_rewritten.append("projections: rebuilt by the running projector" if purged else
+                                          "projections: still being rebuilt by the running projector after "
+                                          f"{self.settings.purge_wait_seconds:g} s (the tenant's reads wait for it)")
         else:
             purged_at = self.copies.purge()  # None when a server's projector holds the file: it purges itself
-            self.perspectives.forgotten()
+            self.perspectives.forgotten([tenant])
             report.files_rewritten.append("projections: " + ("rebuilt, snapshot and exports rewritten"
                                                              if purged_at is not None else "none here"))
         return Written(position=report.position, events=1 if report.position is not None else 0,
