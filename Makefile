@@ -11,7 +11,7 @@ export NOUMENA_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NOUMENA_KAFKA_PORT)
 # mkdocs-material prints a banner about mkdocs 2 on every build; we pin mkdocs < 2.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo test services services-stop bench eval lint docs docs-serve clean chromium
+.PHONY: install demo test services services-stop bench fuzz eval lint docs docs-serve clean chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ bench: install services
 	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 || echo "(no wrk: bench_api.py uses its Python load only)"
 	@set -e; for script in tests/benchmarks/bench_*.py; do \
 	  echo "== $$script"; $(BIN)/python $$script; done
+
+# schemathesis at a volume CI cannot afford (5,000+ cases, stateful included) against a served process: prints the
+# number of cases, server errors and the "valid per schema but refused" findings (docs/hardening.md).
+fuzz: install
+	$(BIN)/python tests/benchmarks/fuzz_api.py
 
 # Retrieval quality on LoCoMo (not vendored: CC BY-NC 4.0). LOCOMO_DATA: a folder of its conversation files.
 LOCOMO_DATA ?= ../shared/data/locomo-dev

@@ -15,7 +15,8 @@ from domain.access import check_may_assert
 from domain.commands import Source
 
 router = APIRouter(prefix="/facts", tags=["facts"], route_class=EdgeRoute)
-FactId = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^\S+$", description="A fact id.")]
+FactId = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$",
+                              description="A fact id.")]
 
 
 def _source(source: object) -> Source | None:

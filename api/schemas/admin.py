@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from api.schemas.common import WritePublic
 from domain.values import Ref, TenantName, text
+
+AgentRef = Annotated[Ref, WithJsonSchema({"type": "string", "pattern": r"^agent:\S(?:.*\S)?$", "maxLength": 512})]
+"""An agent's ref (checked as any ref, then for its kind); the OpenAPI document says `agent:` up front."""
 
 
 class TenantCreate(BaseModel):
@@ -28,9 +31,9 @@ class KeyCreate(BaseModel):
 
     tenant: TenantName
     label: text(0, 200) = ""
-    agents: list[Ref] = Field(default_factory=list, max_length=100, description="The agents the key acts as"
-                              " (`agent:<id>`): it then asks only as them, about persons they serve. Empty: a"
-                              " tenant-wide key, for services.")
+    agents: list[AgentRef] = Field(default_factory=list, max_length=100, description="The agents the key acts"
+                                   " as (`agent:<id>`): it then asks only as them, about persons they serve. Empty:"
+                                   " a tenant-wide key, for services.")
 
     @field_validator("agents")
     @classmethod

@@ -1,0 +1,199 @@
+"""Benchmark: one tenant's perspectives over HTTP at a constant rate while another tenant forgets, against the same
+load without the forget, in one run (issue 19).
+
+1. A real `noumena serve` (SQLite, production mode, its own projector) with two tenants: `reader`, a small
+   organization (NOUMENA_BENCH_READER_FACTS facts, default 2,000, among 400 people and 8 agents), and `busy`,
+   where one person is behind NOUMENA_BENCH_FORGET_FACTS facts (default 20,000): forgetting them deletes a key per
+   fact and rebuilds the read model from the whole log.
+2. Baseline: GET /v1/perspectives in `reader` at NOUMENA_BENCH_API_RATE (default 200 requests/s, open loop, latency
+   from each request's scheduled time) for NOUMENA_BENCH_API_SECONDS (default 10 s), with `/healthz` polled every
+   10 ms beside it. These perspectives are the full serving path: each records its recall and keeps its evidence.
+3. The same load, starting half a second before `POST /v1/forget` in `busy` and lasting until the forget has
+   answered: the percentiles are of the requests scheduled while the forget ran.
+
+Printed: both distributions, the ratio of their p95, `/healthz` p99 in both, and the forget's duration.
+Goal: HTTP perspective p95 <= 20 ms at 200 requests/s while the forget runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+from bench_api import CONNECTIONS, RATE, SECONDS, _Connection, pct, query  # noqa: E402
+
+READER_FACTS = int(os.environ.get("NOUMENA_BENCH_READER_FACTS", "2000"))
+FORGET_FACTS = int(os.environ.get("NOUMENA_BENCH_FORGET_FACTS", "20000"))
+PEOPLE, AGENTS = 400, 8
+
+
+def _post_events(client: Any, events: list[dict[str, Any]]) -> int:
+    position = 0
+    for start in range(0, len(events), 1000):
+        written = client.post("/v1/events", json={"events": events[start:start + 1000]}, timeout=600)
+        assert written.status_code == 200, written.text
+        position = max([position] + [r.get("position") or 0 for r in written.json().get("results", [])])
+    return position
+
+
+def fill_reader(client: Any) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    refs = [f"person:r{i}" for i in range(PEOPLE)]
+    agents = [f"agent:a{i}" for i in range(AGENTS)]
+    for ref in refs + agents:
+        events.append({"event_id": f"reg-{ref}", "tenant": "reader", "type": "entity.registered",
+                       "payload": {"ref": ref, "label": f"{ref.split(':')[1]} of the reader tenant"}})
+    relations = ("knows", "works_with", "reports_to", "prefers")
+    for i in range(READER_FACTS):
+        subject, obj = refs[(i * 7) % PEOPLE], refs[(i * 13 + 1) % PEOPLE]
+        if subject == obj:
+            obj = refs[(i * 13 + 2) % PEOPLE]
+        events.append({"event_id": f"fact-{i}", "tenant": "reader", "type": "fact.asserted",
+                       "payload": {"subject": subject, "relation": relations[i % 4], "object": obj,
+                                   "reason": f"noted in call {i}"}})
+    for i, agent in enumerate(agents):
+        events.append({"event_id": f"serves-{i}", "tenant": "reader", "type": "fact.asserted",
+                       "payload": {"subject": agent, "relation": "serves", "object": refs[i]}})
+    _post_events(client, events)
+    return [{"agent": agents[i % AGENTS], "serving": refs[i % AGENTS], "focus": [refs[(i * 31 + 5) % PEOPLE]]}
+            for i in range(300)]
+
+
+def fill_busy(client: Any) -> None:
+    events = [{"event_id": "reg-li", "tenant": "busy", "type": "entity.registered",
+               "payload": {"ref": "person:li", "label": "Li"}}]
+    events += [{"event_id": f"reg-{i}", "tenant": "busy", "type": "entity.registered",
+                "payload": {"ref": f"person:b{i}", "label": f"person {i}"}} for i in range(FORGET_FACTS)]
+    events += [{"event_id": f"knows-{i}", "tenant": "busy", "type": "fact.asserted",
+                "payload": {"subject": "person:li", "relation": "knows", "object": f"person:b{i}",
+                            "reason": f"met at fair {i}"}} for i in range(FORGET_FACTS)]
+    _post_events(client, events)
+
+
+async def _run_load(url: str, key: str, paths: list[str], rate: float, until: threading.Event | None,
+                    seconds: float) -> dict[str, Any]:
+    """Open-loop load at `rate` until `until` is set (or for `seconds`), plus /healthz every 10 ms."""
+    host, port = url.removeprefix("http://").split(":")
+    connections = [_Connection(host, int(port), key) for _ in range(CONNECTIONS)]
+    for connection, path in zip(connections, paths, strict=False):
+        await connection.get(path)
+    samples: list[tuple[float, float, int]] = []  # (scheduled, ms, status)
+    health: list[tuple[float, float]] = []
+    start = time.perf_counter() + 0.1
+    counter = iter(range(10**9))
+    done = asyncio.Event()
+
+    def finished(now: float) -> bool:
+        return (until.is_set() if until is not None else now - start >= seconds)
+
+    async def worker(connection: _Connection) -> None:
+        for k in counter:
+            scheduled = start + k / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if finished(time.perf_counter()):
+                done.set()
+                return
+            status = await connection.get(paths[k % len(paths)])
+            samples.append((scheduled, (time.perf_counter() - scheduled) * 1000, status))
+
+    async def healthz() -> None:
+        connection = _Connection(host, int(port), key)
+        while not done.is_set():
+            sent = time.perf_counter()
+            await connection.get("/healthz")
+            health.append((sent, (time.perf_counter() - sent) * 1000))
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(healthz(), *(worker(c) for c in connections))
+    return {"samples": samples, "health": health, "start": start, "end": time.perf_counter()}
+
+
+def _summary(name: str, ms: list[float], health: list[float], elapsed: float, statuses: dict[int, int]) -> str:
+    return (f"  {name}: {len(ms)} perspectives in {elapsed:.1f} s ({len(ms) / elapsed:.0f}/s), statuses {statuses};"
+            f" p50 {pct(ms, 50):.2f} ms  p95 {pct(ms, 95):.2f} ms  p99 {pct(ms, 99):.2f} ms  max {max(ms):.0f} ms;"
+            f" /healthz p99 {pct(health, 99):.1f} ms, max {max(health):.0f} ms ({len(health)} polls)")
+
+
+def main() -> None:
+    import httpx
+
+    from tests.api_support import start_server, stop_server
+
+    print(f"forget isolation: perspectives in one tenant at {RATE:g} req/s over {CONNECTIONS} connections, while"
+          f" another forgets a person behind {FORGET_FACTS:,} facts (baseline: {SECONDS:g} s without the forget)")
+    home = Path(tempfile.mkdtemp(prefix="noumena-bench-forget-"))
+    server = start_server(home / "home")
+    ok = False
+    try:
+        reader, busy = server.tenant("reader"), server.tenant("busy")
+        started = time.perf_counter()
+        views = fill_reader(reader.client)
+        fill_busy(busy.client)
+        position = httpx.get(server.url + "/readyz", timeout=30).json()["log_position"]
+        for view in views[:20]:  # warm up, and wait for the projector to have everything
+            answer = reader.client.get(query(view) + f"&min_position={position}", timeout=60)
+            assert answer.status_code == 200, answer.text
+        print(f"  filled in {time.perf_counter() - started:.1f} s: log at position {position}")
+        paths = [query(v) for v in views]
+
+        base = asyncio.run(_run_load(server.url, reader.key, paths, RATE, None, SECONDS))
+        base_ms = [ms for _, ms, _ in base["samples"]]
+        base_statuses: dict[int, int] = {}
+        for _, _, status in base["samples"]:
+            base_statuses[status] = base_statuses.get(status, 0) + 1
+
+        forgotten = threading.Event()
+        receipt: dict[str, Any] = {}
+
+        def forget() -> None:
+            time.sleep(0.6)
+            t0 = time.perf_counter()
+            receipt["response"] = busy.client.post("/v1/forget", json={"subject": "person:li"}, timeout=900)
+            receipt["window"] = (t0, time.perf_counter())
+            time.sleep(0.2)
+            forgotten.set()
+
+        thread = threading.Thread(target=forget)
+        thread.start()
+        loaded = asyncio.run(_run_load(server.url, reader.key, paths, RATE, forgotten, SECONDS))
+        thread.join()
+        response = receipt["response"]
+        assert response.status_code == 200, response.text
+        t0, t1 = receipt["window"]
+        during = [(ms, status) for scheduled, ms, status in loaded["samples"] if t0 <= scheduled <= t1]
+        during_ms = [ms for ms, _ in during]
+        statuses: dict[int, int] = {}
+        for _, status in during:
+            statuses[status] = statuses.get(status, 0) + 1
+        health_during = [ms for sent, ms in loaded["health"] if t0 <= sent <= t1]
+        print(f"  the forget: {t1 - t0:.2f} s, {response.json()['keys_deleted']:,} keys deleted")
+        print(_summary("without a forget", base_ms, [ms for _, ms in base["health"]], base["end"] - base["start"],
+                       base_statuses))
+        print(_summary("while it forgets", during_ms, health_during, t1 - t0, statuses))
+        print(f"  ratio p95 while forgetting / without: {pct(during_ms, 95) / pct(base_ms, 95):.2f}x")
+        goal = pct(during_ms, 95) <= 20 and len(during_ms) >= 0.95 * RATE * (t1 - t0)
+        print(f"  goal p95 <= 20 ms at {RATE:g} req/s while another tenant forgets: {'met' if goal else 'NOT met'}")
+        ok = True
+    finally:
+        stop_server(server)
+        if ok:
+            shutil.rmtree(home, ignore_errors=True)
+        else:
+            print(f"the server's log: {server.log}\n{server.log.read_text()[-3000:]}")
+
+
+if __name__ == "__main__":
+    main()
