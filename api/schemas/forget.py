@@ -13,7 +13,8 @@ from api.schemas.common import WritePublic
 class ForgetCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"subject": "person:li"}]})
 
-    subject: Annotated[str, Field(min_length=3, max_length=320, pattern=r"^(person|session|fact|memory):\S+$",
+    subject: Annotated[str, Field(min_length=3, max_length=320,
+                                  pattern=r"^(person|session|fact|memory):[^\s\x00-\x1f\x7f]+$",
                                   description="`person:<ref>` (forget me), `memory:<ref>`, `session:<id>` or"
                                   " `fact:<id>` (forget that).")]
 

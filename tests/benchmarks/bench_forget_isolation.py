@@ -81,13 +81,25 @@ def fill_busy(client: Any) -> None:
     _post_events(client, events)
 
 
+class _Reconnecting(_Connection):
+    """A keep-alive connection that opens again when the server closed it (uvicorn closes one idle for 5 s)."""
+
+    async def get(self, path: str) -> int:
+        try:
+            return await super().get(path)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            if self.writer is not None:
+                self.writer.close()
+            self.reader = self.writer = None
+            return await super().get(path)
+
+
 async def _run_load(url: str, key: str, paths: list[str], rate: float, until: threading.Event | None,
                     seconds: float) -> dict[str, Any]:
     """Open-loop load at `rate` until `until` is set (or for `seconds`), plus /healthz every 10 ms."""
     host, port = url.removeprefix("http://").split(":")
-    connections = [_Connection(host, int(port), key) for _ in range(CONNECTIONS)]
-    for connection, path in zip(connections, paths, strict=False):
-        await connection.get(path)
+    connections = [_Reconnecting(host, int(port), key) for _ in range(CONNECTIONS)]
+    await asyncio.gather(*(connection.get(path) for connection, path in zip(connections, paths, strict=False)))
     samples: list[tuple[float, float, int]] = []  # (scheduled, ms, status)
     health: list[tuple[float, float]] = []
     start = time.perf_counter() + 0.1
@@ -110,7 +122,7 @@ async def _run_load(url: str, key: str, paths: list[str], rate: float, until: th
             samples.append((scheduled, (time.perf_counter() - scheduled) * 1000, status))
 
     async def healthz() -> None:
-        connection = _Connection(host, int(port), key)
+        connection = _Reconnecting(host, int(port), key)
         while not done.is_set():
             sent = time.perf_counter()
             await connection.get("/healthz")
@@ -192,7 +204,8 @@ def main() -> None:
         if ok:
             shutil.rmtree(home, ignore_errors=True)
         else:
-            print(f"the server's log: {server.log}\n{server.log.read_text()[-3000:]}")
+            print(f"the server exited with {server.process.returncode}; its log: {server.log}\n"
+                  f"{server.log.read_text()[-3000:]}")
 
 
 if __name__ == "__main__":

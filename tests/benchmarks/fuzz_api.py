@@ -1,10 +1,10 @@
 """`make fuzz`: schemathesis against a real `noumena serve` at a volume CI cannot afford (issue 19).
 
 1. Every operation of the OpenAPI document: NOUMENA_FUZZ_EXAMPLES positive and as many negative cases each
-   (default 120), derandomized.
+   (default 100), derandomized.
 2. Stateful: schemathesis's state machine over the document's links (a created fact leads to reading, correcting
    and invalidating it; a served perspective to explaining and deepening it; ...), NOUMENA_FUZZ_SCENARIOS scenarios
-   (default 400) of up to 10 steps.
+   (default 200) of up to 10 steps.
 
 Every response is checked (no server error, a documented status, content type and schema); the run goes on past
 a failed check and counts it. Printed: the number of cases, server errors, failed checks by kind, and the
@@ -25,8 +25,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-EXAMPLES = int(os.environ.get("NOUMENA_FUZZ_EXAMPLES", "120"))
-SCENARIOS = int(os.environ.get("NOUMENA_FUZZ_SCENARIOS", "400"))
+EXAMPLES = int(os.environ.get("NOUMENA_FUZZ_EXAMPLES", "100"))
+SCENARIOS = int(os.environ.get("NOUMENA_FUZZ_SCENARIOS", "200"))
 EXPECTED_REFUSALS = {401, 403, 404, 409}
 """Refusals of a well-formed request that no schema can foresee: unknown key, another agent, absent, conflicting."""
 ABOUT_STATE = ("is not registered", "is not known", "no fact", "beyond the end of the log", "was forgotten",
