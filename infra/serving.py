@@ -6,8 +6,9 @@ has applied it. Writers nudge the follower so that wait is usually one DuckDB tr
 
 Forgetting: when the projector applies a `subject.forgotten` event (written by this process or any other), the
 tenant it names is *purging*: its reads (read model, perspectives, searches, contexts) wait until the purge is
-done, while every other tenant reads on. A builder thread replays the log (which now reads `[forgotten]` for the
-subject's content) into a new DuckDB file, republishes the snapshot and rewrites the exports from it; meanwhile
+done, while every other tenant reads on. A worker process (infra/purge_worker.py; a thread for the in-memory store)
+replays the log (which now reads `[forgotten]` for the subject's content) into a new DuckDB file, republishes the
+snapshot and rewrites the exports from it; meanwhile
 this thread keeps projecting new events into the old file, so other tenants' reads and `min_position` waits go
 on. When the build is done, this thread catches the new file up and swaps it in (readers wait only for the swap),
 the perspective indexes reload the purged tenants from it, and the tenants are let through. A forget recorded
@@ -19,6 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,9 +37,8 @@ from infra.settings import Settings
 from projections import read_model
 from projections.files import ProjectionFiles
 from projections.projector import Projector
-from projections.purge import rewrite_exports
-from projections.replay import replay
-from projections.snapshot import publish_snapshot, remove_stale_temporaries
+from projections.purge import build_purged
+from projections.snapshot import remove_stale_temporaries
 from projections.source import RawLog
 
 log = logging.getLogger(__name__)
@@ -181,17 +183,32 @@ class ProjectionFollower:
         self._build.start()
 
     def _build_purged(self) -> None:
-        """In the builder thread: the log replayed into a new file; the snapshot and exports rewritten from it."""
+        """In the builder thread: the log replayed into a new file, the snapshot and exports rewritten from it; in a
+        worker process (infra/purge_worker.py) when the log is a file or a database another process can open, so
+        the replay never competes with the requests for this process's interpreter lock."""
+        rebuilt = self._files.live.with_name(self._files.live.name + ".rebuilt")
         try:
-            rebuilt = self._files.live.with_name(self._files.live.name + ".rebuilt")
-            built = replay(self._log, rebuilt, batch_size=self._settings.projection_batch_size * 25)
-            with Projector(self._log, rebuilt) as projector:
-                publish_snapshot(projector.con, self._files.snapshot)
-            rewrite_exports(self._settings.home, self._files.snapshot)
-            self._built = (rebuilt, built.position)
+            if self._settings.event_store != "popo":
+                try:
+                    self._built = (rebuilt, self._build_in_worker(rebuilt))
+                    return
+                except Exception:
+                    log.exception("the purge worker failed; rebuilding in this process")
+            self._built = (rebuilt, build_purged(self._log, self._settings.home, rebuilt,
+                                                 self._settings.projection_batch_size))
         except BaseException as error:  # reported by the follower's thread, which retries
             self._build_error = error
-        self._wake.set()
+        finally:
+            self._wake.set()
+
+    def _build_in_worker(self, rebuilt: Path) -> int:
+        from infra.purge_worker import settings_as_json
+
+        done = subprocess.run([sys.executable, "-m", "infra.purge_worker"], input=settings_as_json(
+            self._settings, rebuilt), capture_output=True, text=True, timeout=3600, check=False)
+        if done.returncode != 0:
+            raise InfrastructureError(f"purge worker exited with {done.returncode}: {done.stderr[-2000:]}")
+        return int(json.loads(done.stdout.strip().splitlines()[-1])["position"])
 
     def _finish_purge(self) -> None:
         """In the follower's thread: catch the rebuilt file up, swap it in, let the covered tenants through."""

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from projections.export import export_parquet
 from projections.files import ProjectionFiles
-from projections.projector import ProjectionLocked
+from projections.projector import ProjectionLocked, Projector
 from projections.rebuild import rebuild
-from projections.snapshot import open_snapshot
+from projections.replay import REPLAY_BATCH, replay
+from projections.snapshot import open_snapshot, publish_snapshot
 from projections.source import RawLog
 
 
@@ -48,6 +49,17 @@ def rewrite_exports(home: Path, snapshot: Path) -> list[Path]:
     finally:
         con.close()
     return rewritten
+
+
+def build_purged(log: RawLog, home: Path, out: Path, batch_size: int) -> int:
+    """For a running projector (infra/serving.py): replay the log into `out` (a new file beside the live one),
+    republish the snapshot from it and rewrite the exports; returns the position reached. The live file is left
+    to the projector, which catches `out` up and swaps it in."""
+    built = replay(log, out, batch_size=max(batch_size, REPLAY_BATCH))
+    with Projector(log, out) as projector:
+        publish_snapshot(projector.con, ProjectionFiles(home).snapshot)
+    rewrite_exports(home, ProjectionFiles(home).snapshot)
+    return built.position
 
 
 def purge_projections(log: RawLog, home: Path) -> int | None:

@@ -77,3 +77,33 @@ def test_no_generated_request_gets_a_server_error(fuzzed_server: tuple[Server, s
     print(f"schemathesis: {total} cases over {len(operations)} operations; statuses {dict(sorted(statuses.items()))}")
     assert total >= MINIMUM_CASES, statuses
     assert not [status for status in statuses if status >= 500]
+
+
+SCENARIOS = examples(0.05)
+"""Stateful scenarios of up to 6 linked requests (15 under `ci`); `make fuzz` runs hundreds (docs/hardening.md)."""
+
+
+def test_linked_requests_in_sequence_get_no_server_error(fuzzed_server: tuple[Server, str]) -> None:
+    """schemathesis's state machine over the document's links: a created entity, fact or session is read, a
+    served perspective explained and deepened, ... with the values the earlier answers gave."""
+    server, key = fuzzed_server
+    schema = schemathesis.openapi.from_url(server.url + "/v1/openapi.json")
+    statuses: Counter[int] = Counter()
+
+    class Workflow(schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, object]:
+            token = ADMIN_KEY if case.path.startswith("/v1/admin") else key
+            return {"base_url": server.url, "headers": {"Authorization": f"Bearer {token}"}}
+
+        def validate_response(self, response: object, case: schemathesis.Case, additional_checks: object = None,
+                              **kwargs: object) -> None:
+            case.validate_response(response, checks=CHECKS)
+            statuses[response.status_code] += 1  # type: ignore[attr-defined]
+
+    assert Workflow.schema.statistic.transitions.total >= 3  # links to follow
+    Workflow.run(settings=settings(max_examples=SCENARIOS, stateful_step_count=6, deadline=None, derandomize=True,
+                                   database=None, suppress_health_check=list(HealthCheck)))
+    print(f"schemathesis, stateful: {sum(statuses.values())} linked requests in {SCENARIOS} scenarios; statuses"
+          f" {dict(sorted(statuses.items()))}")
+    assert sum(statuses.values()) >= SCENARIOS
+    assert not [status for status in statuses if status >= 500]

@@ -7,7 +7,9 @@ load without the forget, in one run (issue 19).
    fact and rebuilds the read model from the whole log.
 2. Baseline: GET /v1/perspectives in `reader` at NOUMENA_BENCH_API_RATE (default 200 requests/s, open loop, latency
    from each request's scheduled time) for NOUMENA_BENCH_API_SECONDS (default 10 s), with `/healthz` polled every
-   10 ms beside it. These perspectives are the full serving path: each records its recall and keeps its evidence.
+   10 ms beside it. As in bench_api.py, the served perspectives record no recall and keep no evidence
+   (NOUMENA_BENCH_RECORD=1: they do, the full path; each is then also an append to the log and a file written,
+   which this machine cannot do 200 times a second): the numbers are the serving path, beside a forget.
 3. The same load, starting half a second before `POST /v1/forget` in `busy` and lasting until the forget has
    answered: the percentiles are of the requests scheduled while the forget ran.
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_api import CONNECTIONS, RATE, SECONDS, _Connection, pct, query  # noqa: E402
 
+RECORD = os.environ.get("NOUMENA_BENCH_RECORD", "") == "1"
 READER_FACTS = int(os.environ.get("NOUMENA_BENCH_READER_FACTS", "2000"))
 FORGET_FACTS = int(os.environ.get("NOUMENA_BENCH_FORGET_FACTS", "20000"))
 PEOPLE, AGENTS = 400, 8
@@ -139,15 +142,62 @@ def _summary(name: str, ms: list[float], health: list[float], elapsed: float, st
             f" /healthz p99 {pct(health, 99):.1f} ms, max {max(health):.0f} ms ({len(health)} polls)")
 
 
+def serve(port: int, home: Path) -> None:
+    """The served process: `noumena serve`'s app (its projector, the real routes), perspectives recording no
+    recall unless NOUMENA_BENCH_RECORD=1."""
+    import uvicorn
+
+    from api.app import create_app
+    from infra.bootstrap import bootstrap
+
+    app = create_app(bootstrap())
+
+    async def served(scope: Any, receive: Any, send: Any) -> None:
+        memory = getattr(app.state, "memory", None)
+        if memory is not None and not RECORD:
+            memory.perspectives.records_recalls = False
+        await app(scope, receive, send)
+
+    uvicorn.run(served, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def start(home: Path) -> Any:
+    import subprocess
+
+    import httpx
+
+    from tests.api_support import Server, free_port, server_env
+
+    port = free_port()
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "server.log"
+    process = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(home)], env=server_env(home),
+                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return Server(url, process, home, log)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise SystemExit("the server did not start")
+
+
 def main() -> None:
     import httpx
 
-    from tests.api_support import start_server, stop_server
+    from tests.api_support import stop_server
 
     print(f"forget isolation: perspectives in one tenant at {RATE:g} req/s over {CONNECTIONS} connections, while"
-          f" another forgets a person behind {FORGET_FACTS:,} facts (baseline: {SECONDS:g} s without the forget)")
+          f" another forgets a person behind {FORGET_FACTS:,} facts (baseline: {SECONDS:g} s without the forget);"
+          f" recalls {'recorded' if RECORD else 'not recorded'}")
     home = Path(tempfile.mkdtemp(prefix="noumena-bench-forget-"))
-    server = start_server(home / "home")
+    server = start(home / "home")
     ok = False
     try:
         reader, busy = server.tenant("reader"), server.tenant("busy")
@@ -209,4 +259,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main()
