@@ -93,7 +93,7 @@ def test_linked_requests_in_sequence_get_no_server_error(fuzzed_server: tuple[Se
     class Workflow(schema.as_state_machine()):  # type: ignore[misc]
         def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, object]:
             token = ADMIN_KEY if case.path.startswith("/v1/admin") else key
-            return {"base_url": server.url, "headers": {"Authorization": f"Bearer {token}"}}
+            return {"base_url": server.url, "headers": {"Authorization": f"Bearer {token}"}, "timeout": 60}
 
         def validate_response(self, response: object, case: schemathesis.Case, additional_checks: object = None,
                               **kwargs: object) -> None:

@@ -27,6 +27,8 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 EXAMPLES = int(os.environ.get("NOUMENA_FUZZ_EXAMPLES", "100"))
 SCENARIOS = int(os.environ.get("NOUMENA_FUZZ_SCENARIOS", "200"))
+TIMEOUT = 60.0
+"""Seconds a request may take (a loaded machine; the first search of a tenant loads the embedder)."""
 EXPECTED_REFUSALS = {401, 403, 404, 409}
 """Refusals of a well-formed request that no schema can foresee: unknown key, another agent, absent, conflicting."""
 ABOUT_STATE = ("is not registered", "is not known", "no fact", "beyond the end of the log", "was forgotten",
@@ -41,6 +43,7 @@ class Tally:
         self.failures: Counter[str] = Counter()
         self.refused: Counter[tuple[str, str, str]] = Counter()
         self.about_state: Counter[str] = Counter()
+        self.unanswered: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
 
     def record(self, label: str, positive: bool, response: Any, failure: BaseException | None) -> None:
@@ -95,7 +98,11 @@ def main() -> int:
             @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                       suppress_health_check=list(HealthCheck))
             def run(case: schemathesis.Case) -> None:
-                response = case.call(base_url=server.url, headers=headers_for(case.path))
+                try:
+                    response = case.call(base_url=server.url, headers=headers_for(case.path), timeout=TIMEOUT)
+                except OSError as error:  # requests' timeouts and dropped connections are OSErrors
+                    tally.unanswered[f"{case.operation.label}: {type(error).__name__}"] += 1
+                    return
                 failure = None
                 try:
                     case.validate_response(response, checks=checks)
@@ -120,7 +127,7 @@ def main() -> int:
 
         class Workflow(machine):  # type: ignore[misc, valid-type]
             def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
-                return {"base_url": server.url, "headers": headers_for(case.path)}
+                return {"base_url": server.url, "headers": headers_for(case.path), "timeout": TIMEOUT}
 
             def validate_response(self, response: Any, case: schemathesis.Case, additional_checks: Any = None,
                                   **kwargs: Any) -> None:
@@ -139,6 +146,7 @@ def main() -> int:
     errors = sum(n for status, n in tally.statuses.items() if status >= 500)
     print(f"\nschemathesis: {tally.cases} cases in {time.monotonic() - started:.0f} s; server errors: {errors};"
           f" statuses {dict(sorted(tally.statuses.items()))}")
+    print(f"no answer within {TIMEOUT:g} s: {sum(tally.unanswered.values())} {dict(tally.unanswered)}")
     print(f"failed checks: {sum(tally.failures.values())}")
     for kind, n in tally.failures.most_common(20):
         print(f"  {n:5d}  {kind}")
@@ -148,7 +156,7 @@ def main() -> int:
           f"{sorted(EXPECTED_REFUSALS)}): {sum(tally.refused.values())}")
     for (label, status, field), n in tally.refused.most_common(30):
         print(f"  {n:5d}  {label} -> {status} {field}: {tally.examples.get(f'{label} {field}', '')}")
-    return 1 if errors else 0
+    return 1 if errors or tally.unanswered else 0
 
 
 if __name__ == "__main__":
