@@ -7,7 +7,7 @@ reached from a node expanded at an earlier hop, spread x = activation x fan shar
 other parties it serves are reached but never expanded). Nodes are marked with per-walk stamps in a scratch
 array, so nothing is cleared after a walk. Then B per fact for this agent,
 A = B + ln(confidence) + S + ln(x), a ranking, and the tiers (`tier_codes`, the vectorized
-`domain.activation.assign_tiers`). tests/test_perspective_reference.py holds it to a plain-Python reference.
+`domain.activation.assign_tiers`). tests/unit/test_perspective_reference.py holds it to a plain-Python reference.
 """
 
 from __future__ import annotations

@@ -20,11 +20,17 @@ from infra.settings import Settings
 BACKENDS = ["popo", "sqlite", "postgres"]
 
 
+GROUPS = ("unit", "integration", "e2e")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test run against the PostgreSQL event store (a `backend` parameter "postgres") carries the `postgres`
-    marker, so `-m "not postgres"` selects exactly what runs without the server."""
+    """Every test carries the marker of its folder (`unit`, `integration`, `e2e`), so `-m unit` is the quick loop.
+    A test run against the PostgreSQL event store (a parameter "postgres") carries the `postgres` marker, so
+    `-m "not postgres"` selects exactly what runs without the server."""
     for item in items:
+        group = item.path.parent.name
+        if group in GROUPS and item.path.parent.parent.name == "tests":
+            item.add_marker(getattr(pytest.mark, group))
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "postgres" in params.values():
             item.add_marker(pytest.mark.postgres)

@@ -9,7 +9,7 @@ timeline painted day by day, each day owned by at most one value.
    functional slot ever overlap, a slot's current value is the one that starts last, and every
    `superseded_by` names a fact of the same slot.
 
-The as-of-equals-replay property for these events is in tests/test_projection_as_of.py.
+The as-of-equals-replay property for these events is in tests/integration/test_projection_as_of.py.
 """
 
 from __future__ import annotations

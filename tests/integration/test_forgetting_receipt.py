@@ -101,9 +101,9 @@ def test_forgetting_redacts_the_rejected_lines_that_name_the_subject_in_every_re
 
 def test_the_cli_prints_the_receipt(tmp_path):
     env = {"NOUMENA_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     script = ("from infra.bootstrap import bootstrap\nfrom infra.settings import Settings\nfrom pathlib import Path\n"
-              "from tests.test_forgetting_receipt import _plant\n"
+              "from tests.integration.test_forgetting_receipt import _plant\n"
               f"app = bootstrap(Settings(home=Path({str(tmp_path)!r})))\n_plant(app)\napp.close()\n")
     subprocess.run([sys.executable, "-c", script], cwd=root, check=True, env=env)
     done = subprocess.run([sys.executable, "-m", "api", "forget", "person:x", "--tenant", T], cwd=root,

@@ -40,7 +40,7 @@ from tests.kafka_support import (
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from tests.conftest import TickingClock
 from tests.embedding_standin import EmbeddingsStandIn, hashed_bag_of_words
 from tests.properties import examples
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

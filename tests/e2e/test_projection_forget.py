@@ -16,7 +16,7 @@ from infra.bootstrap import bootstrap
 from infra.settings import Settings
 from projections.files import ProjectionFiles
 from tests.conftest import TickingClock
-from tests.test_forgetting import GONE, T, _every_file, _plant, _scan
+from tests.integration.test_forgetting import GONE, T, _every_file, _plant, _scan
 
 
 def _wait_for_snapshot_at(path: Path, position: int, timeout: float = 60.0) -> None:

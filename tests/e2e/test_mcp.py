@@ -19,7 +19,7 @@ from infra.api_keys import ApiKeyStore
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ from tests.kafka_support import (
 )
 
 pytestmark = pytest.mark.kafka
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ASSIGNED = "INFO consumers.kafka_consumer: assigned"
 
 

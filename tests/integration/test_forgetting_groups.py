@@ -179,7 +179,7 @@ def test_a_forget_in_one_process_never_erases_facts_another_process_writes_meanw
     run(c.AssertFact(tenant=T, subject="person:li", relation="seed", object="file:x", scope="person:li",
                      reason="seed"))
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "300"],
-                              cwd=Path(__file__).resolve().parents[1])
+                              cwd=Path(__file__).resolve().parents[2])
     forgotten = 0
     while writer.poll() is None:
         facts = sorted(app.service.ontology(T).facts)

@@ -24,7 +24,7 @@ from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Ranked, 
 from domain.relations import BUILTIN_RELATIONS
 from projections.perspective_index import TIER_CODES, PerspectiveIndex, Viewpoint, id_hash
 from tests.perspective_support import Org
-from tests.test_perspective_property import AGENTS, PERSONS, THINGS, worlds
+from tests.unit.test_perspective_property import AGENTS, PERSONS, THINGS, worlds
 
 
 @dataclass

@@ -15,6 +15,8 @@ from infra.keys.postgres import PostgresKeyStore
 from infra.keys.wrapping import KekFile, KekMissing, is_wrapped
 from tests.conftest import postgres_settings
 
+pytestmark = pytest.mark.postgres  # every test here opens the PostgreSQL key store
+
 T = "acme"
 
 

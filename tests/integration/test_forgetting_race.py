@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from domain import commands as c
 from domain.facts import FactAsserted
 from domain.forgetting import FORGOTTEN, SubjectForgotten
@@ -39,6 +41,7 @@ app.close()
 """
 
 
+@pytest.mark.postgres
 def test_nothing_written_before_the_forget_event_stays_readable_with_two_writer_processes_on_postgres(tmp_path):
     settings = postgres_settings(tmp_path)
     app = bootstrap(settings, clock=TickingClock())
@@ -46,7 +49,7 @@ def test_nothing_written_before_the_forget_event_stays_readable_with_two_writer_
     run(c.CreateTenant(tenant=T))
     for ref in ("person:li", "person:wang", "file:x"):
         run(c.RegisterEntity(tenant=T, ref=ref, label=f"label of {ref}"))
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
 
     def facts() -> int:
         return sum(isinstance(x.event, FactAsserted) for x in app.log.read(0, 100_000))

@@ -1,6 +1,6 @@
 """What the documentation names exists in the code: every `noumena ...` command with its options, every HTTP route,
 every `make` target; and every route the API serves is documented. (The examples themselves run in
-tests/test_docs_examples.py; the settings page is generated from the settings model.)"""
+tests/e2e/test_docs_examples.py; the settings page is generated from the settings model.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from typer.main import get_command
 
 from api.cli import app as cli_app
-from tests.test_docs_examples import DOCUMENTS, ROOT, blocks_of
+from tests.e2e.test_docs_examples import DOCUMENTS, ROOT, blocks_of
 
 INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 ENV_PREFIX = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+")

@@ -36,7 +36,7 @@ from projections.snapshot import publish_snapshot
 from tests.conftest import TickingClock
 
 T = "acme"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _markers() -> dict[str, str]:
