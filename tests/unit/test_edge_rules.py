@@ -1,7 +1,7 @@
 """One set of input rules (domain/values.py) on every entry point that builds a model: commands (CLI, MCP, HTTP
-go through them), the wire envelope (Kafka and `noumena import`), the HTTP request schemas and the recall
-workflow. Lone surrogates, trailing newlines, timestamps outside the shared range and loose coercion are refused
-with an error naming the field (issue 19)."""
+go through them), the wire envelope (Kafka and `noumena import`) and the HTTP request schemas (the recall workflow
+applies them too: tests/integration/test_recall_rules.py). Lone surrogates, trailing newlines, timestamps outside
+the shared range and loose coercion are refused with an error naming the field (issue 19)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,7 @@ from api.schemas.facts import FactCreate
 from api.schemas.memory import RecallCreate, UsedCreate
 from api.schemas.search import SearchRequest
 from domain import commands as c
-from domain.application.recall import recall
 from domain.application.wire import WireError, parse_envelope
-from domain.errors import InvalidInput
 from domain.values import (
     TIMESTAMP_MAX,
     TIMESTAMP_MIN,
@@ -154,17 +152,6 @@ def test_a_valid_relation_followed_by_a_newline_is_refused(relation: str) -> Non
     assert TypeAdapter(RelationName).validate_python(relation) == relation
     with pytest.raises(ValidationError):
         TypeAdapter(RelationName).validate_python(relation + "\n")
-
-
-def test_recall_refuses_an_invalid_relation_before_looking(make_noumena: Any) -> None:
-    noumena = make_noumena("popo")
-    noumena.service.execute(c.CreateTenant(tenant="acme"))
-    with pytest.raises(InvalidInput) as refused:
-        recall(noumena.service, "acme", "agent:a", None, "person:li", relation="knows\n")
-    assert refused.value.field == "relation"
-    with pytest.raises(InvalidInput) as refused:
-        recall(noumena.service, "acme", f"agent:{SURROGATE}", None, "person:li")
-    assert refused.value.field == "agent"
 
 
 @pytest.mark.parametrize("key", ["aaaaaaaaaaaaaaaa", "abababababababababab", "0123456789abcdef", "changethis",
