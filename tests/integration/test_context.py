@@ -100,9 +100,8 @@ def test_make_li_another_quote_brings_the_settlement_preference_the_exchange_rat
 
     monthly = story.fact_id("person:li", "prefers", "memory:li-monthly-settlement")
     fx = story.fact_id("file:quotes/q3.xlsx", "failed_because", "memory:quote-failed-fx")
-    full = {i.fact_id for i in context.perspective.items if i.tier.value == "full"} if context.perspective else set()
-    for fact_id in (monthly, fx):
-        assert fact_id in context.constraint_fact_ids or fact_id in full
+    for fact_id in (monthly, fx):  # both are hard constraints of the session's person and task
+        assert fact_id in context.constraint_fact_ids
     constraints = _block(context, ContextRole.CONSTRAINTS)
     assert "Li prefers monthly settlement" in constraints
     assert "exchange rate" in constraints and "USD moved 4% against CNY" in constraints

@@ -202,8 +202,14 @@ def test_context_for_shows_facts_recalled_by_the_message_with_their_ids(served, 
     assert context.search is not None and facts["pay"] in [i.fact_id for i in context.search.items]
     shown = {fid for block in context.blocks for line in block.lines if "[#" in line.text for fid in line.fact_ids}
     assert facts["pay"] in shown
-    assert facts["pay"] in context.recalled_fact_ids or facts["pay"] in {
-        i.fact_id for i in context.perspective.items}  # type: ignore[union-attr]
+    in_perspective = {i.fact_id for i in context.perspective.items}  # type: ignore[union-attr]
+    # the preference is about the person served: the perspective reaches it, so it is shown once, there
+    assert facts["pay"] in in_perspective and facts["pay"] not in context.recalled_fact_ids
+    # recalled by the message: what the search found and neither the constraints nor the perspective show
+    found = {i.fact_id for i in context.search.items}
+    assert context.recalled_fact_ids
+    assert set(context.recalled_fact_ids) == found - in_perspective - set(context.constraint_fact_ids)
+    assert set(context.recalled_fact_ids) <= shown
     assert len(shown) <= context.parameters.max_facts_shown
 
 
