@@ -47,10 +47,10 @@ class DomainEvent(BaseModel):
         return _STORED_TOPICS.get(cls) or _STORED_TOPICS.setdefault(cls, f"{cls.topic}.v{cls.version}")
 
 
-def make(cls: type[E], fields: dict[str, Any]) -> E:
-    """A validated instance from a dict of its fields: the very validation `cls(**fields)` runs, without the
-    keyword-arguments round trip through `__init__` (about 40% of the cost of making a small event; the rules
-    make one or more per command, on the ingest path)."""
+def validated(cls: type[E], fields: dict[str, Any]) -> E:
+    """An instance of `cls` validated from a dict of its fields: the very validation `cls(**fields)` runs, without
+    the keyword-arguments round trip through `__init__` (about 40% of the cost of building a small event; the rules
+    build one or more per command, on the ingest path)."""
     return cls.__pydantic_validator__.validate_python(fields)  # type: ignore[no-any-return]
 
 

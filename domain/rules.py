@@ -30,7 +30,7 @@ from domain.errors import (
     UnknownFact,
     UnknownTenant,
 )
-from domain.events import DomainEvent, make
+from domain.events import DomainEvent, validated
 from domain.facts import (
     FactArchived,
     FactAsserted,
@@ -115,8 +115,8 @@ def define_relation(cmd: c.DefineRelation, state: Ontology, now: datetime) -> li
 
 def _provenance(cmd: c.Command, source: c.Source | None) -> Provenance:
     if source is None:
-        return make(Provenance, {"event_id": cmd.event_id, "occurred_at": cmd.occurred_at})
-    return make(Provenance, {"session_id": source.session_id, "message_ids": source.message_ids,
+        return validated(Provenance, {"event_id": cmd.event_id, "occurred_at": cmd.occurred_at})
+    return validated(Provenance, {"session_id": source.session_id, "message_ids": source.message_ids,
                              "actor": source.actor, "event_id": cmd.event_id, "occurred_at": cmd.occurred_at})
 
 
@@ -170,7 +170,7 @@ def assert_fact(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[Domai
         existing_id = _value_holding(state, reachable, key, start)
     if existing_id is not None:
         existing = state.facts[existing_id]
-        return [make(FactCorroborated, {
+        return [validated(FactCorroborated, {
             "tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id, "fact_id": existing_id,
             "provenance": provenance, "previous_confidence": existing.confidence,
             "confidence": corroborated_confidence(existing.confidence, confidence), "reason": cmd.reason,
@@ -222,7 +222,7 @@ def _assert_value(state: Ontology, cmd: c.Command, now: datetime, key: tuple[str
     Returns the events, the new fact's assertion, and whether it is current."""
     new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
     if not functional:
-        asserted = make(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": end})
+        asserted = validated(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": end})
         return [asserted], asserted, True
     slot = (str(fields["subject"]), str(fields["relation"]), str(fields["scope"]))
     if reachable is None:
@@ -233,7 +233,7 @@ def _assert_value(state: Ontology, cmd: c.Command, now: datetime, key: tuple[str
     events += _remainder_events(state, cmd, now, plan, remainder_id, new_id, provenance)
     placed = plan.placed
     supersedes = plan.previous_current if placed.current and plan.previous_current else plan.left
-    asserted = make(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": placed.end,
+    asserted = validated(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": placed.end,
                                    "supersedes": supersedes})
     events.append(asserted)
     if not placed.current:
@@ -578,7 +578,7 @@ def append_message(cmd: c.AppendMessage, state: Ontology, now: datetime) -> list
         raise SessionConflict(f"message_id {cmd.message_id!r} of session {cmd.session_id!r} was appended by {by}; "
                               f"event {cmd.event_id!r} reuses it with another role or content (a new message "
                               "needs a new message_id)", field="message_id")
-    return [make(MessageAppended, {"tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id,
+    return [validated(MessageAppended, {"tenant": cmd.tenant, "recorded_at": now, "event_id": cmd.event_id,
                                    "session_id": cmd.session_id, "message_id": cmd.message_id, "role": cmd.role,
                                    "content": cmd.content, "occurred_at": cmd.occurred_at})]
 

@@ -28,20 +28,20 @@ class EngineContexts:
                  clock: Callable[[], datetime], searches: EngineSearches | None = None) -> None:
         self._perspectives = perspectives
 
-        def make() -> Contexts:
+        def build() -> Contexts:
             from projections.contexts import Contexts
 
             return Contexts(perspectives.engine, service, log, home, clock,
                             searches=searches.searches if searches is not None else None)
 
-        self._make = make
+        self._build = build
         self._contexts: Contexts | None = None
 
     @property
     def contexts(self) -> Contexts:
         engine = self._perspectives.engine
         if self._contexts is None or self._contexts.perspectives is not engine:  # (reloaded after a forget)
-            self._contexts = self._make()
+            self._contexts = self._build()
         return self._contexts
 
     def context(self, tenant: str, session_id: str, message: str | None, budget_tokens: int | None) -> Context:

@@ -67,7 +67,7 @@ def make_noumena(tmp_path: Path) -> Iterator[Callable[..., Noumena]]:
     built: list[Noumena] = []
     schemas: dict[str, Settings] = {}
 
-    def make(backend: str = "sqlite", clock: Callable[[], datetime] | None = None, home: Path | None = None
+    def build(backend: str = "sqlite", clock: Callable[[], datetime] | None = None, home: Path | None = None
              ) -> Noumena:
         where = home or tmp_path / "home"
         if backend == "postgres":
@@ -79,7 +79,7 @@ def make_noumena(tmp_path: Path) -> Iterator[Callable[..., Noumena]]:
         built.append(noumena)
         return noumena
 
-    yield make
+    yield build
     for noumena in built:
         noumena.close()
 

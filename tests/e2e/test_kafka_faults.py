@@ -47,11 +47,11 @@ REPO = Path(__file__).resolve().parents[2]
 def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
     built: list[Noumena] = []
 
-    def make(settings: Settings) -> Noumena:
+    def build(settings: Settings) -> Noumena:
         built.append(bootstrap_noumena(settings, clock=TickingClock()))
         return built[-1]
 
-    yield make
+    yield build
     for noumena in built:
         noumena.close()
 

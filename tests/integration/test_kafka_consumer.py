@@ -78,11 +78,11 @@ def settings_for(bootstrap: str, home: Path, partitions: int = 3, dlq_configs: d
 def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
     built: list[Noumena] = []
 
-    def make(settings: Settings) -> Noumena:
+    def build(settings: Settings) -> Noumena:
         built.append(bootstrap_noumena(settings, clock=TickingClock()))
         return built[-1]
 
-    yield make
+    yield build
     for noumena in built:
         noumena.close()
 

@@ -71,11 +71,11 @@ def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
     """Build a Noumena from the test's settings; all are closed at the end."""
     built: list[Noumena] = []
 
-    def make(settings: Settings) -> Noumena:
+    def build(settings: Settings) -> Noumena:
         built.append(bootstrap_noumena(settings, clock=TickingClock()))
         return built[-1]
 
-    yield make
+    yield build
     for noumena in built:
         noumena.close()
 
