@@ -270,6 +270,12 @@ class ForgetPlan:
     owners: tuple[str, ...] = ()
 
 
+def state_snapshot_key(tenant: str) -> ContentKey:
+    """The key that seals snapshots of the tenant's folded state (which holds content): deleted by every forget in
+    the tenant, so no snapshot taken before it opens again, wherever a copy of it lies."""
+    return ContentKey(f"{tenant}/state-snapshot", frozenset())
+
+
 def forget_plan(state: object, subject: str) -> ForgetPlan:
     splits = fact_groups(state, subject.split(":", 1)[1]) if subject.startswith("fact:") else {}
     return ForgetPlan(splits, tuple(linked_memories(state, subject)), tuple(sessions_erased_with(state, subject)))

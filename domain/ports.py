@@ -76,6 +76,32 @@ class EventLog(Protocol):
     def tracked_position(self, name: str) -> int | None: ...
 
 
+class StateSnapshots(Protocol):
+    """Snapshots of a tenant's folded state (the `Ontology` its rules decide on), so that a process starts from
+    the latest one plus the log's tail instead of folding the whole log (infra/state_snapshots.py)."""
+
+    every: int
+    """How many events a snapshot may lag the state it was taken from before a new one is taken (0: never)."""
+
+    def load(self, tenant: str) -> Ontology | None:
+        """The tenant's latest usable snapshot, or None (none, made by other code, corrupt, not of this log, or
+        its key deleted by a forget): then the caller folds the whole log."""
+        ...
+
+    def save(self, tenant: str, state: Ontology) -> None:
+        """Take a snapshot of `state` now (the caller holds it still meanwhile); it may be stored later. It is
+        never stored once a forget of the tenant is in the log after it."""
+        ...
+
+    def discard(self, tenant: str) -> None:
+        """Delete the tenant's snapshot in this process's home (after a forget)."""
+        ...
+
+    def close(self) -> None:
+        """Wait for snapshots still being stored."""
+        ...
+
+
 class KeyStore(Protocol):
     """Data keys kept outside the log. Deleting a key erases every copy of what it sealed."""
 

@@ -29,6 +29,7 @@ from infra.perspective_engine import EnginePerspectives, build_perspective_engin
 from infra.private import make_private
 from infra.search_engine import EngineSearches
 from infra.settings import Settings
+from infra.state_snapshots import FileStateSnapshots
 
 if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
     from infra.serving import FollowedReadModel, KafkaFollower, ProjectionFollower
@@ -59,6 +60,7 @@ class Noumena:
     def close(self, drain_seconds: float = 30.0) -> None:
         """Finish queued consolidations (bounded), then close the store."""
         self.consolidation.close(drain_seconds)
+        self.service.close()  # (snapshots of the tenants' state, for a fast restart)
         self.log.close()
 
 
@@ -101,7 +103,8 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     gc.set_threshold(50_000, 20, 100)
     keys = settings.key_store()
     log = EventsourcingLog(settings.event_store_env(), keys)
-    service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff)
+    snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every)
+    service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff, snapshots=snapshots)
     consolidation = ConsolidationWorker(service, extractor_from(settings), log.tenants)
     perspectives = build_perspective_engine(log, service, settings.home, clock)
     application = _application(settings, log, service, consolidation, perspectives, clock)

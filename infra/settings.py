@@ -33,6 +33,10 @@ class Settings(BaseSettings):
                                             " the log has nothing new.")
     snapshot_interval: float = Field(default=5.0, ge=0, description="Seconds between snapshot publications"
                                      " (only when changed; 0: only on request).")
+    state_snapshot_every: int = Field(default=10_000, ge=0, description="A writing process snapshots a tenant's"
+                                      " folded state (what its rules decide on) into <home>/state/ once it is this"
+                                      " many events ahead of its snapshot, so a restart folds only the log's tail"
+                                      " (0: no snapshots; see docs/operations.md#restarting-fast).")
 
     # Kafka ingestion (docs/kafka.md); empty bootstrap = Kafka not configured.
     kafka_bootstrap: str = Field(default="", description="Kafka bootstrap servers, host:port[,host:port...].")

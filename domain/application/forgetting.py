@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from domain import commands as c
 from domain.application.ontology_service import OntologyService, Outcome
 from domain.errors import InvalidInput, UnknownTenant
-from domain.forgetting import ForgetPlan, check_subject, forget_plan
+from domain.forgetting import ForgetPlan, check_subject, forget_plan, state_snapshot_key
 from domain.ports import KeyStore
 from domain.rules import decide
 
@@ -48,7 +48,9 @@ def forget(service: OntologyService, keys: KeyStore, tenant: str, subject: str) 
     outcomes: list[Outcome] = []
 
     def plan() -> ForgetPlan:
-        planned.append(forget_plan(service.ontology(tenant), subject))
+        found = forget_plan(service.ontology(tenant), subject)
+        # the tenant's state snapshots hold content too: their key goes (a new one seals the next snapshot)
+        planned.append(replace(found, also=(*found.also, state_snapshot_key(tenant).key_id)))
         return planned[-1]
 
     def record(deleted: int) -> None:

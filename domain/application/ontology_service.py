@@ -3,12 +3,18 @@
 It holds one folded `Ontology` per tenant, kept current by reading only the events it has not yet seen, so a
 command costs one short read and one append. Rules run under one lock per process; other processes are caught
 by optimistic concurrency on the tenant stream version and retried.
+
+A tenant's state starts from its latest snapshot (`StateSnapshots`), when there is a usable one, plus the events
+after it. A snapshot is taken after a long fold and as the state grows, on a thread of its own once the write that
+made it due is done (it holds this service's writes off while it serializes the state), and when the process
+stops (docs/operations.md#restarting-fast).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -22,6 +28,7 @@ from domain.ports import (
     EventLog,
     Outcome,
     Pending,
+    StateSnapshots,
     TrackingPosition,
     VersionConflict,
 )
@@ -36,8 +43,16 @@ class OntologyService:
     """Runs commands through the rules (domain/rules.py) and appends their events: the one writer of the log."""
 
     def __init__(self, log: EventLog, clock: Callable[[], datetime], seal_content: bool = True,
-                 backoff: Callable[[int], None] | None = None) -> None:
+                 backoff: Callable[[int], None] | None = None, snapshots: StateSnapshots | None = None) -> None:
         self._log = log
+        self._snapshots = snapshots if snapshots is not None and snapshots.every > 0 else None
+        self._snapshotted: dict[str, int] = {}
+        """By tenant: the version of the snapshot its state was loaded from or last saved (0: none)."""
+        self._forgot: set[str] = set()
+        """Tenants whose state applied a forget as it was written: it still holds the forgotten content until it
+        is folded afresh (`reload`), so it is never snapshotted."""
+        self._snapshotter = ThreadPoolExecutor(1, thread_name_prefix="noumena-snapshot") if self._snapshots else None
+        self._queued: dict[str, Future[None]] = {}
         self._seal = seal_content
         self._clock = clock
         self._backoff = backoff
@@ -128,6 +143,10 @@ class OntologyService:
                     raise
                 for state in states.values():
                     state.commit()
+                if self._snapshots is not None:
+                    self._forgot.update(p.tenant for p in pending if isinstance(p.event, SubjectForgotten))
+                    for state in states.values():  # (as the state grows: a snapshot costs time as its size)
+                        self._snapshot_if_behind(state, max(self._snapshots.every, state.version // 2))
                 if positions:
                     self.last_position = positions[-1]
                 return BatchResult(outcomes, positions)
@@ -167,18 +186,69 @@ class OntologyService:
         the next use folds it again from the log."""
         with self._lock:
             self._states.pop(tenant, None)
+            self._forgot.discard(tenant)
+            if self._snapshots is not None:
+                self._snapshots.discard(tenant)
+                self._snapshotted.pop(tenant, None)
+
+    def close(self) -> None:
+        """Snapshot every tenant whose state is at least `every` events ahead of its snapshot, and wait until the
+        snapshots are stored (a process that stops gracefully restarts from them)."""
+        if self._snapshots is None:
+            return
+        with self._lock:
+            for state in self._states.values():
+                self._snapshot_if_behind(state, self._snapshots.every, now=True)
+            queued = list(self._queued.values())
+        for job in queued:
+            job.result()
+        self._snapshots.close()
+
+    def _snapshot_if_behind(self, state: Ontology, lag: int, now: bool = False) -> None:
+        """Snapshot `state` if it is `lag` events or more ahead of its snapshot: `now`, or once the lock is free
+        (after the write that called this returned)."""
+        tenant = self._snapshots is not None and state.tenant
+        if not tenant or tenant in self._forgot or state.version - self._snapshotted.get(tenant, 0) < lag:
+            return
+        if now:
+            self._snapshot(tenant)
+        elif tenant not in self._queued and self._snapshotter is not None:
+            self._queued[tenant] = self._snapshotter.submit(self._snapshot, tenant)
+
+    def _snapshot(self, tenant: str) -> None:
+        with self._lock:
+            self._queued.pop(tenant, None)
+            state = self._states.get(tenant)
+            if self._snapshots is None or state is None or tenant in self._forgot or \
+                    state.version == self._snapshotted.get(tenant, 0):
+                return
+            self._snapshots.save(tenant, state)
+            self._snapshotted[tenant] = state.version
 
     def _caught_up(self, tenant: str) -> Ontology:
         state = self._states.get(tenant)
         if state is None:
-            state = self._states[tenant] = Ontology(tenant=tenant)
+            state = self._snapshots.load(tenant) if self._snapshots is not None else None
+            if state is None:
+                state = Ontology(tenant=tenant)
+            self._states[tenant] = state
+            self._snapshotted[tenant] = state.version
         events = list(self._log.read_stream(tenant, after_version=state.version))
         if state.version and any(isinstance(e, SubjectForgotten) for e in events):
-            # Another process forgot a subject: content folded earlier may no longer exist. Fold afresh.
+            # A subject was forgotten (by another process, or after the snapshot): content folded earlier may no
+            # longer exist. Fold afresh, and drop a snapshot that still holds it.
             state = self._states[tenant] = Ontology(tenant=tenant)
+            self._forgot.discard(tenant)
+            if self._snapshots is not None:
+                self._snapshots.discard(tenant)
+                self._snapshotted[tenant] = 0
             events = list(self._log.read_stream(tenant))
         for event in events:
             state.apply(event)
+        if self._snapshots is not None:
+            # after a long fold at once (a start), so the next start is short; otherwise as the state grows
+            every = self._snapshots.every
+            self._snapshot_if_behind(state, every if len(events) >= every else max(every, state.version // 2))
         return state
 
     def _now(self) -> datetime:

@@ -1,0 +1,195 @@
+"""Benchmark: time to the first write after a restart, from a snapshot of the folded state against a full fold.
+
+For each size in NOUMENA_BENCH_RESTART_EVENTS (default "100000,1000000" events in one tenant), a fresh home (SQLite,
+or PostgreSQL with NOUMENA_BENCH_STORE=postgres) is given a sealed log written with batched appends: 2,000
+entities (a tenth of them persons), then 70% fact assertions, 15% corroborations, 10% invalidations, 5% recalls.
+Then, each in a fresh process (spawned, so nothing is warm but the operating system's file cache):
+
+1. first start: the whole log folded, the first write, and the snapshot taken and stored (the process stops);
+2. baseline: a restart with snapshots off (NOUMENA_STATE_SNAPSHOT_EVERY=0): bootstrap, the whole log folded, the
+   first write (an `AssertFact`) acknowledged;
+3. a restart from the snapshot the previous stop left: bootstrap, snapshot loaded, tail folded, the first write;
+4. a restart after a crash: the snapshot is `NOUMENA_STATE_SNAPSHOT_EVERY` (10,000) events behind the log.
+
+Times are measured inside each process from just before `bootstrap()` to the write's return (the interpreter's
+start and imports, the same for all, are printed apart). The ratio baseline / snapshot is the result; the goal is
+a first write within 1 s at 1M events. The rounds (NOUMENA_BENCH_ROUNDS, default 3) alternate 2 and 3; medians.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from domain.entities import EntityRegistered  # noqa: E402
+from domain.facts import FactAsserted, FactCorroborated, FactInvalidated  # noqa: E402
+from domain.forgetting import content_key  # noqa: E402
+from domain.ontology import Ontology  # noqa: E402
+from domain.ports import Pending  # noqa: E402
+from domain.recalls import FactsRecalled, RecallMode  # noqa: E402
+from domain.tenants import TenantCreated  # noqa: E402
+from domain.values import Provenance  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+
+SIZES = [int(n) for n in os.environ.get("NOUMENA_BENCH_RESTART_EVENTS", "100000,1000000").split(",")]
+ROUNDS = int(os.environ.get("NOUMENA_BENCH_ROUNDS", "3"))
+STORE = os.environ.get("NOUMENA_BENCH_STORE", "sqlite")
+TENANT = "bench"
+ENTITIES = 2000
+BATCH = 5000
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _settings(home: Path, every: int = 10_000) -> Settings:
+    if STORE == "postgres":
+        from tests.conftest import postgres_settings
+
+        schema_file = home / "schema.txt"
+        if schema_file.exists():
+            base = Settings(home=home, event_store="postgres", pg_schema=schema_file.read_text())
+        else:
+            base = postgres_settings(home)
+            schema_file.write_text(base.pg_schema)
+        return base.model_copy(update={"state_snapshot_every": every, "kek_file": home / "shared.kek"})
+    return Settings(home=home, event_store="sqlite", state_snapshot_every=every)
+
+
+def _events(n: int, rng: random.Random, first: int):  # type: ignore[no-untyped-def]
+    """`n` events of the mix above (the tenant and entities first when `first` is 0)."""
+    at = START + timedelta(milliseconds=first)
+    tick = timedelta(milliseconds=1)
+    provenance = Provenance(session_id="s", message_ids=("m",), actor="agent:bench")
+    refs = [f"person:p{i}" if i % 10 == 0 else f"thing:e{i}" for i in range(ENTITIES)]
+    made = 0
+    if first == 0:
+        yield TenantCreated(tenant=TENANT, recorded_at=at)
+        for ref in refs:
+            yield EntityRegistered(tenant=TENANT, recorded_at=at, ref=ref, label=f"label of {ref}")
+        made = ENTITIES + 1
+    current: list[str] = []
+    for k in range(first + made, first + n):
+        at += tick
+        roll = rng.random()
+        if roll < 0.70 or len(current) < 100:
+            fact_id = f"f{k}"
+            current.append(fact_id)
+            yield FactAsserted(tenant=TENANT, recorded_at=at, fact_id=fact_id, subject=rng.choice(refs),
+                               relation=f"r{rng.randrange(7)}", object=rng.choice(refs), scope="org",
+                               reason=f"reason {k}", confidence=0.8, valid_from=at - timedelta(days=rng.randrange(30)),
+                               provenance=provenance)
+        elif roll < 0.85:
+            yield FactCorroborated(tenant=TENANT, recorded_at=at, fact_id=rng.choice(current), provenance=provenance,
+                                   previous_confidence=0.8, confidence=0.96)
+        elif roll < 0.95:
+            yield FactInvalidated(tenant=TENANT, recorded_at=at, fact_id=current.pop(rng.randrange(len(current))),
+                                  reason="no longer", valid_to=at, provenance=provenance)
+        else:
+            yield FactsRecalled(tenant=TENANT, recorded_at=at, agent=f"agent:a{rng.randrange(10)}",
+                                fact_ids=tuple(rng.sample(current, 3)), mode=RecallMode.PUSHED)
+
+
+def write_log(home: Path, n: int) -> float:
+    """Append `n` events to the tenant's stream, sealed, in batches (through the log adapter, not the rules)."""
+    from infra.eventlog import EventsourcingLog
+    from infra.mapper import stream_id
+
+    settings = _settings(home)
+    log = EventsourcingLog(settings.event_store_env(), settings.key_store())
+    last = list(log.recorder.select_events(stream_id(TENANT), desc=True, limit=1))
+    first = last[0].originator_version if last else 0
+    empty = Ontology(tenant=TENANT)  # (content keys of these kinds do not depend on the state)
+    started = time.perf_counter()
+    batch: list[Pending] = []
+    for version, event in enumerate(_events(n, random.Random(first + 7), first), start=first + 1):
+        batch.append(Pending(TENANT, version, event, content_key(empty, event)))
+        if len(batch) == BATCH:
+            log.append(batch)
+            batch = []
+    if batch:
+        log.append(batch)
+    seconds = time.perf_counter() - started
+    log.close()
+    return seconds
+
+
+def _restart(home: str, every: int, out: str) -> None:
+    """In a fresh process: bootstrap, the first write, then a clean stop; the times into `out`."""
+    imported = time.perf_counter()
+    from domain import commands as c
+    from infra.bootstrap import bootstrap
+
+    imports = time.perf_counter() - imported
+    started = time.perf_counter()
+    noumena = bootstrap(_settings(Path(home), every))
+    booted = time.perf_counter()
+    outcome = noumena.service.execute(c.AssertFact(tenant=TENANT, subject="thing:e1", relation="restarted",
+                                                   object=f"thing:e{random.randrange(1, ENTITIES // 10) * 10 + 1}",
+                                                   reason="first"))
+    written = time.perf_counter()
+    assert outcome.events
+    noumena.close()
+    stopped = time.perf_counter()
+    snapshots = noumena.service._snapshots  # noqa: SLF001  (what the benchmark reports, nothing more)
+    Path(out).write_text(json.dumps({"imports": imports, "bootstrap": booted - started,
+                                     "first_write": written - started, "stop": stopped - written,
+                                     "stored": getattr(snapshots, "stored", [])}))
+
+
+def restart(home: Path, every: int) -> dict:
+    out = home / f"restart-{time.monotonic_ns()}.json"
+    process = multiprocessing.get_context("spawn").Process(target=_restart, args=(str(home), every, str(out)))
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        raise SystemExit(f"the restarted process failed (exit {process.exitcode})")
+    return json.loads(out.read_text())
+
+
+def measure(n: int, root: Path) -> None:
+    home = root / f"log-{n}"
+    home.mkdir()
+    written = write_log(home, n)
+    size = sum(p.stat().st_size for p in home.rglob("*") if p.is_file())
+    print(f"{n:,} events: written in {written:.1f} s ({n / written:,.0f} events/s, batches of {BATCH:,}); "
+          f"home {size / 1e6:,.0f} MB")
+    first = restart(home, 10_000)
+    snapshot = home / "state" / f"{TENANT}.snapshot"
+    print(f"  first start (whole log folded, first write): {first['first_write']:.2f} s; the snapshot stored at the "
+          f"stop (+{first['stop']:.2f} s): {snapshot.stat().st_size / 1e6:,.0f} MB")
+    baseline, snapshotted = [], []
+    for _ in range(ROUNDS):
+        baseline.append(restart(home, 0)["first_write"])
+        snapshotted.append(restart(home, 10_000)["first_write"])
+    full, fast = statistics.median(baseline), statistics.median(snapshotted)
+    print(f"  baseline, whole log folded: first write after {full:.2f} s (median of {ROUNDS}; "
+          f"{min(baseline):.2f}-{max(baseline):.2f})")
+    print(f"  from the snapshot: first write after {fast:.2f} s ({min(snapshotted):.2f}-{max(snapshotted):.2f}) "
+          f"-> {full / fast:.1f}x faster; goal <= 1 s at 1M: {'met' if fast <= 1 else 'NOT met'}")
+    behind = 10_000
+    write_log(home, behind)
+    crashed = restart(home, 10_000)
+    print(f"  after a crash, the snapshot {behind:,} events behind: first write after {crashed['first_write']:.2f} s"
+          f" (then the stop stores a new one: +{crashed['stop']:.2f} s); interpreter imports "
+          f"{first['imports']:.2f} s apart")
+
+
+def main() -> None:
+    os.umask(0o077)  # (a private home, as noumena makes its own)
+    print(f"bench_restart: store {STORE}, sizes {SIZES}, rounds {ROUNDS}, load average {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory(prefix="noumena-bench-restart-") as tmp:
+        for n in SIZES:
+            measure(n, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
