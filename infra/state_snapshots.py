@@ -76,6 +76,18 @@ class FileStateSnapshots:
         self._lock = threading.Lock()
         self.stored: list[tuple[str, int]] = []
         """(tenant, version) of each snapshot this process stored, in order (tests and the benchmark read it)."""
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        """Delete temporaries left by a process killed while it wrote a snapshot (`.<name>.<pid>.<thread>.tmp`)."""
+        for tmp in self.folder.glob(".*.tmp") if self.folder.is_dir() else ():
+            try:
+                pid = int(tmp.name.split(".")[-3])
+                os.kill(pid, 0)
+            except (ValueError, IndexError, ProcessLookupError):
+                tmp.unlink(missing_ok=True)
+            except PermissionError:
+                pass  # (another user's live process)
 
     def path(self, tenant: str) -> Path:
         return self.folder / f"{tenant}.snapshot"

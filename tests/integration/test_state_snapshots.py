@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -223,3 +224,19 @@ def test_a_snapshot_taken_before_another_process_forgets_is_never_stored(snapsho
         assert fresh.service.ontology(T).entities["person:x"].label != "Xu SNAPMARKER"
     finally:
         fresh.close()
+
+
+def test_a_fact_state_pickles_to_an_equal_one_with_every_field():
+    from dataclasses import fields
+    from datetime import UTC, datetime
+
+    from domain.facts import FactState, FactStatus
+    from domain.values import Provenance
+
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    fact = FactState(fact_id="f", subject="person:a", relation="knows", object="person:b", scope="person:a",
+                     reason="r", confidence=0.5, valid_from=at, valid_to=at, status=FactStatus.ARCHIVED,
+                     asserted_at=at, provenance=[Provenance(actor="agent:z")], superseded_by="g", supersedes="h",
+                     ended_reason="e", ranges=[(at, None)])
+    assert len(fact.__reduce__()[1]) == len(fields(FactState))
+    assert pickle.loads(pickle.dumps(fact)) == fact  # noqa: S301
