@@ -202,6 +202,21 @@ class Adjacency:
         all_facts = facts[0] if len(facts) == 1 else np.concatenate(facts)
         return all_ends[index.live.view[all_facts] != 0].astype(np.int64)
 
+    def scope_facts(self, index: PerspectiveIndex, codes: np.ndarray) -> np.ndarray:
+        """The current facts in the scopes `codes` (sorted, each once)."""
+        found: list[np.ndarray] = []
+        n_rows = len(self.scope_indptr) - 1
+        for code in codes.tolist():
+            if code < n_rows:
+                found.append(self.scope_end_facts[int(self.scope_indptr[code]): int(self.scope_indptr[code + 1])])
+        if len(codes) and index.fact_count > self.facts:
+            tail = index.scope.view[self.facts:]
+            found.append((np.flatnonzero(np.isin(tail, codes)) + self.facts).astype(np.int32))
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        facts = np.unique(np.concatenate(found)).astype(np.int64)
+        return facts[index.live.view[facts] != 0]
+
     @property
     def nbytes(self) -> int:
         return (self.indptr.nbytes + self.entries.nbytes + self.degree.nbytes + self.scope_indptr.nbytes

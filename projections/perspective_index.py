@@ -420,6 +420,10 @@ class PerspectiveIndex:
         """What a viewer's own scopes add to each node's org fan (`Adjacency.viewer_fan_extra`)."""
         return self.adjacency.viewer_fan_extra(self, codes)
 
+    def scope_facts(self, codes: np.ndarray) -> np.ndarray:
+        """The current facts in the scopes `codes`, sorted (`Adjacency.scope_facts`)."""
+        return self.adjacency.scope_facts(self, codes)
+
     def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[Entries, np.ndarray, np.ndarray]:
         """The adjacency entries of the sorted unique `frontier`, with each owner's `out` and the owner
         (`Adjacency.expand`)."""

@@ -32,6 +32,15 @@ import numpy as np
 from domain.errors import EmbedderUnavailable
 from domain.ports import Embedder
 from projections.perspective_index import PerspectiveIndex, timestamp
+from projections.search_lexical import (
+    LONG_POSTING,
+    Allowed,
+    ImpactOrder,
+    idf,
+    impact_order,
+    needs_ordering,
+    top_matches,
+)
 from projections.search_text import Analyzer
 
 EMBED_BATCH = 256
@@ -70,6 +79,8 @@ class SearchIndex:
         """Documents below this one have their vector (they are embedded in order, in batches)."""
         self._pending: list[tuple[str, str]] = []
         self.embed_error: str | None = None
+        self._orders: dict[int, ImpactOrder] = {}
+        """Long postings in impact order (`projections.search_lexical`), made when a query first needs them."""
 
     # ------------------------------------------------------------------------------------------ following the log
 
@@ -240,12 +251,32 @@ class SearchIndex:
             posting = self.postings[tid]
             docs = np.frombuffer(posting.docs, dtype=np.int32)
             tfs = np.frombuffer(posting.tfs, dtype=np.uint16).astype(np.float32)
-            df = len(docs)
-            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
             norm = k1 * (1.0 - b + b * lengths[docs] / average)
-            scores[docs] += weight * idf * tfs / (tfs + norm)
+            scores[docs] += weight * idf(n_docs, len(docs)) * tfs / (tfs + norm)
         found = np.flatnonzero(scores)
         return found, scores[found]
+
+    def bm25_top(self, query_terms: Sequence[str], k1: float, b: float, limit: int, allowed: Allowed
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The best `limit` documents by `bm25` among those `allowed`, best first, without scoring every posting
+        of a common term (`projections.search_lexical.top_matches`)."""
+        n_docs = max(self.live_docs, 1)
+        average = self.total_len / n_docs if self.total_len else 1.0
+        lengths = np.frombuffer(self.doc_len, dtype=np.uint32) if len(self.doc_len) else np.zeros(0, np.uint32)
+        terms = []
+        for term, weight in _counted(query_terms).items():
+            tid = self.vocabulary.get(term)
+            if tid is None:
+                continue
+            posting = self.postings[tid]
+            order = None
+            if len(posting.docs) > LONG_POSTING:
+                order = self._orders.get(tid)
+                if needs_ordering(order, len(posting.docs)):
+                    order = self._orders[tid] = impact_order(np.frombuffer(posting.docs, dtype=np.int32),
+                                                             np.frombuffer(posting.tfs, dtype=np.uint16), lengths)
+            terms.append((posting.docs, posting.tfs, weight * idf(n_docs, len(posting.docs)), order))
+        return top_matches(terms, lengths, average, k1, b, limit, allowed)
 
     def nbytes(self) -> int:
         """Bytes held, roughly: postings, lengths, provenance, vectors (messages and aliases are counted too)."""
@@ -254,7 +285,8 @@ class SearchIndex:
         provenance = sum(56 + 8 * len(m) for m in self.message_ids) + 8 * len(self.sessions)
         vectors = self.vectors[: self.embedded].nbytes + 4 * self.embedded
         messages = sum(len(k) + len(v) + 100 for k, v in self.messages.items())
-        return postings + vocabulary + provenance + vectors + messages + len(self.doc_len) * 4
+        orders = sum(order.nbytes for order in self._orders.values())
+        return postings + vocabulary + provenance + vectors + messages + orders + len(self.doc_len) * 4
 
 
 def _counted(terms: Iterable[str]) -> dict[str, int]:

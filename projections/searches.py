@@ -187,28 +187,40 @@ class Searches:
                                    + (f" serving {serving}" if serving else ""), field="session_id")
             session_code = pindex.scopes.codes.get(f"session:{session_id}")
         now = moment.timestamp()
-        visible = self._visible(pindex, agent_id, serving_id, len(index.doc_len))
-        if about:
-            ends = []
-            for ref in about:
-                eid = pindex.lookup(ref)
-                if eid is None:
-                    raise UnknownEntity(ref, tenant, field="about")
-                ends.append(eid)
-            n = len(visible)
-            visible = visible & (np.isin(pindex.src.data[:n], ends) | np.isin(pindex.dst.data[:n], ends))
+        ends = []
+        for ref in about:
+            eid = pindex.lookup(ref)
+            if eid is None:
+                raise UnknownEntity(ref, tenant, field="about")
+            ends.append(eid)
+        n = min(len(index.doc_len), pindex.fact_count)
+        exact = index.live_docs <= p.exact_semantic_limit
+        if exact:  # few facts: one mask per viewer (kept), and every visible fact is compared with the query
+            visible = self._visible(pindex, agent_id, serving_id, n)
+            if ends:
+                visible = visible & (np.isin(pindex.src.data[:n], ends) | np.isin(pindex.dst.data[:n], ends))
+            mask = visible
+
+            def allowed(docs: np.ndarray) -> np.ndarray:
+                return mask[docs]
+        else:  # many: what the viewer may see is asked of the candidates only
+            allowed = visible_among(pindex, agent_id, serving_id, n, ends)
         terms = self.analyzer.terms(query)
-        lex_docs, lex_scores = index.bm25(terms, p.bm25_k1, p.bm25_b)
-        keep = visible[lex_docs] if len(lex_docs) else np.zeros(0, dtype=bool)
-        lex_docs, lex_scores = lex_docs[keep], lex_scores[keep]
-        if len(lex_docs) > p.lexical_candidates:  # only the best lexical matches are candidates
-            best = np.argpartition(-lex_scores, p.lexical_candidates - 1)[: p.lexical_candidates]
-            lex_docs, lex_scores = lex_docs[best], lex_scores[best]
+        lex_docs, lex_scores = index.bm25_top(terms, p.bm25_k1, p.bm25_b, p.lexical_candidates, allowed)
         lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
             if len(lex_docs) else {}
         walked = pindex.walk(Viewpoint(agent=agent, serving=serving), self.perspectives.parameters, now)
         reached = dict(zip(walked.facts.tolist(), walked.activation.tolist(), strict=True))
-        semantic, mode = self._semantic(index, query, visible, lex_docs, lex_scores, reached, pindex, p)
+        if exact:
+            pool = np.flatnonzero(visible)
+        else:  # the best lexical matches, the viewer's own tiers, and what its perspective reaches most strongly
+            own = pindex.scope_facts(pindex.visible_codes(agent_id, serving_id))
+            own = own[own < n]
+            nearest = np.array([d for d in reached if d < n][:WALKED_CANDIDATES], dtype=np.int64)  # by activation
+            pool = np.unique(np.concatenate([lex_docs, own, nearest]).astype(np.int64))
+            pool = pool[allowed(pool)]
+        semantic, mode = self._semantic(index, query, pool, "exact" if exact else "candidates", lex_docs,
+                                        p)
         docs = np.array(sorted(set(lexical) | set(semantic)), dtype=np.int64)
         ranked_fully = max(40, RANKED_PER_RESULT * p.k)
         if len(docs) > ranked_fully:
@@ -270,10 +282,10 @@ class Searches:
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=None,
             semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=[])
 
-    def _semantic(self, index: SearchIndex, query: str, visible: np.ndarray, lex_docs: np.ndarray,
-                  lex_scores: np.ndarray, reached: dict[int, float], pindex: PerspectiveIndex,
+    def _semantic(self, index: SearchIndex, query: str, pool: np.ndarray, mode: str, lex_docs: np.ndarray,
                   p: SearchParameters) -> tuple[dict[int, float], str]:
-        """Cosines for the semantic candidates, and how they were chosen."""
+        """Cosines of the query with the pool's documents (`mode` says how the pool was chosen): the best of them
+        and every lexical match become semantic candidates."""
         if self.embedder is None:
             return {}, "off"
         if index.embed_error is not None:
@@ -282,15 +294,6 @@ class Searches:
             vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
         except EmbedderUnavailable as error:  # outside our control: answer lexically and say so
             return {}, f"failed: {error}"
-        everything = np.flatnonzero(visible)
-        if len(everything) <= p.exact_semantic_limit:
-            pool, mode = everything, "exact"
-        else:
-            best_lexical = lex_docs
-            own = np.flatnonzero(visible & (pindex.scope.data[: len(visible)] != 0))
-            nearest = [d for d in reached if d < len(visible) and visible[d]][:WALKED_CANDIDATES]  # by activation
-            walked = np.array(nearest, dtype=np.int64)
-            pool, mode = np.unique(np.concatenate([best_lexical, own, walked]).astype(np.int64)), "candidates"
         if not len(pool):
             return {}, mode
         cosines = index.cosines(vector, pool)
@@ -406,6 +409,27 @@ def _iso(epoch: float) -> str | None:
     return None if math.isnan(epoch) else datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
+def visible_among(pindex: PerspectiveIndex, agent: int, serving: int, n: int, about: Sequence[int] = ()
+                  ) -> Callable[[np.ndarray], np.ndarray]:
+    """`visible_facts`, asked of given documents only (no array over every fact): current, in a scope the
+    viewer sees, not touching a party a hub viewer must not reach, and touching one of `about` if given."""
+    scopes = pindex.visible_scopes(agent, serving)
+    blocked = blocked_parties(pindex, agent, serving) if agent >= 0 and bool(pindex.hub.data[agent]) else None
+    live, scope, src, dst = pindex.live.data, pindex.scope.data, pindex.src.data, pindex.dst.data
+
+    def allowed(docs: np.ndarray) -> np.ndarray:
+        ok = (docs < n) & (docs >= 0)
+        docs = np.where(ok, docs, 0)
+        ok &= (live[docs] != 0) & scopes[scope[docs]]
+        if blocked is not None and len(blocked):
+            ok &= ~(np.isin(src[docs], blocked) | np.isin(dst[docs], blocked))
+        if about:
+            ok &= np.isin(src[docs], about) | np.isin(dst[docs], about)
+        return ok
+
+    return allowed
+
+
 def visible_facts(pindex: PerspectiveIndex, agent: int, serving: int, n: int) -> np.ndarray:
     """A bool per fact (the first n): may this viewer's perspective show it? Current, in a scope the viewer sees
     (`PerspectiveIndex.visible_scopes`), and, for a hub viewer, not touching another party it serves (a hub
@@ -426,8 +450,8 @@ def blocked_parties(pindex: PerspectiveIndex, hub_agent: int, serving: int) -> n
     person_kind = pindex.kind_codes.get("person")
     if person_kind is None:
         return np.zeros(0, dtype=np.int64)
-    src, dst = pindex.src.view, pindex.dst.view
-    ends = np.concatenate([dst[src == hub_agent], src[dst == hub_agent]])
+    pindex.prepare_for_walk()  # the adjacency must hold every fact where it is now
+    ends = pindex.expand(np.array([hub_agent], dtype=np.int64), np.zeros(1))[0].neighbour
     parties = ends[(pindex.kind.data[ends] == person_kind) & (ends != serving)]
     return np.unique(parties).astype(np.int64)
 
