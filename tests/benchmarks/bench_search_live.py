@@ -1,0 +1,158 @@
+"""Search on a live log: how soon a written fact is found, and what serving searches costs the ingest path.
+
+One SQLite home and one process, as `noumena serve` runs them: the application with its perspective and search
+engines. A tenant with PEOPLE persons and an agent. A writer ingests envelopes through the application's ingestor
+(the path of `POST /v1/events`, `noumena import` and the Kafka consumer), in batches of BATCH: facts about a person
+with a reason holding a word written nowhere else (one word per batch), and messages. Meanwhile a reader thread in
+the same process asks READS_PER_SECOND times a second:
+
+- baseline: the agent's perspective (the perspective index follows the log; no search index exists);
+- search on: a search for the word of the newest batch acknowledged (the search index follows the log too, and
+  embeds the new facts). The time from a batch's acknowledgement to the first search that returns one of its facts
+  is the batch's "searchable after".
+
+Whole runs of the two modes alternate on fresh homes, NOUMENA_BENCH_ROUNDS rounds (default 3), after a base of
+NOUMENA_BENCH_LIVE_BASE facts (default 20000). Printed: each mode's ingest rate (the fastest batches summed, as in
+bench_encryption.py, and the median of the rounds), the ratio search on / baseline (goal >= 0.9), and the
+searchable-after p50/p95 (goal p95 <= 1 s).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from domain import commands as c  # noqa: E402
+from infra.bootstrap import bootstrap  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+
+T = "bench"
+AGENT = "agent:assistant"
+PEOPLE = 200
+BASE = int(os.environ.get("NOUMENA_BENCH_LIVE_BASE", "20000"))
+EVENTS = int(os.environ.get("NOUMENA_BENCH_EVENTS", "10000"))
+BATCH = int(os.environ.get("NOUMENA_BENCH_BATCH", "200"))
+ROUNDS = int(os.environ.get("NOUMENA_BENCH_ROUNDS", "3"))
+READS_PER_SECOND = float(os.environ.get("NOUMENA_BENCH_READS_PER_SECOND", "20"))
+WORDS = ("invoice", "freight", "discount", "contract", "warehouse", "customs", "quote", "deadline", "sample",
+         "pallet", "container", "payment", "settlement", "shipment", "supplier", "audit")
+
+
+def marker(batch: int) -> str:
+    """A word of the batch's own (letters only, so the analyzer keeps it whole)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    word, n = "", batch + 26 * 26
+    while n:
+        word, n = letters[n % 26] + word, n // 26
+    return "zq" + word
+
+
+def envelopes(start: int, count: int, batch: int | None) -> list[dict]:
+    out = []
+    for i in range(start, start + count):
+        person = f"person:p{i % PEOPLE}"
+        word = WORDS[i % len(WORDS)]
+        if i % 3 == 2:
+            out.append({"event_id": f"e{i}", "tenant": T, "type": "message.appended",
+                        "payload": {"session_id": f"s{i % PEOPLE}", "message_id": f"m{i}", "role": "user",
+                                    "content": f"about the {word} for order {i}, please check it today"}})
+        else:
+            reason = f"said on call {i % 7} about the {word}" + (f" {marker(batch)}" if batch is not None else "")
+            out.append({"event_id": f"e{i}", "tenant": T, "type": "fact.asserted",
+                        "payload": {"subject": person, "relation": f"r{i % 11}", "object": f"memory:m{i % 3000}",
+                                    "reason": reason, "scope": "org"}})
+    return out
+
+
+def run(search: bool) -> tuple[list[float], list[float]]:
+    """One whole run on a fresh home: the seconds of each batch, and (search on) each batch's searchable-after."""
+    with tempfile.TemporaryDirectory() as home:
+        app = bootstrap(Settings(home=Path(home), event_store="sqlite"))
+        app.service.execute(c.CreateTenant(tenant=T))
+        setup = [c.RegisterEntity(tenant=T, ref=AGENT, label="the assistant")]
+        setup += [c.RegisterEntity(tenant=T, ref=f"person:p{i}", label=f"person {i}") for i in range(PEOPLE)]
+        setup += [c.RegisterEntity(tenant=T, ref=f"memory:m{i}", label=f"memory {i}") for i in range(3000)]
+        setup += [c.StartSession(tenant=T, session_id=f"s{i}", agent=AGENT, serving=f"person:p{i}")
+                  for i in range(PEOPLE)]
+        app.service.execute_batch(setup)
+        memory = app.application
+        for start in range(0, BASE, 1000):
+            memory.ingestor.ingest(envelopes(start, 1000, None))
+        read = (lambda: memory.search_for(T, AGENT, "freight discount")) if search else \
+            (lambda: memory.perspective(T, AGENT, None, []))
+        read()  # the engines load the tenant (and, with search on, index and embed the base)
+        acknowledged: dict[int, float] = {}
+        found: dict[int, float] = {}
+        done = threading.Event()
+
+        def reader() -> None:
+            while not done.is_set():
+                started = time.perf_counter()
+                newest = max(acknowledged, default=None)
+                if search and newest is not None and newest not in found:
+                    answer = memory.search_for(T, AGENT, marker(newest), k=5)
+                    if any(marker(newest) in (item.reason or "") for item in answer.items):
+                        found[newest] = time.perf_counter() - acknowledged[newest]
+                else:
+                    read()
+                time.sleep(max(0.0, 1.0 / READS_PER_SECOND - (time.perf_counter() - started)))
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        times = []
+        for n, start in enumerate(range(BASE, BASE + EVENTS, BATCH)):
+            started = time.perf_counter()
+            result = memory.ingestor.ingest(envelopes(start, BATCH, n))
+            times.append(time.perf_counter() - started)
+            acknowledged[n] = time.perf_counter()
+            assert not result.rejected, result.rejected[0].reason
+            if search:  # the next batch is written once this one was found (or 2 s passed: counted as 2 s)
+                deadline = time.perf_counter() + 2.0
+                while n not in found and time.perf_counter() < deadline:
+                    time.sleep(0.005)
+        done.set()
+        thread.join()
+        app.close()
+        waits = [found.get(n, 2.0) for n in range(len(times))] if search else []
+    return times, waits
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    print(f"search on a live log: SQLite, base {BASE} envelopes, then {EVENTS} in batches of {BATCH} while a reader"
+          f" asks {READS_PER_SECOND:g} times a second; {ROUNDS} alternating rounds")
+    best: dict[bool, list[float]] = {}
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    waits: list[float] = []
+    for _ in range(ROUNDS):
+        for search in (False, True):
+            times, found = run(search)
+            best[search] = times if search not in best else [min(a, b) for a, b in zip(best[search], times,
+                                                                                      strict=True)]
+            rates[search].append(EVENTS / sum(times))
+            waits += found
+    base_rate, search_rate = EVENTS / sum(best[False]), EVENTS / sum(best[True])
+    print(f"  ingest, reader serving perspectives (baseline): {base_rate:8,.0f} events/s"
+          f" (median of rounds {statistics.median(rates[False]):,.0f})")
+    print(f"  ingest, reader serving searches:                {search_rate:8,.0f} events/s"
+          f" (median of rounds {statistics.median(rates[True]):,.0f})")
+    print(f"  ratio search on / baseline: {search_rate / base_rate:.2f} of the fastest batches (median of rounds"
+          f" {statistics.median(rates[True]) / statistics.median(rates[False]):.2f}; goal >= 0.9)")
+    print(f"  searchable after the batch is acknowledged: p50 {pct(waits, 0.5) * 1000:.0f} ms,"
+          f" p95 {pct(waits, 0.95) * 1000:.0f} ms, max {max(waits) * 1000:.0f} ms over {len(waits)} batches"
+          f" (goal p95 <= 1 s)")
+
+
+if __name__ == "__main__":
+    main()
