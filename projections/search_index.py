@@ -36,6 +36,7 @@ from projections.search_lexical import (
     LONG_POSTING,
     Allowed,
     ImpactOrder,
+    Marks,
     idf,
     impact_order,
     needs_ordering,
@@ -81,6 +82,7 @@ class SearchIndex:
         self.embed_error: str | None = None
         self._orders: dict[int, ImpactOrder] = {}
         """Long postings in impact order (`projections.search_lexical`), made when a query first needs them."""
+        self._marks = Marks()
 
     # ------------------------------------------------------------------------------------------ following the log
 
@@ -256,10 +258,11 @@ class SearchIndex:
         found = np.flatnonzero(scores)
         return found, scores[found]
 
-    def bm25_top(self, query_terms: Sequence[str], k1: float, b: float, limit: int, allowed: Allowed
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        """The best `limit` documents by `bm25` among those `allowed`, best first, without scoring every posting
-        of a common term (`projections.search_lexical.top_matches`)."""
+    def bm25_top(self, query_terms: Sequence[str], k1: float, b: float, limit: int, allowed: Allowed,
+                 exact: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Up to `limit` documents by `bm25` among those `allowed`, best first, without scoring every posting of a
+        common term (`projections.search_lexical.top_matches`): the first `exact` (default all) are the best of
+        all; the rest the best of those read on the way."""
         n_docs = max(self.live_docs, 1)
         average = self.total_len / n_docs if self.total_len else 1.0
         lengths = np.frombuffer(self.doc_len, dtype=np.uint32) if len(self.doc_len) else np.zeros(0, np.uint32)
@@ -276,7 +279,7 @@ class SearchIndex:
                     order = self._orders[tid] = impact_order(np.frombuffer(posting.docs, dtype=np.int32),
                                                              np.frombuffer(posting.tfs, dtype=np.uint16), lengths)
             terms.append((posting.docs, posting.tfs, weight * idf(n_docs, len(posting.docs)), order))
-        return top_matches(terms, lengths, average, k1, b, limit, allowed)
+        return top_matches(terms, lengths, average, k1, b, limit, allowed, self._marks, exact=exact)
 
     def nbytes(self) -> int:
         """Bytes held, roughly: postings, lengths, provenance, vectors (messages and aliases are counted too)."""
@@ -285,7 +288,7 @@ class SearchIndex:
         provenance = sum(56 + 8 * len(m) for m in self.message_ids) + 8 * len(self.sessions)
         vectors = self.vectors[: self.embedded].nbytes + 4 * self.embedded
         messages = sum(len(k) + len(v) + 100 for k, v in self.messages.items())
-        orders = sum(order.nbytes for order in self._orders.values())
+        orders = sum(order.nbytes for order in self._orders.values()) + self._marks.nbytes
         return postings + vocabulary + provenance + vectors + messages + orders + len(self.doc_len) * 4
 
 

@@ -77,6 +77,31 @@ def needs_ordering(order: ImpactOrder | None, posting_size: int) -> bool:
     return order is None or posting_size - order.size > max(LONG_POSTING, order.size // 4)
 
 
+class Marks:
+    """Which documents one reading has seen: a stamp per document, so nothing is cleared between readings (a
+    document counts as seen when it holds this reading's stamp). Held by the index, used by one reading at a time
+    (searches of a tenant are serialized)."""
+
+    def __init__(self) -> None:
+        self.stamps = np.zeros(0, dtype=np.uint32)
+        self.stamp = 0
+
+    def start(self, n_docs: int) -> int:
+        if len(self.stamps) < n_docs:
+            grown = np.zeros(max(n_docs, 2 * len(self.stamps)), dtype=np.uint32)
+            grown[: len(self.stamps)] = self.stamps
+            self.stamps = grown
+        self.stamp += 1
+        if self.stamp == 2**32 - 1:  # wrapped: begin again from a clean slate
+            self.stamps[:] = 0
+            self.stamp = 1
+        return self.stamp
+
+    @property
+    def nbytes(self) -> int:
+        return self.stamps.nbytes
+
+
 @dataclass
 class _Term:
     docs: np.ndarray
@@ -87,23 +112,29 @@ class _Term:
 
 
 def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]], lengths: np.ndarray,
-                average: float, k1: float, b: float, limit: int, allowed: Allowed, *,
-                score_all_below: int = SCORE_ALL_BELOW, first_block: int = FIRST_BLOCK
+                average: float, k1: float, b: float, limit: int, allowed: Allowed, marks: Marks, *,
+                exact: int | None = None, score_all_below: int = SCORE_ALL_BELOW, first_block: int = FIRST_BLOCK
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(documents, scores) of the best `limit` allowed documents, best first. `terms`: each query term's postings
-    (documents ascending, tfs), w·idf, and its impact order when it is long."""
+    """(documents, scores) of up to `limit` allowed documents, best first: the first `exact` (default: all) are the
+    best of all the allowed documents; the rest are the best of those read on the way. `terms`: each query term's
+    postings (documents ascending, tfs), w·idf, and its impact order when it is long."""
+    exact = limit if exact is None else min(exact, limit)
     prepared = [_Term(np.frombuffer(d, dtype=np.int32), np.frombuffer(t, dtype=np.uint16), f, o)
                 for d, t, f, o in terms if len(d)]
     if not prepared:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
     total = sum(len(t.docs) for t in prepared)
 
     def impact(tf: np.ndarray | float, length: np.ndarray | float) -> np.ndarray | float:
         return tf / (tf + k1 * (1.0 - b + b * length / average))
 
-    def scored(docs: np.ndarray) -> np.ndarray:
+    def scored(docs: np.ndarray, known: tuple[_Term, np.ndarray] | None = None) -> np.ndarray:
+        """Full scores; `known`: a term whose tf of each document is known already (the list they were read from)."""
         out = np.zeros(len(docs), dtype=np.float64)
         for term in prepared:
+            if known is not None and term is known[0]:
+                out += term.factor * impact(known[1].astype(np.float64), lengths[docs])
+                continue
             at = np.searchsorted(term.docs, docs)
             at[at >= len(term.docs)] = 0
             hit = term.docs[at] == docs
@@ -119,7 +150,7 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
             chosen = np.argpartition(-scores, limit - 1)[:limit]
             docs, scores = docs[chosen], scores[chosen]
         order = np.lexsort((docs, -scores))
-        return docs[order], scores[order].astype(np.float32)
+        return docs[order], scores[order]
 
     def everything() -> tuple[np.ndarray, np.ndarray]:
         docs = np.unique(np.concatenate([t.docs for t in prepared])).astype(np.int64)
@@ -130,6 +161,9 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
         return everything()
     seeds = [t.docs if t.order is None else t.docs[t.order.size:] for t in prepared]
     seen = np.unique(np.concatenate(seeds)).astype(np.int64)
+    stamp = marks.start(len(lengths))
+    stamps = marks.stamps
+    stamps[seen] = stamp
     found, found_scores = best(seen, scored(seen))
     # a cursor per (long term, group): the next position to read in the term's impact order
     cursors = [(term, g, int(term.order.starts[g]), int(term.order.starts[g + 1]))
@@ -147,7 +181,7 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
             bounds.append(bound)
             ceilings[id(term)] = max(ceilings.get(id(term), 0.0), bound)
         ceiling = sum(ceilings.values())
-        if ceiling <= 0.0 or (len(found) >= limit and float(found_scores[limit - 1]) >= ceiling):
+        if ceiling <= 0.0 or (len(found) >= exact and float(found_scores[exact - 1]) >= ceiling):
             return found, found_scores
         if read > total // 4:
             return everything()
@@ -156,15 +190,15 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
         stop = min(end, at + block)
         cursors[k] = (term, g, stop, end)
         block = min(block * 2, 65_536)
-        chunk = np.unique(term.docs[term.order.positions[at:stop]]).astype(np.int64)  # type: ignore[union-attr]
-        where = np.searchsorted(seen, chunk)
-        where[where >= len(seen)] = 0
-        new = chunk[seen[where] != chunk] if len(seen) else chunk
+        positions = term.order.positions[at:stop]  # type: ignore[union-attr]
+        chunk = term.docs[positions].astype(np.int64)
+        fresh = stamps[chunk] != stamp  # a posting holds a document once: no repeats within a chunk
+        new = chunk[fresh]
         read += stop - at
         if not len(new):
             continue
-        seen = np.union1d(seen, new)
-        more, more_scores = best(new, scored(new))
+        stamps[new] = stamp
+        more, more_scores = best(new, scored(new, (term, term.tfs[positions[fresh]])))
         if len(more):
             found, found_scores = best_of(found, found_scores, more, more_scores, limit)
 

@@ -206,7 +206,11 @@ class Searches:
         else:  # many: what the viewer may see is asked of the candidates only
             allowed = visible_among(pindex, agent_id, serving_id, n, ends)
         terms = self.analyzer.terms(query)
-        lex_docs, lex_scores = index.bm25_top(terms, p.bm25_k1, p.bm25_b, p.lexical_candidates, allowed)
+        ranked_fully = max(40, RANKED_PER_RESULT * p.k)
+        # beyond the exact limit, the best `ranked_fully` by words are exact, the rest of the lexical candidates
+        # the best of what was read on the way (projections/search_lexical.py)
+        lex_docs, lex_scores = index.bm25_top(terms, p.bm25_k1, p.bm25_b, p.lexical_candidates, allowed,
+                                              exact=None if exact else ranked_fully)
         lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
             if len(lex_docs) else {}
         walked = pindex.walk(Viewpoint(agent=agent, serving=serving), self.perspectives.parameters, now)
@@ -222,7 +226,6 @@ class Searches:
         semantic, mode = self._semantic(index, query, pool, "exact" if exact else "candidates", lex_docs,
                                         p)
         docs = np.array(sorted(set(lexical) | set(semantic)), dtype=np.int64)
-        ranked_fully = max(40, RANKED_PER_RESULT * p.k)
         if len(docs) > ranked_fully:
             # only the best by content are ranked fully (activation and recency add at most their weights),
             # with every candidate of the viewer's own tiers (session and person scopes: few)
