@@ -51,7 +51,7 @@ class EngineSearches:
         searches = self.searches
         with self._perspectives.lock:
             return searches.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
-                                       as_of=as_of, about=about)
+                                       as_of=as_of, about=about, record=self._perspectives.records_recalls)
 
     def served(self, tenant: str | None, search_id: str) -> SearchAnswer:
         from projections.searches import UnknownSearch

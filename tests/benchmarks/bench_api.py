@@ -13,9 +13,13 @@
    over NOUMENA_BENCH_API_CONNECTIONS keep-alive connections), cycling through the viewpoints. Latency counts
    from each request's scheduled time, so a stall is not hidden by requests that were never sent
    (coordinated omission). Goal: p95 <= 20 ms at 200 requests/s.
-4. When `wrk` is installed: its closed-loop saturation throughput on one viewpoint, for information.
+4. The same for search: in process `Application.search_for` (k = 10, two to four words of the facts' reasons, drawn
+   as tests/benchmarks/bench_search.py draws them), then POST /v1/search at the same rate. Goal: p95 <= 20 ms at
+   200 requests/s. The first search indexes and embeds the million facts (minutes); NOUMENA_BENCH_API_SEARCH=0
+   leaves search out.
+5. When `wrk` is installed: its closed-loop saturation throughput on the perspective route, for information.
 
-Printed: both distributions and the ratio HTTP p95 / in-process p95.
+Printed: the distributions and the ratio HTTP p95 / in-process p95 of each.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ RATE = float(os.environ.get("NOUMENA_BENCH_API_RATE", "200"))
 SECONDS = float(os.environ.get("NOUMENA_BENCH_API_SECONDS", "20"))
 CONNECTIONS = int(os.environ.get("NOUMENA_BENCH_API_CONNECTIONS", "16"))
 VIEWPOINTS = int(os.environ.get("NOUMENA_BENCH_API_VIEWPOINTS", "300"))
+SEARCH = os.environ.get("NOUMENA_BENCH_API_SEARCH", "1") != "0"
 TENANT = "bench"
 
 
@@ -58,13 +63,30 @@ def query(view: dict[str, Any]) -> str:
     return "/v1/perspectives?" + urlencode(params)
 
 
+Request = tuple[bytes, bytes]
+"""The request line with any headers of its own, and the body."""
+
+
+def perspective_request(view: dict[str, Any]) -> Request:
+    return b"GET " + query(view).encode() + b" HTTP/1.1\r\n", b""
+
+
+def search_request(view: dict[str, Any]) -> Request:
+    body = json.dumps({"agent": view["agent"], "serving": view["serving"], "query": view["query"], "k": 10}).encode()
+    return (b"POST /v1/search HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n", body)
+
+
 # ---------------------------------------------------------------------------------------------- the server
 
 
 def serve(port: int, home: Path) -> None:
     """Build the organization, measure in process, then serve until terminated."""
+    import numpy as np
+    import polars as pl
     import uvicorn
     from bench_perspective import NOW, generate, viewpoints
+    from bench_search import words
 
     from api.app import create_app
     from infra.api_keys import ApiKeyStore
@@ -76,6 +98,9 @@ def serve(port: int, home: Path) -> None:
 
     started = time.perf_counter()
     entities, facts, uses, persons, agents, things, sessions = generate()
+    rng = np.random.default_rng(3)
+    if SEARCH:  # what search finds: a reason per fact, as bench_search.py writes them
+        facts = facts.with_columns(pl.Series("reason", words(rng, len(facts), 6)))
     index = from_frames(TENANT, entities, facts, sessions, None, uses)
     built = time.perf_counter() - started
     settings = Settings(home=home, event_store="sqlite", admin_key="bench-admin-key-0123456789", kafka_bootstrap="",
@@ -87,8 +112,8 @@ def serve(port: int, home: Path) -> None:
     engine = EnginePerspectives(lambda: perspectives, record=False)
     key = ApiKeyStore(settings.api_keys_path()).create(TENANT, "bench").key
 
-    views = [{"agent": v.agent, "serving": v.serving, "focus": list(v.focus)}
-             for v in viewpoints(persons, agents, things, VIEWPOINTS)]
+    views = [{"agent": v.agent, "serving": v.serving, "focus": list(v.focus), "query": q}
+             for v, q in zip(viewpoints(persons, agents, things, VIEWPOINTS), words(rng, VIEWPOINTS, 3), strict=True)]
     memory = application_reading(noumena, None, engine)
     for view in views[:30]:  # warm up
         memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
@@ -97,9 +122,22 @@ def serve(port: int, home: Path) -> None:
         t0 = time.perf_counter()
         memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
         in_process.append((time.perf_counter() - t0) * 1000)
+    search_ms: list[float] = []
+    search_index_seconds = 0.0
+    if SEARCH:
+        t0 = time.perf_counter()
+        memory.search_for(TENANT, views[0]["agent"], views[0]["query"])  # indexes and embeds every fact
+        search_index_seconds = time.perf_counter() - t0
+        for view in views[:30]:  # warm up
+            memory.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
+        for view in views:
+            t0 = time.perf_counter()
+            memory.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
+            search_ms.append((time.perf_counter() - t0) * 1000)
     (home / "setup.json").write_text(json.dumps({
         "key": key, "views": views, "in_process_ms": in_process, "build_seconds": built,
-        "facts": index.fact_count, "entities": len(index.refs)}))
+        "facts": index.fact_count, "entities": len(index.refs), "search_ms": search_ms,
+        "search_index_seconds": search_index_seconds}))
     app = create_app(noumena, start_projector=False, start_kafka=False, perspective_engine=engine)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
@@ -114,14 +152,15 @@ class _Connection:
     def __init__(self, host: str, port: int, key: str) -> None:
         self.host, self.port = host, port
         self.head = f"Host: {host}:{port}\r\nAuthorization: Bearer {key}\r\n\r\n".encode()
+        """The headers every request carries, and the blank line that ends them."""
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def get(self, path: str) -> int:
+    async def send(self, request: Request) -> int:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        self.writer.write(b"GET " + path.encode() + b" HTTP/1.1\r\n" + self.head)
+        self.writer.write(request[0] + self.head + request[1])
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         length = 0
@@ -132,11 +171,11 @@ class _Connection:
         return status
 
 
-async def _load(url: str, key: str, paths: list[str], rate: float, seconds: float) -> dict[str, Any]:
+async def _load(url: str, key: str, requests: list[Request], rate: float, seconds: float) -> dict[str, Any]:
     host, port = url.removeprefix("http://").split(":")
     connections = [_Connection(host, int(port), key) for _ in range(CONNECTIONS)]
-    for connection, path in zip(connections, paths, strict=False):  # open the connections
-        await connection.get(path)
+    for connection, request in zip(connections, requests, strict=False):  # open the connections
+        await connection.send(request)
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     total = int(rate * seconds)
@@ -151,7 +190,7 @@ async def _load(url: str, key: str, paths: list[str], rate: float, seconds: floa
             delay = scheduled - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            status = await connection.get(paths[k % len(paths)])
+            status = await connection.send(requests[k % len(requests)])
             latencies.append((time.perf_counter() - scheduled) * 1000)
             statuses[status] = statuses.get(status, 0) + 1
 
@@ -160,7 +199,7 @@ async def _load(url: str, key: str, paths: list[str], rate: float, seconds: floa
     return {"latencies_ms": latencies, "statuses": statuses, "achieved_rate": total / elapsed}
 
 
-def load(url: str, setup: Path, out: Path) -> None:
+def load(url: str, setup: Path, out: Path, route: str) -> None:
     data = json.loads(setup.read_text())
     try:
         import uvloop
@@ -168,7 +207,8 @@ def load(url: str, setup: Path, out: Path) -> None:
         uvloop.install()
     except ImportError:
         pass
-    result = asyncio.run(_load(url, data["key"], [query(v) for v in data["views"]], RATE, SECONDS))
+    build = search_request if route == "search" else perspective_request
+    result = asyncio.run(_load(url, data["key"], [build(v) for v in data["views"]], RATE, SECONDS))
     out.write_text(json.dumps(result))
 
 
@@ -189,6 +229,22 @@ def wrk(url: str, key: str, paths: list[str], home: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- the run
+
+
+def report(route: str, label: str, local_ms: list[float], result: dict[str, Any]) -> None:
+    http_ms = result["latencies_ms"]
+    print(f"  {route}:")
+    print(f"    {label:<40} p50 {pct(local_ms, 50):6.2f} ms   p95 {pct(local_ms, 95):6.2f} ms"
+          f"   mean {statistics.fmean(local_ms):.2f} ms   ({len(local_ms)} calls, one at a time: at most"
+          f" {1000 / statistics.fmean(local_ms):.0f}/s on one core)")
+    print(f"    {'HTTP under load:':<40} p50 {pct(http_ms, 50):6.2f} ms   p95 {pct(http_ms, 95):6.2f} ms"
+          f"   p99 {pct(http_ms, 99):6.2f} ms   max {max(http_ms):.1f} ms")
+    print(f"    achieved {result['achieved_rate']:.0f} req/s; statuses {result['statuses']};"
+          f" mean {statistics.fmean(http_ms):.2f} ms")
+    print(f"    ratio HTTP p95 / in-process p95: {pct(http_ms, 95) / pct(local_ms, 95):.2f}x;"
+          f" HTTP overhead at p50: {pct(http_ms, 50) - pct(local_ms, 50):.2f} ms")
+    goal = pct(http_ms, 95) <= 20 and result["achieved_rate"] >= 0.95 * RATE
+    print(f"    goal p95 <= 20 ms at {RATE:g} req/s: {'met' if goal else 'NOT met'}")
 
 
 def main() -> None:
@@ -221,23 +277,15 @@ def main() -> None:
         setup = json.loads((home / "setup.json").read_text())
         print(f"  organization: {setup['entities']} entities, {setup['facts']} facts; index built in"
               f" {setup['build_seconds']:.1f} s")
-        out = home / "load.json"
-        subprocess.run([sys.executable, __file__, "--load", url, str(home / "setup.json"), str(out)], env=env,
-                       check=True)
-        result = json.loads(out.read_text())
-        http_ms, local_ms = result["latencies_ms"], setup["in_process_ms"]
-        print(f"  in process (Application.perspective): p50 {pct(local_ms, 50):6.2f} ms"
-              f"   p95 {pct(local_ms, 95):6.2f} ms   mean {statistics.fmean(local_ms):.2f} ms"
-              f"   ({len(local_ms)} calls, one at a time: at most {1000 / statistics.fmean(local_ms):.0f}/s"
-              " on one core)")
-        print(f"  HTTP under load:                            p50 {pct(http_ms, 50):6.2f} ms"
-              f"   p95 {pct(http_ms, 95):6.2f} ms   p99 {pct(http_ms, 99):6.2f} ms   max {max(http_ms):.1f} ms")
-        print(f"  achieved {result['achieved_rate']:.0f} req/s; statuses {result['statuses']};"
-              f" mean {statistics.fmean(http_ms):.2f} ms")
-        print(f"  ratio HTTP p95 / in-process p95: {pct(http_ms, 95) / pct(local_ms, 95):.2f}x;"
-              f" HTTP overhead at p50: {pct(http_ms, 50) - pct(local_ms, 50):.2f} ms")
-        goal = pct(http_ms, 95) <= 20 and result["achieved_rate"] >= 0.95 * RATE
-        print(f"  goal p95 <= 20 ms at {RATE:g} req/s: {'met' if goal else 'NOT met'}")
+        routes = [("perspective", "in process (Application.perspective)", setup["in_process_ms"])]
+        if setup["search_ms"]:
+            print(f"  search index built and embedded at the first search in {setup['search_index_seconds']:.0f} s")
+            routes.append(("search", "in process (Application.search_for)", setup["search_ms"]))
+        for route, label, local_ms in routes:
+            out = home / f"load-{route}.json"
+            subprocess.run([sys.executable, __file__, "--load", url, str(home / "setup.json"), str(out), route],
+                           env=env, check=True)
+            report(route, label, local_ms, json.loads(out.read_text()))
         saturation = wrk(url, setup["key"], [query(v) for v in setup["views"]], home)
         if saturation:
             print(f"  wrk (closed loop, 8 connections, the same viewpoints): {saturation}")
@@ -251,6 +299,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve(int(sys.argv[2]), Path(sys.argv[3]))
     elif len(sys.argv) > 1 and sys.argv[1] == "--load":
-        load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
+        load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5])
     else:
         main()
