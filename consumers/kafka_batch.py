@@ -77,11 +77,11 @@ class BatchReport:
 
 
 def is_transient(error: BaseException) -> bool:
-    """Failures of infrastructure (broker, store, network): retry the batch later, never dead-letter it."""
-    from eventsourcing.persistence import PersistenceError
+    """Failures of infrastructure (broker, store, network): retry the batch later, never dead-letter it. The event
+    log's adapter raises every failure of the store as an InfrastructureError (infra/eventlog.py)."""
     from kafka.errors import KafkaError
 
-    return isinstance(error, InfrastructureError | PersistenceError | KafkaError | OSError)
+    return isinstance(error, InfrastructureError | KafkaError | OSError)
 
 
 class BatchProcessor:

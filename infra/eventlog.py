@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from eventsourcing.persistence import (
@@ -61,8 +63,20 @@ class SQLiteLogRecorder(SQLiteProcessRecorder):
         return positions
 
 
+@contextmanager
+def store_failures(doing: str) -> Iterator[None]:
+    """The store's own failures (eventsourcing's PersistenceError: a lost connection, a locked, missing or damaged
+    database; SQLite's, from the key store the mapper calls) as the project's InfrastructureError, naming what was
+    being done. Callers above this adapter (the Kafka consumer's retry, the API's 503) know no store's types."""
+    try:
+        yield
+    except (PersistenceError, sqlite3.Error) as error:
+        raise InfrastructureError(f"the event store failed while {doing}: {error}") from error
+
+
 class EventsourcingLog:
-    """Implements domain.ports.EventLog on one eventsourcing process recorder (events + tracking)."""
+    """Implements domain.ports.EventLog on one eventsourcing process recorder (events + tracking). Every failure
+    of the store leaves it as an InfrastructureError (`store_failures`)."""
 
     def __init__(self, env: dict[str, str], keys: KeyStore | None = None) -> None:
         env = {**env, "ORIGINATOR_ID_TYPE": "text"}
@@ -79,7 +93,8 @@ class EventsourcingLog:
         self.keys = keys
 
     def read_stream(self, tenant: str, after_version: int = 0) -> Iterable[DomainEvent]:
-        stored = self.recorder.select_events(stream_id(tenant), gt=after_version or None)
+        with store_failures(f"reading the stream of tenant {tenant!r}"):
+            stored = self.recorder.select_events(stream_id(tenant), gt=after_version or None)
         return [self._event(s) for s in stored]
 
     def _event(self, stored: StoredEvent) -> DomainEvent:
@@ -109,38 +124,41 @@ class EventsourcingLog:
         # The batch's new data keys are being committed while it is sealed and written; the events commit only
         # once they are, and while the key store holds off forgets (the SQLite recorder does this inside its
         # transaction, after the rows are written; other stores before writing).
-        stored, keys_ready = self.mapper.to_stored_pending(pending)
-        track = Tracking(application_name=tracking.name, notification_id=tracking.position) if tracking else None
-        extra: dict[str, Any] = {}
-        held: list[Callable[[], None]] = []
-        if keys_ready is not None:
-            if isinstance(self.recorder, SQLiteLogRecorder):
-                extra["before_commit"] = lambda: held.append(keys_ready())
-            else:
-                held.append(keys_ready())
-        try:
-            positions = self.recorder.insert_events(stored, tracking=track, **extra)
-        except IntegrityError:
-            if tracking is not None and self.recorder.has_tracking_id(tracking.name, tracking.position):
-                raise AlreadyTracked(tracking) from None
-            raise VersionConflict() from None
-        finally:
-            for let_go in held:
-                let_go()
+        with store_failures(f"appending a batch of {len(pending)} event(s)"):
+            stored, keys_ready = self.mapper.to_stored_pending(pending)
+            track = Tracking(application_name=tracking.name, notification_id=tracking.position) if tracking else None
+            extra: dict[str, Any] = {}
+            held: list[Callable[[], None]] = []
+            if keys_ready is not None:
+                if isinstance(self.recorder, SQLiteLogRecorder):
+                    extra["before_commit"] = lambda: held.append(keys_ready())
+                else:
+                    held.append(keys_ready())
+            try:
+                positions = self.recorder.insert_events(stored, tracking=track, **extra)
+            except IntegrityError:
+                if tracking is not None and self.recorder.has_tracking_id(tracking.name, tracking.position):
+                    raise AlreadyTracked(tracking) from None
+                raise VersionConflict() from None
+            finally:
+                for let_go in held:
+                    let_go()
         return list(positions or [])
 
     def read(self, after_position: int, limit: int) -> Sequence[Logged]:
-        notifications = self.recorder.select_notifications(
-            start=after_position, limit=limit, inclusive_of_start=False
-        )
+        with store_failures(f"reading the log after position {after_position}"):
+            notifications = self.recorder.select_notifications(
+                start=after_position, limit=limit, inclusive_of_start=False
+            )
         return [Logged(n.id, self._event(n)) for n in notifications]
 
     def read_raw(self, after_position: int, limit: int) -> Sequence[tuple[int, str, bytes]]:
         """Notifications as JSON bytes with their content opened (or `[forgotten]`), for readers that parse
         JSON themselves (the projector)."""
-        notifications = self.recorder.select_notifications(
-            start=after_position, limit=limit, inclusive_of_start=False
-        )
+        with store_failures(f"reading the log after position {after_position}"):
+            notifications = self.recorder.select_notifications(
+                start=after_position, limit=limit, inclusive_of_start=False
+            )
         return [(n.id, n.topic, self._unsealed(n)) for n in notifications]
 
     def tenants(self) -> list[str]:
@@ -150,15 +168,17 @@ class EventsourcingLog:
         found: list[str] = []
         position = 0
         while True:
-            page = self.recorder.select_notifications(start=position, limit=1000, inclusive_of_start=False,
-                                                      topics=[TenantCreated.stored_topic()])
+            with store_failures("listing the tenants"):
+                page = self.recorder.select_notifications(start=position, limit=1000, inclusive_of_start=False,
+                                                          topics=[TenantCreated.stored_topic()])
             if not page:
                 return found
             found += [self._event(n).tenant for n in page]
             position = page[-1].id
 
     def max_position(self) -> int:
-        return self.recorder.max_notification_id() or 0
+        with store_failures("reading the log's last position"):
+            return self.recorder.max_notification_id() or 0
 
     def count_sealed_with(self, deleted: Iterable[str], page: int = 5000) -> int:
         """How many stored events have content sealed with one of the `deleted` keys (by name; a member of a
@@ -172,7 +192,9 @@ class EventsourcingLog:
             return 0
         count, position = 0, 0
         while True:
-            notifications = self.recorder.select_notifications(start=position, limit=page, inclusive_of_start=False)
+            with store_failures("counting the events sealed with deleted keys"):
+                notifications = self.recorder.select_notifications(start=position, limit=page,
+                                                                   inclusive_of_start=False)
             if not notifications:
                 return count
             for n in notifications:
@@ -190,7 +212,8 @@ class EventsourcingLog:
             position = notifications[-1].id
 
     def tracked_position(self, name: str) -> int | None:
-        return self.recorder.max_tracking_id(name)
+        with store_failures(f"reading the tracked position of {name!r}"):
+            return self.recorder.max_tracking_id(name)
 
     def close(self) -> None:
         self._factory.close()

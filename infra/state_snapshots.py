@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from domain.forgetting import SubjectForgotten, state_snapshot_key
 from domain.ontology import Ontology
 from domain.ports import KeysForgotten, KeyStore
+from infra.eventlog import store_failures
 from infra.mapper import stream_id
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,8 @@ class FileStateSnapshots:
 
     def _anchor(self, tenant: str, version: int) -> str | None:
         """A digest of the stored event at `version` of the tenant's stream (None if there is none)."""
-        stored = list(self._log.recorder.select_events(stream_id(tenant), gt=version - 1, lte=version))
+        with store_failures(f"reading version {version} of tenant {tenant!r}"):
+            stored = list(self._log.recorder.select_events(stream_id(tenant), gt=version - 1, lte=version))
         if not stored:
             return None
         return hashlib.sha256(stored[0].topic.encode() + b"\0" + bytes(stored[0].state)).hexdigest()
@@ -214,7 +216,8 @@ class FileStateSnapshots:
 
     def _forgotten_after(self, tenant: str, version: int) -> bool:
         topic = SubjectForgotten.stored_topic()
-        return any(s.topic == topic for s in self._log.recorder.select_events(stream_id(tenant), gt=version))
+        with store_failures(f"reading the stream of tenant {tenant!r} after version {version}"):
+            return any(s.topic == topic for s in self._log.recorder.select_events(stream_id(tenant), gt=version))
 
     # ------------------------------------------------------------------ forgetting, closing
 
