@@ -13,6 +13,8 @@ import pytest
 from tests.api_support import Server, start_server, stop_server
 from tests.conftest import postgres_settings
 
+pytestmark = pytest.mark.postgres  # both replicas share one PostgreSQL log
+
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:

@@ -108,6 +108,7 @@ def test_state_from_a_snapshot_plus_the_tail_equals_the_state_folded_from_the_wh
     _check_snapshot_plus_tail(tmp_path_factory.mktemp("snap"), "sqlite", seed, prefix, tail, forgets)
 
 
+@pytest.mark.postgres
 @hsettings(max_examples=examples(0.04), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), prefix=st.integers(0, 40), tail=st.integers(0, 30),
        forgets=st.sampled_from([0.0, 0.05]))
