@@ -1,13 +1,10 @@
 """A forget answers with its receipt (keys, events affected, files rewritten, an id recorded in the log), a
 forgotten person is closed to writes until registered anew, and import rejects files lose the lines attributable
-to the forgotten subject."""
+to the forgotten subject. (`noumena forget` printing the receipt: tests/e2e/test_forget_cli.py.)"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -97,17 +94,3 @@ def test_forgetting_redacts_the_rejected_lines_that_name_the_subject_in_every_re
     assert b"MARKER-X" not in data and b"KEEP-Y" in data and b"KEEP-OTHER" in data
     rows = [json.loads(line) for line in data.splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3, 4] and [r["input"] for r in rows][:2] == ["[forgotten]"] * 2
-
-
-def test_the_cli_prints_the_receipt(tmp_path):
-    env = {"NOUMENA_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    root = Path(__file__).resolve().parents[2]
-    script = ("from infra.bootstrap import bootstrap\nfrom infra.settings import Settings\nfrom pathlib import Path\n"
-              "from tests.integration.test_forgetting_receipt import _plant\n"
-              f"app = bootstrap(Settings(home=Path({str(tmp_path)!r})))\n_plant(app)\napp.close()\n")
-    subprocess.run([sys.executable, "-c", script], cwd=root, check=True, env=env)
-    done = subprocess.run([sys.executable, "-m", "api", "forget", "person:x", "--tenant", T], cwd=root,
-                          env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert "receipt fgt-" in done.stdout and "events affected: 5" in done.stdout
-    assert "erased with it: session:s-x" in done.stdout
