@@ -25,6 +25,12 @@ from domain.errors import InvalidInput
 REF_REGEX = r"^[a-z][a-z0-9_-]*:\S(?:.*\S)?$"
 REF_PATTERN = re.compile(REF_REGEX[1:-1])
 """A ref is `kind:identifier`: a lower-case kind, a colon, and a non-blank identifier."""
+_EDGE = r"[^\s\x1c-\x1f\x85]"
+"""A character that is white space neither to Python nor to an ECMA regex (Python's white space also takes
+U+001C-U+001F and U+0085, ECMA's does not): the OpenAPI document's patterns use it where ours say "not white
+space", so whatever a client generates from the document passes the checks here."""
+REF_SCHEMA_REGEX = rf"^[a-z][a-z0-9_-]*:{_EDGE}(?:.*{_EDGE})?$"
+"""REF_REGEX as the OpenAPI document states it (a subset of what REF_PATTERN accepts)."""
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
@@ -114,7 +120,7 @@ def _check_identifier(value: str) -> str:
 
 RELATION_REGEX = r"^[a-z][a-z0-9_]{0,63}$"
 TENANT_REGEX = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-IDENTIFIER_REGEX = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$"
+IDENTIFIER_REGEX = r"^[^\s\x00-\x1f\x7f\x85](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f\x85])?$"
 RELATION_PATTERN = re.compile(RELATION_REGEX[1:-1])
 TENANT_PATTERN = re.compile(TENANT_REGEX[1:-1])
 
@@ -137,9 +143,11 @@ def _check_tenant(value: str) -> str:
 
 # The patterns also go into the JSON Schema (so the OpenAPI document says what is accepted); the checks above are
 # what runs (one pass, cached), so pydantic does not match them twice.
-Ref = Annotated[str, AfterValidator(_check_ref), Field(json_schema_extra={"pattern": REF_REGEX, "maxLength": 512})]
+Ref = Annotated[str, AfterValidator(_check_ref),
+                Field(json_schema_extra={"pattern": REF_SCHEMA_REGEX, "maxLength": 512})]
 Scope = Annotated[str, AfterValidator(_check_scope),
-                  Field(json_schema_extra={"pattern": r"^(org|(person|session):\S(?:.*\S)?)$", "maxLength": 512})]
+                  Field(json_schema_extra={"pattern": rf"^(org|(person|session):{_EDGE}(?:.*{_EDGE})?)$",
+                                           "maxLength": 512})]
 Identifier = Annotated[str, AfterValidator(_check_identifier),
                        Field(json_schema_extra={"pattern": IDENTIFIER_REGEX, "minLength": 1, "maxLength": 256})]
 RelationName = Annotated[str, AfterValidator(_check_relation),

@@ -12,7 +12,7 @@ from api.edge import EdgeRoute
 from api.problems import ApiProblem, not_found
 from api.routes.params import Limit, MinPosition, Skip
 from api.schemas.entities import EntitiesPublic, EntityCreate, EntityPublic, EntityWritten
-from domain.values import REF_REGEX, Ref
+from domain.values import REF_SCHEMA_REGEX, Ref
 
 router = APIRouter(prefix="/entities", tags=["entities"], route_class=EdgeRoute)
 _REF = TypeAdapter(Ref)
@@ -45,7 +45,7 @@ def search_entities(tenant: TenantDep, memory: MemoryDep, skip: Skip = 0, limit:
 
 @router.get("/{ref:path}", response_model=EntityPublic)
 def get_entity(ref: Annotated[str, Path(description="The entity ref, e.g. `person:li` (slashes allowed).",
-                                       json_schema_extra={"pattern": REF_REGEX, "maxLength": 512})],
+                                       json_schema_extra={"pattern": REF_SCHEMA_REGEX, "maxLength": 512})],
                tenant: TenantDep, memory: MemoryDep, min_position: MinPosition = None) -> EntityPublic:
     """One entity as it is now."""
     row = memory.entity(tenant, checked_ref(ref, "path.ref"), min_position)

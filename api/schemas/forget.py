@@ -14,7 +14,7 @@ class ForgetCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"subject": "person:li"}]})
 
     subject: Annotated[str, Field(min_length=3, max_length=320,
-                                  pattern=r"^(person|session|fact|memory):[^\s\x00-\x1f\x7f]+$",
+                                  pattern=r"^(person|session|fact|memory):[^\s\x00-\x1f\x7f\x85]+$",
                                   description="`person:<ref>` (forget me), `memory:<ref>`, `session:<id>` or"
                                   " `fact:<id>` (forget that).")]
 

@@ -241,7 +241,8 @@ def main() -> None:
         for _, status in during:
             statuses[status] = statuses.get(status, 0) + 1
         health_during = [ms for sent, ms in loaded["health"] if t0 <= sent <= t1]
-        print(f"  the forget: {t1 - t0:.2f} s, {response.json()['keys_deleted']:,} keys deleted")
+        print(f"  the forget: {t1 - t0:.2f} s, {response.json()['keys_deleted']:,} keys deleted; load average"
+              f" {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print(_summary("without a forget", base_ms, [ms for _, ms in base["health"]], base["end"] - base["start"],
                        base_statuses))
         print(_summary("while it forgets", during_ms, health_during, t1 - t0, statuses))
