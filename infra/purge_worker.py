@@ -3,13 +3,15 @@ started by infra/serving.py after a forget).
 
 The rebuild decodes and opens every event of the log in Python; in the server's process it would compete with
 the requests for the interpreter lock for as long as it runs (seconds per 100,000 events). Here it only competes
-for a core. The worker reads the server's Settings as JSON on stdin (with `out`, the file to write), replays the
-log into `out`, republishes the snapshot and rewrites the exports from it, and prints `{"position": N}`.
+for a core, at a lower priority (`nice` 10). The worker reads the server's Settings as JSON on stdin (with `out`,
+the file to write), replays the log into `out`, republishes the snapshot and rewrites the exports from it, and
+prints `{"position": N}`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,13 @@ def settings_as_json(settings: Settings, out: Path) -> str:
     return json.dumps({"settings": values, "out": str(out)})
 
 
+NICENESS = 10
+"""The worker runs at a lower CPU priority than the server: on a busy machine the requests come first."""
+
+
 def main() -> int:
+    if hasattr(os, "nice"):
+        os.nice(NICENESS)
     request = json.loads(sys.stdin.read())
     settings = Settings(**request["settings"])
     log = EventsourcingLog(settings.event_store_env(), settings.key_store())
