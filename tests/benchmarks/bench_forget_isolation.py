@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from bench_api import CONNECTIONS, RATE, SECONDS, _Connection, pct, query  # noqa: E402
+from bench_api import CONNECTIONS, RATE, SECONDS, pct, query  # noqa: E402
 
 RECORD = os.environ.get("NOUMENA_BENCH_RECORD", "") == "1"
 READER_FACTS = int(os.environ.get("NOUMENA_BENCH_READER_FACTS", "2000"))
@@ -84,17 +84,37 @@ def fill_busy(client: Any) -> None:
     _post_events(client, events)
 
 
-class _Reconnecting(_Connection):
-    """A keep-alive connection that opens again when the server closed it (uvicorn closes one idle for 5 s)."""
+class _Reconnecting:
+    """A minimal HTTP/1.1 keep-alive GET client on asyncio streams (a load generator must cost far less CPU than
+    the server), which opens its connection again when the server closed it (uvicorn closes one idle for 5 s)."""
+
+    def __init__(self, host: str, port: int, key: str) -> None:
+        self.host, self.port = host, port
+        self.head = f"Host: {host}:{port}\r\nAuthorization: Bearer {key}\r\n\r\n".encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def _get(self, path: str) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(b"GET " + path.encode() + b" HTTP/1.1\r\n" + self.head)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        await self.reader.readexactly(length)
+        return int(head[9:12])
 
     async def get(self, path: str) -> int:
         try:
-            return await super().get(path)
+            return await self._get(path)
         except (asyncio.IncompleteReadError, ConnectionError):
             if self.writer is not None:
                 self.writer.close()
             self.reader = self.writer = None
-            return await super().get(path)
+            return await self._get(path)
 
 
 async def _run_load(url: str, key: str, paths: list[str], rate: float, until: threading.Event | None,
@@ -112,7 +132,7 @@ async def _run_load(url: str, key: str, paths: list[str], rate: float, until: th
     def finished(now: float) -> bool:
         return (until.is_set() if until is not None else now - start >= seconds)
 
-    async def worker(connection: _Connection) -> None:
+    async def worker(connection: _Reconnecting) -> None:
         for k in counter:
             scheduled = start + k / rate
             delay = scheduled - time.perf_counter()
