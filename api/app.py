@@ -30,6 +30,7 @@ from api.routes import (
     search,
     sessions,
 )
+from domain.application.wire import envelope_schema
 from domain.ports import PerspectiveEngine
 from infra.api_keys import ApiKeyStore
 from infra.bootstrap import Noumena, serve
@@ -73,6 +74,28 @@ class _Measured:
         await self._app(scope, receive, send)
 
 
+def _describe_envelopes(app: FastAPI) -> None:
+    """`POST /v1/events` takes envelopes as plain objects (each is parsed by the wire rules, so that an error
+    names the envelope's index); the OpenAPI document describes them with the envelope union itself, its
+    definitions added to the components as `Wire...`, so a client generating requests from the document makes
+    envelopes of a known `type` with their payload's fields."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build()
+        envelope = envelope_schema("#/components/schemas/Wire{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update({f"Wire{name}": definition for name, definition in envelope.pop("$defs", {}).items()})
+        events = components.get("EventsCreate", {}).get("properties", {}).get("events")
+        if events is not None:
+            events["items"] = envelope
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: bool = True,
                perspective_engine: PerspectiveEngine | None = None) -> FastAPI:
     """The API over one Noumena. The projector runs in this process (it owns the DuckDB file).
@@ -104,6 +127,7 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
                                                     field=field, errors=[FieldError(field=field,
                                                                                     detail=first["msg"])]))
 
+    _describe_envelopes(app)
     v1 = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
     for module in (events, entities, facts, graph, perspectives, search, memory, sessions, contexts, forget, admin):
         v1.include_router(module.router)

@@ -301,6 +301,12 @@ def to_command(envelope: EnvelopeBase) -> c.Command:
     raise WireError(f"unsupported payload {type(p).__name__}", field="type")
 
 
+def envelope_schema(ref_template: str) -> dict[str, Any]:
+    """The envelope union's JSON Schema with its definitions under `$defs`, referred to by `ref_template` (e.g.
+    `#/components/schemas/Wire{model}` when the definitions go into an OpenAPI document)."""
+    return _ENVELOPE.json_schema(ref_template=ref_template)
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema producers in any language validate against."""
     schema = _ENVELOPE.json_schema()
