@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -209,6 +210,7 @@ def start(home: Path) -> Any:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (so the served process is stopped too)
     import httpx
 
     from tests.api_support import stop_server

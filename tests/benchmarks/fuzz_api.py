@@ -15,6 +15,7 @@ field: the rules the schema cannot express. Exits 1 if any server error was seen
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -67,6 +68,7 @@ class Tally:
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (so the served process is stopped too)
     import schemathesis
     from hypothesis import HealthCheck, given, settings
     from hypothesis.errors import Unsatisfiable
