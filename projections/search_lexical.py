@@ -198,7 +198,10 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
         if not len(new):
             continue
         stamps[new] = stamp
-        more, more_scores = best(new, scored(new, (term, term.tfs[positions[fresh]])))
+        tfs = term.tfs[positions[fresh]]
+        ascending = np.argsort(new)  # in document order, the binary searches in the other postings walk forward
+        new, tfs = new[ascending], tfs[ascending]
+        more, more_scores = best(new, scored(new, (term, tfs)))
         if len(more):
             found, found_scores = best_of(found, found_scores, more, more_scores, limit)
 
