@@ -162,6 +162,28 @@ def _all_keys(noumena) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
     return {name: keys.get(name) for name in names}
 
 
+def _buckets_of(noumena, names: list[str]) -> list[int]:  # type: ignore[no-untyped-def]
+    keys = noumena.log.keys
+    return [r[0] for r in keys._db.execute(f"SELECT DISTINCT bucket FROM {keys._keys} "  # noqa: SLF001
+                                           "WHERE key_id = ANY(%s)", (names,))]
+
+
+def _bucket_keys(noumena, keks: list[bytes], numbers: list[int]) -> dict[int, bytes]:  # type: ignore[no-untyped-def]
+    """On PostgreSQL, what an auditor holding the database and the KEK file opens: the current keys of these
+    buckets, each bucket row unwrapped with every KEK found."""
+    keys = noumena.log.keys
+    found: dict[int, bytes] = {}
+    for bucket, wrapped in keys._db.execute(f"SELECT bucket, key FROM {keys._buckets} "  # noqa: SLF001
+                                            "WHERE bucket = ANY(%s)", (numbers,)):
+        blob = bytes(wrapped)
+        for kek in keks:
+            try:
+                found[bucket] = AESGCM(kek).decrypt(blob[:12], blob[12:], f"bucket/{bucket}".encode())
+            except InvalidTag:
+                continue
+    return found
+
+
 def _sealed_fields_of(noumena, deleted: set[str]) -> list[tuple[str, object]]:  # type: ignore[no-untyped-def]
     found = []
     for n in noumena.log.recorder.select_notifications(start=0, limit=100_000):
@@ -176,7 +198,8 @@ def _sealed_fields_of(noumena, deleted: set[str]) -> list[tuple[str, object]]:  
 
 def _candidates(files: list[Path], names: list[str], keks: list[bytes]) -> set[bytes]:
     """Every 32-byte string within 256 bytes after an occurrence of a key's name in any file, and every
-    60-byte string there unwrapped with every KEK found: what an auditor holding the disk could try."""
+    60-byte string there unwrapped with every wrapping key found (KEKs, and on PostgreSQL the bucket keys they
+    open): what an auditor holding the disk could try."""
     found: set[bytes] = set()
     ciphers = [AESGCM(k) for k in keks]
     for path in files:
@@ -236,13 +259,15 @@ def test_after_forgetting_no_byte_on_disk_holds_x_or_opens_x(make_noumena, tmp_p
     assert (home / "state" / f"{T}.snapshot").exists()
     before_keys = _all_keys(noumena)
     kek = KekFile(home / "keys.kek").read() if backend == "postgres" else None
+    x_names = [n for n in before_keys if "person:x" in n or "/session/" in n or "/root/" in n]
+    x_buckets = _bucket_keys(noumena, [kek.key], _buckets_of(noumena, x_names)) if kek is not None else {}
     seen = _scan(_files(*roots[:2]) + [roots[2]], markers)
     assert {"NAME", "REASON", "SESSIONFACT", "REJECTED"} <= set(seen), "the scan sees the plaintext copies"
     if kek is not None:  # before the forget, the disk alone opens X's fields: the attack the design defeats
         # (not always every field: a WAL page header can fall between a key's name and its bytes)
-        names = [n for n in before_keys if "person:x" in n or "/session/" in n]
-        fields = _sealed_fields_of(noumena, set(names))
-        assert fields and _opened(fields, _candidates(_files(*pg), names, [kek.key])) > 0
+        fields = _sealed_fields_of(noumena, set(x_names))
+        assert x_buckets and fields
+        assert _opened(fields, _candidates(_files(*pg), x_names, [kek.key, *x_buckets.values()])) > 0
 
     written = noumena.application.forget(T, "person:x")
     report = written.receipt
@@ -254,8 +279,9 @@ def test_after_forgetting_no_byte_on_disk_holds_x_or_opens_x(make_noumena, tmp_p
 
     everything = [p for p in _files(*roots[:2]) + [roots[2]] + _files(*pg)]
     needles = dict(markers) | {f"key {name}": key for name, key in deleted.items()}
-    if kek is not None:
+    if kek is not None:  # the retired KEK, and the retired keys of the buckets that held X's keys
         needles["retired KEK"] = kek.key
+        needles |= {f"retired bucket key {bucket}": key for bucket, key in x_buckets.items()}
     leftovers = _scan(everything, needles)
     assert leftovers == {}, leftovers
     assert _query_rows(everything, list(m.values())) == []
@@ -263,6 +289,10 @@ def test_after_forgetting_no_byte_on_disk_holds_x_or_opens_x(make_noumena, tmp_p
     fields = _sealed_fields_of(noumena, set(deleted))
     assert len(fields) >= 8  # X's name, reasons, message, task, report, summary, session facts
     keks = [k.key for k in KekFile(home / "keys.kek").candidates()]
+    if kek is not None:  # the buckets X's keys were in, as they are now, opened with the KEK on disk
+        now = _bucket_keys(noumena, keks, list(x_buckets))
+        assert set(x_buckets) <= set(now) and not set(now.values()) & set(x_buckets.values())
+        keks += [now[bucket] for bucket in x_buckets]
     candidates = _candidates(everything, list(deleted), keks) | set(after_keys.values()) - {None}
     assert _opened(fields, candidates) == 0
     assert noumena.service.ontology(T).entities["person:y"].label == "Yan KEEPYNAME"

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from domain.forgetting import ContentKey
-from infra.keys.postgres import PostgresKeyStore
-from infra.keys.wrapping import KekFile, KekMissing, is_wrapped
+from infra.keys.postgres import BUCKETS, PostgresKeyStore, bucket_of
+from infra.keys.wrapping import KekFile, KekMissing, is_wrapped, wrap
 from tests.conftest import postgres_settings
 
 pytestmark = pytest.mark.postgres  # every test here opens the PostgreSQL key store
@@ -35,28 +35,45 @@ def _key(n: int, owner: str) -> ContentKey:
     return ContentKey(f"{T}/entity/memory:{n}", frozenset((owner,)))
 
 
-def test_no_data_key_is_stored_in_plaintext_and_a_forget_rotates_the_wrapping_key(tmp_path):
+def _bucket_rows(store: PostgresKeyStore) -> dict[int, bytes]:
+    return {r[0]: bytes(r[1]) for r in store._db.execute(f"SELECT bucket, key FROM {store._buckets}")}  # noqa: SLF001
+
+
+def _neighbour(of: str) -> str:
+    """Another person whose keys share `of`'s bucket."""
+    return next(f"person:n{n}" for n in range(100_000)
+                if bucket_of(f"{T}/entity/memory:0", [f"person:n{n}"]) == bucket_of(f"{T}/entity/memory:0", [of]))
+
+
+def test_no_data_key_is_stored_in_plaintext_and_a_forget_rekeys_the_subjects_buckets_and_rotates_the_kek(tmp_path):
     store, schema = _open(tmp_path)
-    keys = store.keys_for([_key(n, "person:x" if n < 3 else "person:y") for n in range(10)])
-    rows = _rows(store)
+    neighbour = _neighbour("person:x")
+    owner = {n: "person:x" if n < 3 else neighbour if n < 5 else "person:y" for n in range(10)}
+    keys = store.keys_for([_key(n, owner[n]) for n in range(10)])
+    rows, buckets = _rows(store), _bucket_rows(store)
     assert len(rows) == 10 and all(is_wrapped(stored) for stored in rows.values())
+    assert len(buckets) == BUCKETS and all(is_wrapped(stored) for stored in buckets.values())
     assert not any(key in stored for key in keys.values() for stored in rows.values())
     old_kek = KekFile(tmp_path / "keys.kek").read()
     assert old_kek is not None and os.stat(tmp_path / "keys.kek").st_mode & 0o777 == 0o600
 
     assert store.forget(T, "person:x") == 3
+    assert store.rekeyed == 2 and store.rewrapped == BUCKETS  # the neighbour's keys; every bucket key
     new_kek = KekFile(tmp_path / "keys.kek").read()
     assert new_kek is not None and new_kek.kek_id != old_kek.kek_id
     assert old_kek.key not in (tmp_path / "keys.kek").read_bytes()
     assert old_kek.key.hex().encode() not in (tmp_path / "keys.kek").read_bytes()
     assert not (tmp_path / "keys.kek.next").exists()
-    after = _rows(store)
-    assert len(after) == 7 and all(after[k] != rows[k] for k in after)  # every remaining key re-wrapped
+    after, buckets_after = _rows(store), _bucket_rows(store)
+    assert len(after) == 7 and all(buckets_after[b] != buckets[b] for b in buckets)  # every bucket key re-wrapped
+    name = f"{T}/entity/memory:{{}}".format
+    assert all(after[name(n)] != rows[name(n)] for n in (3, 4))  # the bucket that held X's keys: a new key
+    assert all(after[name(n)] == rows[name(n)] for n in range(5, 10))  # other buckets: untouched
     store.close()
 
     again, _ = _open(tmp_path, schema)  # a fresh process reads the remaining keys, not the forgotten ones
     for n in range(10):
-        assert again.get(f"{T}/entity/memory:{n}") == (None if n < 3 else keys[f"{T}/entity/memory:{n}"])
+        assert again.get(name(n)) == (None if n < 3 else keys[name(n)])
     again.close()
 
 
@@ -75,20 +92,43 @@ def test_another_process_reads_keys_after_a_rotation_it_did_not_make(tmp_path):
     second.close()
 
 
-def test_a_store_from_before_wrapping_is_wrapped_when_opened(tmp_path):
-    store, schema = _open(tmp_path)
-    store.close()
-    plain = os.urandom(32)
-    settings = postgres_settings(tmp_path, schema)
+def test_a_store_of_an_earlier_layout_is_converted_when_opened(tmp_path):
+    """Keys in plaintext (before wrapping) and keys wrapped under the KEK (before buckets), in the tables those
+    layouts made: opened, each is wrapped under its bucket's key, reads as before and is forgotten by owner."""
+    settings = postgres_settings(tmp_path)
+    schema = settings.pg_schema
+    kek = KekFile(tmp_path / "keys.kek").create()
+    plain, wrapped = os.urandom(32), os.urandom(32)
+    odd = f"{T}/entity/memory:back\\slash"
     with psycopg.connect(host=settings.pg_host, port=settings.pg_port, user=settings.pg_user,
                          password=settings.pg_password.get_secret_value(), dbname=settings.pg_dbname,
                          autocommit=True) as conn:
-        conn.execute(f'INSERT INTO "{schema}".noumena_data_keys VALUES (%s, %s)', (f"{T}/entity/person:old", plain))
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".noumena_data_keys (key_id TEXT PRIMARY KEY, key BYTEA NOT NULL)')
+        conn.execute(f'CREATE TABLE "{schema}".noumena_key_owners (key_id TEXT NOT NULL, owner TEXT NOT NULL, '
+                     "PRIMARY KEY (key_id, owner))")
+        conn.execute(f'CREATE TABLE "{schema}".noumena_key_meta (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), '
+                     "kek_id TEXT, epoch BIGINT NOT NULL DEFAULT 0)")
+        conn.execute(f'INSERT INTO "{schema}".noumena_key_meta (kek_id) VALUES (%s)', (kek.kek_id,))
+        rows = [(f"{T}/entity/person:old", plain, "person:old"),
+                (f"{T}/session/s1", wrap(kek.cipher(), f"{T}/session/s1", wrapped), "person:old"),
+                (odd, wrap(kek.cipher(), odd, wrapped), "person:keep")]
+        for key_id, key, owner in rows:
+            conn.execute(f'INSERT INTO "{schema}".noumena_data_keys VALUES (%s, %s)', (key_id, key))
+            conn.execute(f'INSERT INTO "{schema}".noumena_key_owners VALUES (%s, %s)', (key_id, owner))
     reopened, _ = _open(tmp_path, schema)
-    stored = _rows(reopened)[f"{T}/entity/person:old"]
-    assert is_wrapped(stored) and plain not in stored
-    assert reopened.get(f"{T}/entity/person:old") == plain
+    assert reopened.converted == 3
+    stored = _rows(reopened)
+    assert all(is_wrapped(key) for key in stored.values()) and plain not in stored[f"{T}/entity/person:old"]
+    assert [r[0] for r in reopened._db.execute(  # noqa: SLF001
+        f"SELECT bucket FROM {reopened._keys} WHERE key_id = %s", (odd,))] == [bucket_of(odd, ["person:keep"])]
+    assert reopened.get(f"{T}/entity/person:old") == plain and reopened.get(odd) == wrapped
     reopened.close()
+    again, _ = _open(tmp_path, schema)  # converted once
+    assert again.converted == 0 and again.get(f"{T}/session/s1") == wrapped
+    assert again.forget(T, "person:old") == 2
+    assert again.get(f"{T}/session/s1") is None and again.get(odd) == wrapped
+    again.close()
 
 
 def test_a_rotation_interrupted_before_its_commit_is_undone_on_open_and_a_lost_kek_is_named(tmp_path):
