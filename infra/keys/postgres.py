@@ -45,9 +45,10 @@ from infra.keys.cache import CACHE_LIMIT, KeyCache
 from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
 from infra.keys.wrapping import Kek, KekFile, KekMissing, unwrap, wrap
 
-BUCKETS = 4096
-"""Bucket keys per schema. A forget re-wraps all of them (about 20 ms) and re-keys the buckets the subject's keys
-were in: with a million keys, about 250 keys a bucket."""
+BUCKETS = 1024
+"""Bucket keys per schema. A forget re-wraps all of them and re-keys the buckets the subject's keys were in (with
+a million keys spread evenly, about a thousand keys a bucket): about the square root of the keys a store holds
+keeps the two costs level."""
 PAGE = 20_000
 """Keys read and written per page when a store of an earlier layout is converted."""
 
@@ -411,7 +412,8 @@ class PostgresKeyStore:
         todo = plan() if plan else ForgetPlan()
         also, owners = list(todo.also), list(dict.fromkeys((owner, *todo.owners)))
         timings = self.last_forget = {"plan": time.perf_counter() - started}
-        """Seconds of the last forget's steps (plan, delete, rekey, rotate, commit): for the benchmark."""
+        """Seconds of the last forget's steps (plan, open: bucket keys read and keys found, delete, rekey, rotate,
+        commit): for the benchmark."""
         new = self.kek_file.prepare()
         db = self._db
         try:
@@ -434,16 +436,21 @@ class PostgresKeyStore:
                                          bucket, member_owners))
                         self._insert(rows)
                     db.execute(f"DELETE FROM {self._groups} WHERE group_id = %s", (group,))
+                # the plan's further keys under every name they had (`<id>~<n>` after an earlier forget)
+                lives = dict(db.execute(f"SELECT key_id, lives FROM {self._lives} WHERE key_id = ANY(%s)",
+                                        (also,)).fetchall())
+                named = also + [f"{key_id}~{n}" for key_id, most in lives.items() for n in range(1, most + 1)]
                 doomed.update(db.execute(
                     f"SELECT key_id, bucket FROM {self._keys} WHERE key_id IN (SELECT key_id FROM {self._owners} "
-                    "WHERE owner = ANY(%s) AND key_id LIKE %s) OR split_part(key_id, '~', 1) = ANY(%s)",
-                    (owners, f"{tenant}/%", also)).fetchall())
+                    "WHERE owner = ANY(%s) AND key_id LIKE %s) OR key_id = ANY(%s)",
+                    (owners, f"{tenant}/%", named)).fetchall())
+                timings["open"] = time.perf_counter() - started - sum(timings.values())
                 names = list(doomed)
                 db.execute(f"DELETE FROM {self._keys} WHERE key_id = ANY(%s)", (names,))
                 db.execute(f"DELETE FROM {self._owners} WHERE key_id = ANY(%s)", (names,))
                 # groups whose key went with an owner: their next member makes a new one
                 db.execute(f"DELETE FROM {self._groups} WHERE key_id = ANY(%s)", (names,))
-                lives: dict[str, int] = {}
+                lives = {}
                 for name in names:
                     if derived_name(name) is not None or "/root/" in name:
                         continue  # (group keys and their members' keys have ids made once)

@@ -19,6 +19,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +29,8 @@ from domain.ports import KeysForgotten
 from infra.keys.cache import NO_OWNERS, KeyCache
 from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
 
+UNRECORDED_LIMIT = 60.0
+"""Seconds after which a forget's mark "keys deleted, event not yet logged" is ignored (its process died)."""
 COMMIT_BESIDE = 32
 """From this many new keys in a batch on, their commit runs on a background thread while the batch is sealed."""
 
@@ -62,6 +65,8 @@ class SQLiteKeyStore:
             self._insert = "INSERT INTO data_keys (key_id, key, owners) VALUES (?, ?, ?)"
             self._where = "key_id"
         self._db.execute("CREATE TABLE IF NOT EXISTS key_groups (group_id TEXT PRIMARY KEY, key_id TEXT NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS forgets_unrecorded (epoch INTEGER PRIMARY KEY, pid INTEGER NOT "
+                         "NULL, at REAL NOT NULL)")
         self._lock = threading.Lock()
         """Held from the start of a write until its commit is done (released by the committer thread)."""
         self._committer: ThreadPoolExecutor | None = None
@@ -93,6 +98,7 @@ class SQLiteKeyStore:
         committed) are they read back: the stored key wins. Key ids already cached that gain owners are read
         and updated. Until the commit is done the store stays locked, so no one else can use the new keys
         before they are stored."""
+        self._wait_for_record()
         self._lock.acquire()
         try:
             epoch = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -173,12 +179,33 @@ class SQLiteKeyStore:
                 self._cache.clear()
                 self._epoch = epoch
                 raise KeysForgotten("a subject was forgotten while this batch was sealed")
+            if self._unrecorded():
+                raise KeysForgotten("a forget in another process has deleted keys and not yet logged its event")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             self._lock.release()
             raise
         return self._let_go
+
+    def _unrecorded(self) -> bool:
+        """Whether another process's forget has deleted its keys and not yet appended `subject.forgotten` (a mark
+        left by a process that is gone, or older than `UNRECORDED_LIMIT`, is ignored)."""
+        for pid, at in self._db.execute("SELECT pid, at FROM forgets_unrecorded"):
+            if pid != os.getpid() and time.time() - at < UNRECORDED_LIMIT and _alive(pid):
+                return True
+        return False
+
+    def _wait_for_record(self) -> None:
+        """Before a batch's keys: wait (holding nothing) while another process's forget logs its event, so the
+        batch is not turned back at its commit and decided again and again meanwhile."""
+        waited = 0.0
+        while waited < UNRECORDED_LIMIT:
+            with self._lock:
+                if not self._unrecorded():
+                    return
+            time.sleep(0.005)
+            waited += 0.005
 
     def _let_go(self) -> None:
         try:
@@ -321,7 +348,13 @@ class SQLiteKeyStore:
         (this thread is let through). The store's forget count (`PRAGMA user_version`) moves on, so that other
         processes drop the keys they cached and decide again any batch sealed with them. `record(deleted)` (the
         `subject.forgotten` event) runs after the file's write lock is let go: a sealed write holds the event
-        file's lock before it asks for the key file's, so recording under the key file's lock could deadlock."""
+        file's lock before it asks for the key file's, so recording under the key file's lock could deadlock. So
+        that no writer of another process commits in between (decided before the event, with new keys for the
+        subject), the forget's transaction also leaves a mark in `forgets_unrecorded`, removed once the event is
+        logged: meanwhile other processes' sealed writes wait before taking keys, and one already past that is
+        turned back at its commit (`KeysForgotten`) and decided again, after the event. A mark whose process is
+        gone (or older than `UNRECORDED_LIMIT`) is ignored.
+        """
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
@@ -362,6 +395,9 @@ class SQLiteKeyStore:
                            "(SELECT key_id FROM data_keys)", (f"{tenant}/", f"{tenant}0"))
                 epoch = db.execute("PRAGMA user_version").fetchone()[0] + 1
                 db.execute(f"PRAGMA user_version = {epoch}")
+                db.execute("DELETE FROM forgets_unrecorded WHERE pid = ?", (os.getpid(),))  # (left by a crash)
+                if record is not None:
+                    db.execute("INSERT INTO forgets_unrecorded VALUES (?, ?, ?)", (epoch, os.getpid(), time.time()))
                 db.execute("COMMIT")
                 self._epoch = epoch
                 self.deleted = names
@@ -373,10 +409,15 @@ class SQLiteKeyStore:
             finally:
                 self._forgetting = None
                 self._cache.clear()
+        if record is not None:
+            try:
+                record(deleted)
+            finally:
+                with self._lock:
+                    db.execute("DELETE FROM forgets_unrecorded WHERE epoch = ?", (epoch,))
+        with self._lock:
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        if record is not None:
-            record(deleted)
         return deleted
 
     @property
@@ -393,6 +434,16 @@ class SQLiteKeyStore:
             self._committer.shutdown(wait=True)
         with self._lock:
             self._db.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _key_hash(key_id: str) -> bytes:

@@ -1,12 +1,14 @@
-"""Benchmark: what a forget costs on PostgreSQL now that it rotates the key-encryption key, by the number of data
-keys stored, and the ingest ratio with sealing on PostgreSQL in the same run.
+"""Benchmark: what a forget costs on PostgreSQL, where it re-keys the buckets that held the deleted keys and
+rotates the key-encryption key (every bucket key re-wrapped), by the number of data keys stored, and the ingest
+ratio with sealing on PostgreSQL in the same run.
 
 For each size (NOUMENA_BENCH_KEYS, default "1000,100000,1000000"), a fresh schema is filled with that many wrapped
-data keys (entity keys of memories, 1,000 people owning one in a thousand each; the first 20,000 through the store,
-the rest with COPY as the store writes them), then one
-person is forgotten three times over (three people): the forget's latency (its steps: plan, delete, re-wrap of
-every other key, commit, VACUUM) and the re-wrap's cost per key. Baseline in the same run: the smallest size's
-forget, so the printed ratio is what the rotation adds as the store grows. Then bench_encryption.py's two
+data keys (entity keys of memories, 1,000 people owning one in a thousand each, so a person's keys share a
+bucket; the first 20,000 through the store, the rest with COPY as the store writes them: wrapped under their
+bucket's key), then one person is forgotten three times over (three people): the forget's latency, its steps
+(plan, delete, re-key of the subject's buckets, rotation of the bucket keys under a new KEK, commit), and how
+many keys each step re-wrapped. Baseline in the same run: the smallest size's forget, so the printed ratio is what
+the store's size adds. Then bench_encryption.py's two
 workloads on PostgreSQL (NOUMENA_BENCH_STORE=postgres) with NOUMENA_BENCH_EVENTS (default here 5000) and
 NOUMENA_BENCH_ROUNDS (default here 3): sealed against plaintext ingest, goal >= 0.8.
 """
@@ -22,8 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
+
 from domain.forgetting import ContentKey  # noqa: E402
-from infra.keys.postgres import PostgresKeyStore  # noqa: E402
+from infra.keys.postgres import BUCKETS, PostgresKeyStore, bucket_of  # noqa: E402
 from infra.keys.wrapping import wrap  # noqa: E402
 from tests.conftest import postgres_settings  # noqa: E402
 
@@ -40,16 +44,19 @@ def _store(home: Path) -> PostgresKeyStore:
 
 
 def _fill(store: PostgresKeyStore, start: int, size: int) -> None:
-    """Keys `start`..`size` written with COPY, wrapped under the store's KEK, each owned by one of PEOPLE."""
-    cipher = store._kek.cipher()  # type: ignore[union-attr]  # noqa: SLF001
+    """Keys `start`..`size` written with COPY, each owned by one of PEOPLE and wrapped under its bucket's key."""
+    buckets = {bucket: AESGCM(key) for bucket, key in store._all_bucket_keys().items()}  # noqa: SLF001
     db = store._db  # noqa: SLF001
     with db.transaction(), db.cursor() as cursor:
         for first in range(start, size, FILL):
             numbers = range(first, min(size, first + FILL))
-            keys = [f"bench/entity/memory:{n}\t\\\\x{wrap(cipher, f'bench/entity/memory:{n}', os.urandom(32)).hex()}"
-                    for n in numbers]
-            with cursor.copy(f"COPY {store._keys} (key_id, key) FROM STDIN") as copy:  # noqa: SLF001
-                copy.write("\n".join(keys) + "\n")
+            rows = []
+            for n in numbers:
+                name = f"bench/entity/memory:{n}"
+                bucket = bucket_of(name, [f"person:p{n % PEOPLE}"])
+                rows.append(f"{name}\t\\\\x{wrap(buckets[bucket], name, os.urandom(32)).hex()}\t{bucket}")
+            with cursor.copy(f"COPY {store._keys} (key_id, key, bucket) FROM STDIN") as copy:  # noqa: SLF001
+                copy.write("\n".join(rows) + "\n")
             owners = [f"bench/entity/memory:{n}\tperson:p{n % PEOPLE}" for n in numbers]
             with cursor.copy(f"COPY {store._owners} (key_id, owner) FROM STDIN") as copy:  # noqa: SLF001
                 copy.write("\n".join(owners) + "\n")
@@ -67,25 +74,27 @@ def measure(size: int) -> dict[str, float]:
         for person in range(3):
             started = time.perf_counter()
             deleted = store.forget("bench", f"person:p{person}")
-            runs.append((time.perf_counter() - started, dict(store.last_forget), deleted, store.rewrapped))
+            runs.append((time.perf_counter() - started, dict(store.last_forget), deleted, store.rekeyed,
+                         store.rewrapped))
         store._db.execute(f"DROP SCHEMA \"{store._schema}\" CASCADE")  # noqa: SLF001
         store.close()
     best = min(runs, key=lambda r: r[0])
     return {"fill": fill, "forget": best[0], "median": statistics.median(r[0] for r in runs), **best[1],
-            "deleted": best[2], "rewrapped": best[3]}
+            "deleted": best[2], "rekeyed": best[3], "rewrapped": best[4]}
 
 
 def main() -> None:
-    print(f"forget on PostgreSQL with KEK rotation, by data keys stored (best of 3 forgets; {PEOPLE} owners)")
+    print(f"forget on PostgreSQL (re-key the subject's buckets, rotate the KEK over {BUCKETS:,} bucket keys), by "
+          f"data keys stored (best of 3 forgets; {PEOPLE} owners)")
     baseline = None
     for size in SIZES:
         m = measure(size)
         baseline = baseline or m["forget"]
-        steps = ", ".join(f"{k} {m[k]:.2f} s" for k in ("plan", "delete", "rewrap", "commit", "vacuum"))
+        steps = ", ".join(f"{k} {m[k]:.2f} s" for k in ("plan", "open", "delete", "rekey", "rotate", "commit"))
         print(f"  {size:>9,} keys: forget {m['forget']:7.2f} s (median {m['median']:.2f} s; "
-              f"{m['forget'] / baseline:6.1f}x the {SIZES[0]:,}-key forget) - {steps}; "
-              f"re-wrapped {m['rewrapped']:,.0f} keys at "
-              f"{m['rewrap'] / max(m['rewrapped'], 1) * 1e6:.1f} us each; filling took {m['fill']:.1f} s")
+              f"{m['forget'] / baseline:6.1f}x the {SIZES[0]:,}-key forget) - {steps}; deleted {m['deleted']:,.0f}, "
+              f"re-keyed {m['rekeyed']:,.0f} keys of the subject's buckets, re-wrapped {m['rewrapped']:,.0f} bucket "
+              f"keys; filling took {m['fill']:.1f} s")
     os.environ["NOUMENA_BENCH_STORE"] = "postgres"
     os.environ.setdefault("NOUMENA_BENCH_EVENTS", "5000")
     os.environ.setdefault("NOUMENA_BENCH_ROUNDS", "3")
