@@ -120,11 +120,19 @@ class KekFile:
         self.discard()
 
     def discard(self) -> None:
-        """Wipe and remove a `.next` file (a rotation that did not commit, or one finished)."""
-        if self.next_path.exists():
-            _overwrite(self.next_path, b"\0" * self.next_path.stat().st_size)
-            self.next_path.unlink()
-            _sync_dir(self.path.parent)
+        """Wipe and remove a `.next` file (a rotation that did not commit, or one finished). Another process
+        opening the store may finish the same rotation at the same time: whichever comes second finds nothing."""
+        try:
+            fd = os.open(self.next_path, os.O_WRONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.write(fd, b"\0" * os.fstat(fd).st_size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.next_path.unlink(missing_ok=True)
+        _sync_dir(self.path.parent)
 
     def recover(self, recorded: str | None) -> None:
         """On open: finish or undo a rotation a crash interrupted, by the KEK id the database records."""
