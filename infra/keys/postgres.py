@@ -440,10 +440,10 @@ class PostgresKeyStore:
                 lives = dict(db.execute(f"SELECT key_id, lives FROM {self._lives} WHERE key_id = ANY(%s)",
                                         (also,)).fetchall())
                 named = also + [f"{key_id}~{n}" for key_id, most in lives.items() for n in range(1, most + 1)]
-                doomed.update(db.execute(
+                doomed.update(db.execute(  # (a union, not an OR: each side through its index)
                     f"SELECT key_id, bucket FROM {self._keys} WHERE key_id IN (SELECT key_id FROM {self._owners} "
-                    "WHERE owner = ANY(%s) AND key_id LIKE %s) OR key_id = ANY(%s)",
-                    (owners, f"{tenant}/%", named)).fetchall())
+                    f"WHERE owner = ANY(%s) AND key_id LIKE %s) UNION SELECT key_id, bucket FROM {self._keys} "
+                    "WHERE key_id = ANY(%s)", (owners, f"{tenant}/%", named)).fetchall())
                 timings["open"] = time.perf_counter() - started - sum(timings.values())
                 names = list(doomed)
                 db.execute(f"DELETE FROM {self._keys} WHERE key_id = ANY(%s)", (names,))

@@ -67,7 +67,8 @@ WORKLOADS = {"A  half facts, short texts    ": (2, SHORT), "B  session traffic, 
 
 
 STORE = os.environ.get("NOUMENA_BENCH_STORE", "sqlite")
-"""sqlite (the file) or postgres (a fresh schema on NOUMENA_PG_*; data keys wrapped under a KEK file)."""
+"""sqlite (the file) or postgres (a fresh schema on NOUMENA_PG_*; data keys wrapped under bucket keys, those under a
+KEK file)."""
 
 
 def _settings(home: Path, encrypt: bool) -> Settings:
@@ -100,7 +101,7 @@ def run(encrypt: bool, envelopes: list[dict]) -> list[float]:
 
 
 def main() -> None:
-    where = "PostgreSQL (keys wrapped under a KEK)" if STORE == "postgres" else "SQLite file"
+    where = "PostgreSQL (keys wrapped under bucket keys and a KEK)" if STORE == "postgres" else "SQLite file"
     print(f"ingest through the whole path, {where}, batches of {BATCH}, {EVENTS} envelopes, {ROUNDS} alternating "
           "whole runs each")
     for name, (fact_every, text) in WORKLOADS.items():
