@@ -66,8 +66,9 @@ def _print_evidence(c: Any) -> None:
     if c.ambiguous:
         out("ambiguous names: " + "; ".join(c.ambiguous), markup=False)
     if c.recall:
-        out(f"recorded recall: {c.recall.mode} of {len(c.recall.fact_ids)} facts at log position "
-            f"{c.recall.position}", markup=False)
+        out(f"recorded recall: {c.recall.mode} of {len(c.recall.fact_ids)} facts, "
+            + ("held for the next coalesced flush" if c.recall.held else f"at log position {c.recall.position}"),
+            markup=False)
     for block in c.blocks:
         out(f"[bold]{block.role.value}[/] {block.tokens}/{block.budget_tokens} tokens")
         for line in block.lines:

@@ -88,8 +88,8 @@ def _print_evidence(p: Any) -> None:
     console.print("parameters: " + ", ".join(f"{k}={v}" for k, v in p.parameters.model_dump().items()),
                   markup=False)
     if p.recall:
-        console.print(f"recorded recall: {p.recall.mode} of {len(p.recall.fact_ids)} facts at log position "
-                      f"{p.recall.position}")
+        where = "held for the next coalesced flush" if p.recall.held else f"at log position {p.recall.position}"
+        console.print(f"recorded recall: {p.recall.mode} of {len(p.recall.fact_ids)} facts, {where}")
     console.print(f"counts: {p.counts}", markup=False)
     for item in p.items:
         console.print(f"  {item.tier.value:6} A={item.activation:+.3f} B={item.base_level:+.3f} x={item.spread:.4f}"

@@ -64,6 +64,8 @@ def explain_search(search_id: str, as_json: bool) -> None:
         console.print(f"{item.rank:>3}. {item.text} [#{item.fact_id[:8]}] score {item.score:.3f} {item.scores}")
     if served.recall_position is not None:
         console.print(f"recorded as looked_up at log position {served.recall_position}")
+    elif served.recall_held:
+        console.print("recorded as looked_up, held for the next coalesced flush")
 
 
 def register(app: typer.Typer) -> None:

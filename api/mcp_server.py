@@ -20,10 +20,9 @@ from pydantic import Field, ValidationError
 from domain.access import check_acts_as, check_may_assert, require_tenant_wide
 from domain.application.use_cases import Application
 from domain.commands import Source
-from domain.errors import DomainError, NoumenaError
+from domain.errors import DomainError, NoumenaError, UnknownPerspective
 from domain.perspective import Perspective
 from domain.values import Count, Flag, Identifier, Ref, RelationName, Scope, Text, Timestamp, text
-from projections.perspectives import UnknownPerspective
 
 T = TypeVar("T")
 INSTRUCTIONS = """noumena is the memory behind an agent's main session. Call `perspective` with your agent ref

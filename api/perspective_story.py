@@ -9,7 +9,9 @@ While the story is ingested, perspectives are served at their moments, exactly a
   `used` recall of those facts;
 - day 14 ("now"): the same three perspectives, Wang's agent now focused on Li and the quote.
 
-Serving records the pushed recalls, so the second moment ranks what was used higher (the testing effect).
+Serving records the pushed recalls (each at once, as `noumena serve` does with NOUMENA_RECALL_FLUSH_SECONDS=0:
+the story's clock jumps days between moments), so the second moment ranks what was used higher (the testing
+effect).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from typing import Any
 
 from api.demo import StoryClock, build_story
 from api.story import START, TENANT
+from domain.activation import Tier
+from domain.commands import RecordRecall
 from domain.perspective import Perspective
+from domain.recalls import RecallMode
 from infra.bootstrap import Noumena
 from projections.perspectives import Perspectives
 
@@ -74,7 +79,7 @@ def serve_story(home: Path) -> PerspectiveStory:
 
     def perspectives(app: Noumena, clock: StoryClock) -> PerspectiveStory:
         if "it" not in story:
-            story["it"] = PerspectiveStory(app, clock, Perspectives(app.log, app.service, home, clock))
+            story["it"] = PerspectiveStory(app, clock, Perspectives(app.log, clock))
         return story["it"]
 
     def serve(it: PerspectiveStory, title: str, moment: datetime, focus_quote: bool) -> None:
@@ -84,12 +89,17 @@ def serve_story(home: Path) -> PerspectiveStory:
             focus = list(view.get("focus", []))
             if name == "wang" and focus_quote:
                 focus.append(QUOTE)
-            served[name] = it.perspectives.perspective_for(TENANT, view["agent"], view.get("serving"), focus)
+            served[name] = seen = it.perspectives.perspective_for(TENANT, view["agent"], view.get("serving"), focus)
+            shown = seen.fact_ids(Tier.FULL, Tier.GIST)
+            if shown:
+                it.app.service.execute(RecordRecall(tenant=TENANT, agent=view["agent"], fact_ids=tuple(shown),
+                                                    mode=RecallMode.PUSHED, perspective_id=seen.perspective_id))
 
     def brief(it: PerspectiveStory) -> None:
         it.clock.now = BRIEFING.astimezone(UTC)
         ids = [_fact_id(it.app, *triple) for triple in BRIEFED_WITH]
-        it.perspectives.used(TENANT, WANG_AGENT, ids)
+        it.app.service.execute(RecordRecall(tenant=TENANT, agent=WANG_AGENT, fact_ids=tuple(ids),
+                                            mode=RecallMode.USED))
 
     schedule: list[tuple[datetime, Callable[[PerspectiveStory], None]]] = [
         (MOMENT_1[1], lambda it: serve(it, MOMENT_1[0], MOMENT_1[1], focus_quote=False)),

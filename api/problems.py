@@ -28,9 +28,9 @@ from domain.errors import (
     SubjectWasForgotten,
     TenantAlreadyExists,
     UnknownFact,
+    UnknownPerspective,
 )
 from infra.api_keys import UnknownApiKey
-from projections.perspectives import UnknownPerspective
 
 log = logging.getLogger(__name__)
 PROBLEM_TYPE = "https://noumena.dev/problems/"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from domain.recalls import RecallMode
 from domain.sessions import SessionKind, WorkerStatus
@@ -193,6 +193,25 @@ class RecordRecall(Command):
     fact_ids: tuple[Identifier, ...] = Field(min_length=1)
     mode: RecallMode
     perspective_id: Identifier | None = None
+
+
+class ServedUse(BaseModel):
+    """One use a served read made of a fact (shown clearly in a perspective or context, returned by a search)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent: Ref
+    fact_id: Identifier
+    mode: RecallMode
+    at: AwareDatetime
+
+
+class RecordCoalescedRecalls(Command):
+    """The uses served reads made since the last flush (domain/application/recall_buffer.py): recorded as one
+    `recalls.coalesced` event, at most one use per agent, fact and hour (uses whose hour already holds one are
+    dropped)."""
+
+    uses: tuple[ServedUse, ...] = Field(min_length=1)
 
 
 class PromoteFact(Command):

@@ -129,3 +129,27 @@ class EmbedderUnavailable(InfrastructureError):
 class NotPermitted(DomainError):
     """The caller's key does not allow this (an agent-scoped key asking as another agent, or for a person its
     agents do not serve, or on a route that needs a tenant-wide key)."""
+
+
+class UnknownServed(NoumenaError):
+    """No evidence of a served read under this id here: never served from this home, another tenant's, or past
+    the evidence store's bounds (age, size)."""
+
+    what = "read"
+
+    def __init__(self, served_id: str) -> None:
+        super().__init__(f"no {self.what} {served_id!r} was served from this home (or its evidence is past the"
+                         " store's age or size bound)")
+        self.served_id = served_id
+
+
+class UnknownPerspective(UnknownServed):
+    what = "perspective"
+
+
+class UnknownContext(UnknownServed):
+    what = "context"
+
+
+class UnknownSearch(UnknownServed):
+    what = "search"

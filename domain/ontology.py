@@ -37,7 +37,7 @@ from domain.facts import (
     FactStatus,
 )
 from domain.forgetting import SubjectForgotten
-from domain.recalls import FactsRecalled
+from domain.recalls import FactsRecalled, RecallsCoalesced
 from domain.relations import BUILTIN_RELATIONS, RelationType, RelationTypeDefined, default_relation
 from domain.sessions import (
     MAX_TURNS_KEPT,
@@ -409,6 +409,18 @@ class Ontology:
             if e.agent not in by_agent:
                 self._set(by_agent, e.agent, [])
             self._append(by_agent[e.agent], e.recorded_at)
+
+    @_applies
+    def _(self, e: RecallsCoalesced) -> None:
+        self._attrs(self, recall_count=self.recall_count + 1)
+        for agent, _mode, fact_id, at in e.used():
+            by_agent = self.recall_uses.get(fact_id)
+            if by_agent is None:
+                by_agent = {}
+                self._set(self.recall_uses, fact_id, by_agent)
+            if agent not in by_agent:
+                self._set(by_agent, agent, [])
+            self._append(by_agent[agent], at)
 
     @_applies
     def _(self, e: SubjectForgotten) -> None:

@@ -7,6 +7,7 @@ so every line of a served context is traceable.
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,11 +65,19 @@ class ContextLine(BaseModel):
 
 
 class RecallRecord(BaseModel):
-    """The recall this perspective recorded, if any: its mode, facts and log position."""
+    """The recall this read recorded, if any: its mode, facts and log position (None while `held`: coalesced
+    uses are written by the next flush, domain/application/recall_buffer.py)."""
 
     mode: str
     fact_ids: list[str]
     position: int | None = None
+    held: bool = False
+
+
+def new_served_id(at: datetime) -> str:
+    """An id for a served read: 32 hex digits, the first 12 the serving moment in milliseconds (so ids sort by
+    time, and the evidence store appends in key order and drops the oldest first), then 80 random bits."""
+    return f"{int(at.timestamp() * 1000) & 0xFFFF_FFFF_FFFF:012x}{secrets.randbits(80):020x}"
 
 
 class Perspective(BaseModel):

@@ -156,24 +156,22 @@ class Embedder(Protocol):
 
 
 class PerspectiveEngine(Protocol):
-    """Computes what a viewer sees (projections/perspectives.py behind infra/perspective_engine.py). It computes
-    and keeps evidence; recording the recall a perspective causes is the application's job (a write)."""
+    """Computes what a viewer sees (projections/perspectives.py behind infra/perspective_engine.py). It only
+    computes: recording the recall a perspective causes and keeping its evidence are the application's side
+    effects."""
+
+    records_recalls: bool
+    """False: an engine whose perspectives cause no recall and keep no evidence (benchmarks over an index not
+    built from the log)."""
 
     def perspective(self, tenant: str, agent: str, serving: str | None, focus: Sequence[str],
                     as_of: datetime | None, budget_tokens: int | None, deeper: bool = False) -> Perspective:
-        """Compute a perspective (no write, no evidence yet)."""
+        """Compute a perspective (no write, no evidence)."""
         ...
 
-    def keep_evidence(self, perspective: Perspective) -> None:
-        """Store the evidence of a served perspective, for `explain`."""
-        ...
-
-    def served(self, tenant: str | None, perspective_id: str) -> Perspective:
-        """A perspective served before in this tenant (any tenant: None) from its evidence; raises if unknown."""
-        ...
-
-    def reproduce(self, perspective_id: str) -> Perspective:
-        """Compute a served perspective again from the log as it stood then; nothing is recorded."""
+    def reproduce(self, served: Perspective) -> Perspective:
+        """Compute a served perspective again (from its request, moment, parameters and log position) from the
+        log as it stood then; nothing is recorded."""
         ...
 
     def forgotten(self, tenants: list[str] | None = None) -> None:
@@ -182,31 +180,42 @@ class PerspectiveEngine(Protocol):
 
 
 class ContextEngine(Protocol):
-    """Assembles a main session's context block (projections/contexts.py behind infra/context_engine.py)."""
+    """Assembles a main session's context block (projections/contexts.py behind infra/context_engine.py); computes
+    only."""
 
     def context(self, tenant: str, session_id: str, message: str | None, budget_tokens: int | None) -> Context:
-        """Assemble, record its recall and keep its evidence."""
+        """Assemble (no write, no evidence)."""
         ...
 
-    def served(self, tenant: str | None, context_id: str) -> Context:
-        """A context served before in this tenant (any tenant: None) from its evidence; raises if unknown."""
-        ...
-
-    def reproduce(self, context_id: str) -> Context:
+    def reproduce(self, served: Context) -> Context:
         """Assemble a served context again from the log as it stood then; nothing is recorded."""
         ...
 
 
 class SearchEngine(Protocol):
     """Recall by content (projections/searches.py behind infra/search_engine.py): BM25 and embeddings fused with
-    the viewer's activation, within what the viewer may see. A current search records its results as recalled
-    (mode `looked_up`, through the `CommandRunner`); an as-of search records nothing."""
+    the viewer's activation, within what the viewer may see; computes only."""
 
     def search(self, tenant: str, agent: str, query: str, serving: str | None = None, session_id: str | None = None,
                k: int | None = None, as_of: datetime | None = None, about: Sequence[str] = ()) -> SearchAnswer: ...
 
-    def served(self, tenant: str | None, search_id: str) -> SearchAnswer:
-        """A search served before in this tenant (any tenant: None) from its evidence; raises if unknown."""
+
+class EvidenceStore(Protocol):
+    """What `explain` shows about served reads, bounded in size and age (infra/evidence.py). Lookups are scoped
+    to a tenant (None: an operator's look, any tenant) and raise `UnknownServed` for an id not kept."""
+
+    def keep(self, served: Perspective | Context | SearchAnswer) -> None: ...
+
+    def perspective(self, tenant: str | None, perspective_id: str) -> tuple[Perspective, bool]:
+        """The perspective as served (True), or its request with no items yet (False: compute it again)."""
+        ...
+
+    def context(self, tenant: str | None, context_id: str) -> Context: ...
+
+    def search(self, tenant: str | None, search_id: str) -> SearchAnswer: ...
+
+    def erase(self, tenant: str) -> int:
+        """After a forget: blank the content the tenant's kept answers hold; returns how many were rewritten."""
         ...
 
 

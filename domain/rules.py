@@ -44,7 +44,7 @@ from domain.facts import (
 )
 from domain.forgetting import SubjectForgotten
 from domain.ontology import Ontology, fact_id_for
-from domain.recalls import FactsRecalled
+from domain.recalls import AgentUses, FactsRecalled, RecallMode, RecallsCoalesced, hour_bucket
 from domain.relations import RelationTypeDefined, default_relation
 from domain.sessions import (
     MessageAppended,
@@ -649,6 +649,33 @@ def record_recall(cmd: c.RecordRecall, state: Ontology, now: datetime) -> list[D
             raise UnknownFact(fact_id, field=f"fact_ids[{i}]")
     return [FactsRecalled(**_base(cmd, now), agent=cmd.agent, fact_ids=tuple(dict.fromkeys(cmd.fact_ids)),
                           mode=cmd.mode, perspective_id=cmd.perspective_id)]
+
+
+@_decide.register
+def record_coalesced_recalls(cmd: c.RecordCoalescedRecalls, state: Ontology, now: datetime) -> list[DomainEvent]:
+    kept: dict[tuple[str, str, int], c.ServedUse] = {}
+    for i, use in enumerate(cmd.uses):
+        state.require_entity(use.agent, f"uses[{i}].agent")
+        if use.fact_id not in state.facts:
+            raise UnknownFact(use.fact_id, field=f"uses[{i}].fact_id")
+        bucket = hour_bucket(use.at.timestamp())
+        key = (use.agent, use.fact_id, bucket)
+        if key in kept:
+            continue
+        earlier = state.recall_uses.get(use.fact_id, {}).get(use.agent, ())
+        if any(hour_bucket(t.timestamp()) == bucket for t in reversed(earlier)):
+            continue  # this hour already holds a use of the fact by the agent
+        kept[key] = use
+    if not kept:
+        return []
+    since = min(use.at for use in kept.values()).replace(microsecond=0)
+    groups: dict[tuple[str, RecallMode], list[c.ServedUse]] = {}
+    for use in kept.values():
+        groups.setdefault((use.agent, use.mode), []).append(use)
+    uses = tuple(AgentUses(agent=agent, mode=mode, fact_ids=tuple(u.fact_id for u in group),
+                           seconds=tuple(int((u.at - since).total_seconds()) for u in group))
+                 for (agent, mode), group in groups.items())
+    return [RecallsCoalesced(**_base(cmd, now), since=since, uses=uses)]
 
 
 @_decide.register

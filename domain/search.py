@@ -188,4 +188,6 @@ class SearchAnswer(BaseModel):
     parameters: SearchParameters
     items: list[SearchItem]
     recall_position: int | None = None
-    """Log position of the recall recorded (mode looked_up), if any."""
+    """Log position of the recall recorded (mode looked_up), if any (None while held for a coalesced flush)."""
+    recall_held: bool = False
+    """The results' uses wait in the recall buffer for its next flush (domain/application/recall_buffer.py)."""

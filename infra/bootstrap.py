@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 from domain.application.compaction_signal import CompactionSignal
 from domain.application.consolidation import ConsolidationWorker
 from domain.application.ontology_service import OntologyService
+from domain.application.recall_buffer import RecallBuffer
 from domain.application.use_cases import Application, ApplicationSettings
 from domain.consolidation import CompositeExtractor, Extractor, StructuredPayloadExtractor
 from domain.ports import PerspectiveEngine
 from infra.context_engine import EngineContexts
 from infra.eventlog import EventsourcingLog
+from infra.evidence import EvidenceStore
 from infra.perspective_engine import EnginePerspectives, build_perspective_engine
 from infra.private import make_private
 from infra.search_engine import EngineSearches
@@ -50,6 +52,8 @@ class Noumena:
     service: OntologyService
     consolidation: ConsolidationWorker
     application: Application
+    recalls: RecallBuffer
+    evidence: EvidenceStore
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
 
     @property
@@ -58,29 +62,27 @@ class Noumena:
         return self.consolidation.signal
 
     def close(self, drain_seconds: float = 30.0) -> None:
-        """Finish queued consolidations (bounded), then close the store."""
+        """Finish queued consolidations (bounded), write the uses served reads made, then close the stores."""
         self.consolidation.close(drain_seconds)
+        self.recalls.close()  # (before the state snapshots, so they hold the uses)
         self.service.close()  # (snapshots of the tenants' state, for a fast restart)
+        self.evidence.close()
         self.log.close()
 
 
 @dataclass
 class ProjectionCopies:
-    """The `CopiesOutsideTheLog` port: evidence files, import rejects files and the DuckDB files of projections/
-    in the home, and the sealed events a forget made unreadable."""
+    """The `CopiesOutsideTheLog` port: the evidence store, import rejects files and the DuckDB files of
+    projections/ in the home, and the sealed events a forget made unreadable."""
 
     log: EventsourcingLog
     home: Path
+    evidence: EvidenceStore
 
     def erase(self, tenant: str, subjects: Sequence[str]) -> list[str]:
         from consumers.file_import import redact_rejects
-        from projections.contexts import erase_context_evidence
-        from projections.perspectives import erase_evidence
-        from projections.searches import erase_search_evidence
 
-        rewritten = {"perspective evidence": erase_evidence(self.home, tenant),  # copies outside the log
-                     "context evidence": erase_context_evidence(self.home, tenant),
-                     "search evidence": erase_search_evidence(self.home, tenant),
+        rewritten = {"evidence": self.evidence.erase(tenant),  # copies outside the log
                      "import rejects": redact_rejects(self.home, tenant, tuple(subjects))}
         return [f"{what}: {count}" for what, count in rewritten.items()]
 
@@ -106,23 +108,29 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every)
     service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff, snapshots=snapshots)
     consolidation = ConsolidationWorker(service, extractor_from(settings), log.tenants)
-    perspectives = build_perspective_engine(log, service, settings.home, clock)
-    application = _application(settings, log, service, consolidation, perspectives, clock)
+    perspectives = build_perspective_engine(log, settings.home, clock)
+    recalls = RecallBuffer(service, settings.recall_flush_seconds)
+    evidence = EvidenceStore(settings.home / "evidence.sqlite", mode=settings.evidence,
+                             max_bytes=settings.evidence_max_bytes, max_age_days=settings.evidence_max_age_days,
+                             clock=clock)
+    application = _application(settings, log, service, consolidation, perspectives, clock, recalls, evidence)
     return Noumena(settings=settings, log=log, service=service, consolidation=consolidation,
-                   application=application, clock=clock)
+                   application=application, recalls=recalls, evidence=evidence, clock=clock)
 
 
 def _application(settings: Settings, log: EventsourcingLog, service: OntologyService,
                  consolidation: ConsolidationWorker, perspectives: PerspectiveEngine, clock: Callable[[], datetime],
-                 read_model: FollowedReadModel | None = None) -> Application:
+                 recalls: RecallBuffer, evidence: EvidenceStore, read_model: FollowedReadModel | None = None
+                 ) -> Application:
     searches = contexts = None
     if isinstance(perspectives, EnginePerspectives):
-        searches = EngineSearches(perspectives, service, settings.home, clock, lambda: _embedder(settings))
-        contexts = EngineContexts(perspectives, service, log, settings.home, clock, searches)
+        searches = EngineSearches(perspectives, clock, lambda: _embedder(settings))
+        contexts = EngineContexts(perspectives, service, log, clock, searches)
     return Application(
         service, log, consolidation=consolidation, perspectives=perspectives,
         contexts=contexts, searches=searches,  # type: ignore[arg-type]  (None only for a benchmark's engine)
-        copies=ProjectionCopies(log, settings.home), keys=log.keys, read_model=read_model,
+        copies=ProjectionCopies(log, settings.home, evidence), evidence=evidence, recalls=recalls,
+        keys=log.keys, read_model=read_model,
         settings=ApplicationSettings(read_wait_seconds=settings.api_read_wait_seconds,
                                      purge_wait_seconds=max(60.0, settings.api_read_wait_seconds),
                                      disuse_period_days=settings.disuse_period_days))
@@ -135,10 +143,9 @@ def application_reading(noumena: Noumena, follower: ProjectionFollower | None,
     from infra.serving import FollowedReadModel
 
     if perspectives is None:
-        perspectives = build_perspective_engine(noumena.log, noumena.service, noumena.settings.home, noumena.clock,
-                                                follower)
+        perspectives = build_perspective_engine(noumena.log, noumena.settings.home, noumena.clock, follower)
     return _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation, perspectives,
-                        noumena.clock,
+                        noumena.clock, noumena.recalls, noumena.evidence,
                         FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)
                         if follower is not None else None)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from domain.context import Context
@@ -24,14 +23,14 @@ if TYPE_CHECKING:
 class EngineContexts:
     """Every call is scoped to the caller's tenant; another tenant's context id is simply unknown."""
 
-    def __init__(self, perspectives: EnginePerspectives, service: CommandRunner, log: EventLog, home: Path,
+    def __init__(self, perspectives: EnginePerspectives, service: CommandRunner, log: EventLog,
                  clock: Callable[[], datetime], searches: EngineSearches | None = None) -> None:
         self._perspectives = perspectives
 
         def build() -> Contexts:
             from projections.contexts import Contexts
 
-            return Contexts(perspectives.engine, service, log, home, clock,
+            return Contexts(perspectives.engine, service, log, clock,
                             searches=searches.searches if searches is not None else None)
 
         self._build = build
@@ -51,13 +50,5 @@ class EngineContexts:
         with self._perspectives.lock:
             return contexts.context_for(tenant, session_id, message, budget_tokens=budget_tokens)
 
-    def served(self, tenant: str | None, context_id: str) -> Context:
-        from projections.contexts import UnknownContext
-
-        served = self.contexts.explain(context_id)
-        if tenant is not None and served.tenant != tenant:
-            raise UnknownContext(context_id)
-        return served
-
-    def reproduce(self, context_id: str) -> Context:
-        return self.contexts.reproduce(context_id)
+    def reproduce(self, served: Context) -> Context:
+        return self.contexts.reproduce(served)

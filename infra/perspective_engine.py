@@ -4,7 +4,8 @@ tenant rules of the application.
 One engine per process. Its per-tenant indexes are loaded in bulk from DuckDB at start (from the live file when
 this process runs the projector, else from the published snapshot) and then follow the log. Computing is
 serialized on one lock (the index catches up and walks in place; a walk takes milliseconds); recording the recall
-a perspective causes is the application's write, done after the lock is released.
+a perspective causes and keeping its evidence are the application's side effects, done after the lock is
+released.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from domain.perspective import DEFAULT_BUDGET_TOKENS, Perspective
-from domain.ports import CommandRunner
 
 if TYPE_CHECKING:  # (imported when first used: a process that serves no perspective never loads numpy or DuckDB)
     from infra.serving import ProjectionFollower
@@ -37,7 +37,8 @@ class EnginePerspectives:
         tenant purges a forget (infra/serving.py), so no content it forgot is served meanwhile."""
         self._engine: Perspectives | None = None
         self.records_recalls = record
-        """False: record no recall and keep no evidence (benchmarks over an index not built from the log)."""
+        """False: its perspectives cause no recall and keep no evidence (benchmarks over an index not built from
+        the log)."""
         self.lock = threading.Lock()
         """Held while an index is walked; the context engine walks the same indexes under it."""
 
@@ -57,12 +58,7 @@ class EnginePerspectives:
         engine = self.engine
         with self.lock:
             return engine.perspective_for(tenant, agent, serving, focus, as_of,
-                                          budget_tokens=budget_tokens or DEFAULT_BUDGET_TOKENS, deeper=deeper,
-                                          record=False)
-
-    def keep_evidence(self, perspective: Perspective) -> None:
-        if self.records_recalls:
-            self.engine.keep_evidence(perspective)
+                                          budget_tokens=budget_tokens or DEFAULT_BUDGET_TOKENS, deeper=deeper)
 
     def forgotten(self, tenants: list[str] | None = None) -> None:
         """Content was forgotten: load the indexes of `tenants` again (they hold labels and reasons), the others
@@ -76,19 +72,11 @@ class EnginePerspectives:
             return
         self._reload(self._engine, tenants)
 
-    def served(self, tenant: str | None, perspective_id: str) -> Perspective:
-        from projections.perspectives import UnknownPerspective
-
-        served = self.engine.explain(perspective_id)
-        if tenant is not None and served.tenant != tenant:
-            raise UnknownPerspective(perspective_id)
-        return served
-
-    def reproduce(self, perspective_id: str) -> Perspective:
-        return self.engine.reproduce(perspective_id)
+    def reproduce(self, served: Perspective) -> Perspective:
+        return self.engine.reproduce(served)
 
 
-def _load(log: RawLog, service: CommandRunner, home: Path, clock: Callable[[], datetime],
+def _load(log: RawLog, home: Path, clock: Callable[[], datetime],
           follower: ProjectionFollower | None) -> Perspectives:
     from projections.files import ProjectionFiles
     from projections.perspective_load import from_duckdb
@@ -122,7 +110,7 @@ def _load(log: RawLog, service: CommandRunner, home: Path, clock: Callable[[], d
             # else nothing now: the tenant's reads wait while the projector rebuilds the read model without the
             # forgotten content, then its index is loaded from the rebuilt file (`_reload`), not folded here
 
-    perspectives = _FollowedPerspectives(log, service, home, clock)
+    perspectives = _FollowedPerspectives(log, clock)
     perspectives.follower = follower
     if follower is not None:
         with follower.reader() as con:
@@ -147,14 +135,14 @@ def _reload(follower: ProjectionFollower, perspectives: Perspectives, tenants: l
         perspectives.replace_index(tenant, index)
 
 
-def build_perspective_engine(log: RawLog, service: CommandRunner, home: Path, clock: Callable[[], datetime],
+def build_perspective_engine(log: RawLog, home: Path, clock: Callable[[], datetime],
                              follower: ProjectionFollower | None = None) -> EnginePerspectives:
     """The engine for this process, loaded on first use: with a (not yet started) projector, its indexes load
     from the live DuckDB file, and load again after the projector purged forgotten content (the indexes hold
     labels and reasons); without one, from the published snapshot when there is one, else from the log."""
     if follower is None:
-        return EnginePerspectives(lambda: _load(log, service, home, clock, None))
-    engine = EnginePerspectives(lambda: _load(log, service, home, clock, follower),
+        return EnginePerspectives(lambda: _load(log, home, clock, None))
+    engine = EnginePerspectives(lambda: _load(log, home, clock, follower),
                                 reload=lambda perspectives, tenants: _reload(follower, perspectives, tenants),
                                 gate=lambda tenant: follower.wait_clean(tenant, follower.read_wait_seconds))
     follower.on_purged.append(engine.forgotten)

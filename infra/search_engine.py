@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from domain.ports import CommandRunner, Embedder
+from domain.ports import Embedder
 from domain.search import SearchAnswer
 from infra.perspective_engine import EnginePerspectives
 
@@ -23,11 +22,9 @@ if TYPE_CHECKING:
 class EngineSearches:
     """Every call is scoped to the caller's tenant; another tenant's search id is simply unknown."""
 
-    def __init__(self, perspectives: EnginePerspectives, service: CommandRunner, home: Path,
-                 clock: Callable[[], datetime], embedder: Callable[[], Embedder | None]) -> None:
+    def __init__(self, perspectives: EnginePerspectives, clock: Callable[[], datetime],
+                 embedder: Callable[[], Embedder | None]) -> None:
         self._perspectives = perspectives
-        self._service = service
-        self._home = home
         self._clock = clock
         self._embedder = embedder
         self._searches: Searches | None = None
@@ -40,7 +37,7 @@ class EngineSearches:
         perspectives = self._perspectives.engine
         if self._searches is None or self._searches.perspectives is not perspectives:
             embedder = self._searches.embedder if self._searches is not None else self._embedder()
-            self._searches = Searches(perspectives, self._service, self._home, self._clock, embedder=embedder)
+            self._searches = Searches(perspectives, self._clock, embedder=embedder)
         return self._searches
 
     def search(self, tenant: str, agent: str, query: str, serving: str | None = None,
@@ -51,12 +48,4 @@ class EngineSearches:
         searches = self.searches
         with self._perspectives.lock:
             return searches.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
-                                       as_of=as_of, about=about, record=self._perspectives.records_recalls)
-
-    def served(self, tenant: str | None, search_id: str) -> SearchAnswer:
-        from projections.searches import UnknownSearch
-
-        served = self.searches.explain(search_id)
-        if tenant is not None and served.tenant != tenant:
-            raise UnknownSearch(search_id)
-        return served
+                                       as_of=as_of, about=about)

@@ -128,6 +128,18 @@ class Settings(BaseSettings):
                                     "characters before they are sent (endpoints refuse inputs over their limit).")
     disuse_period_days: float = Field(default=30.0, gt=0, description="Archive facts whose activation stayed "
                                       "below tau for every agent this long (`noumena sweep`).")
+    recall_flush_seconds: float = Field(default=60.0, ge=0, le=3600, description="Served perspectives, contexts "
+                                        "and searches record their uses in memory, at most one per agent, fact and "
+                                        "hour, and write them as one event per tenant this often (and at a clean "
+                                        "shutdown); a crash loses at most this long of uses. 0: one event per "
+                                        "read, at once.")
+    evidence: Literal["reproducible", "full"] = Field(default="reproducible", description="What `explain` keeps "
+                                                      "of a served perspective in <home>/evidence.sqlite: its request "
+                                                      "and log position (computed again on `explain`), or the whole "
+                                                      "answer. Contexts and searches keep their whole answer.")
+    evidence_max_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024, description="Bytes of evidence kept "
+                                    "at most (the oldest go first).")
+    evidence_max_age_days: float = Field(default=30.0, gt=0, description="Evidence older than this is dropped.")
 
     @property
     def kek_path(self) -> Path:

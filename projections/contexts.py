@@ -5,30 +5,24 @@ perspective from the perspective engine with the focus found in the message and 
 layers out with domain/context.py. Per tenant it keeps, following the tenant's stream, the name index used to
 find mentions and an index of constraint facts by entity; per session, the summary reduction tree.
 
-Evidence: a JSON file per served context, `<home>/contexts/<context_id>.json` (ids start with `ctx-`), holding the
-request, the parameters, the tenant stream version the session was read at, the perspective (with its own log
-position and parameters), the focus and where each was found, every block with its lines and ids, what was cut,
-and the recall recorded. `reproduce` folds the log back to those positions and assembles again.
+Nothing here writes: the application records the recall a context causes (`shown_clearly`) and keeps its evidence
+(infra/evidence.py: the request, the parameters, the tenant stream version the session was read at, the
+perspective with its own log position, the focus, every block with its ids, what was cut). `reproduce` folds the
+log back to those positions and assembles again.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from domain.activation import Tier
-from domain.commands import RecordRecall
 from domain.context import (
     DEFAULT_CONTEXT_PARAMETERS,
     ConstraintIndex,
     Context,
     ContextParameters,
-    ContextRole,
     FocusRef,
     WorkerView,
     assemble,
@@ -40,25 +34,19 @@ from domain.context import (
     select_constraints,
 )
 from domain.entities import EntitiesMerged, EntityRegistered, EntityUpdated
-from domain.errors import InvalidInput, NoumenaError
+from domain.errors import InvalidInput, UnknownContext
 from domain.facts import FactAsserted
 from domain.mentions import MentionIndex
 from domain.ontology import Ontology
-from domain.perspective import Perspective, RecallRecord
+from domain.perspective import Perspective, new_served_id
 from domain.ports import CommandRunner, EventLog
-from domain.recalls import RecallMode
 from domain.search import SearchAnswer
 from domain.sessions import SessionKind, SessionState, workers_for
 from domain.summaries import Folder, SummaryTree, TrimmingFolder
 from projections.perspective_index import Viewpoint
-from projections.perspectives import FORGOTTEN_TEXT, Perspectives, build_perspective
+from projections.perspectives import Perspectives, build_perspective
 
 CONTEXT_PREFIX = "ctx-"
-
-
-class UnknownContext(NoumenaError):
-    def __init__(self, context_id: str) -> None:
-        super().__init__(f"no context {context_id!r} was served from this home")
 
 
 def is_context_id(identifier: str) -> bool:
@@ -86,7 +74,7 @@ class _Inputs:
 class Contexts:
     """The context service of one process, beside the perspective service whose engine it uses."""
 
-    def __init__(self, perspectives: Perspectives, service: CommandRunner, log: EventLog, home: Path,
+    def __init__(self, perspectives: Perspectives, service: CommandRunner, log: EventLog,
                  clock: Callable[[], datetime], parameters: ContextParameters = DEFAULT_CONTEXT_PARAMETERS,
                  folder: Folder | None = None, searches: Any = None) -> None:
         self.perspectives = perspectives
@@ -97,7 +85,6 @@ class Contexts:
         self._clock = clock
         self.parameters = parameters
         self.folder = folder or TrimmingFolder()
-        self.evidence_dir = Path(home) / "contexts"
         self._tenants: dict[str, _TenantIndexes] = {}
         self._trees: dict[tuple[str, str], tuple[Ontology, SummaryTree]] = {}
 
@@ -143,12 +130,10 @@ class Contexts:
     # ------------------------------------------------------------------------------------------ serving
 
     def context_for(self, tenant: str, session_id: str, message: str | None = None,
-                    budget_tokens: int | None = None, record: bool = True) -> Context:
+                    budget_tokens: int | None = None) -> Context:
         """The context block for main session `session_id`, for a request carrying `message`, within budget.
-
-        A served context records one recall (mode `pushed`) of the facts it shows clearly (hard constraints,
-        full and gist) and stores its evidence; `record=False` does neither (benchmarks, previews).
-        """
+        Computed only: the application records a recall of the facts it shows clearly (`shown_clearly`) and
+        keeps its evidence."""
         budget = self.parameters.budget_tokens if budget_tokens is None else budget_tokens
         if budget < 1:
             raise InvalidInput("the budget must be at least 1 token", field="budget_tokens")
@@ -160,60 +145,24 @@ class Contexts:
         moment = self._clock()
 
         def perspective(agent: str, serving: str | None, focus: list[str], p_budget: int) -> Perspective:
-            return self.perspectives.perspective_for(tenant, agent, serving, focus, budget_tokens=p_budget,
-                                                     record=False)
+            return self.perspectives.perspective_for(tenant, agent, serving, focus, budget_tokens=p_budget)
 
         search = None
         if message and message.strip() and self.searches is not None and self.parameters.recalled_facts:
             search = self.searches.search_for(tenant, session.agent, message, serving=session.serving,
-                                              session_id=session_id, k=self.parameters.recalled_facts, record=False)
+                                              session_id=session_id, k=self.parameters.recalled_facts)
         context = compose(inputs, tenant=tenant, session_id=session_id, message=message, budget=budget,
                           moment=moment, parameters=self.parameters, perspective=perspective,
-                          context_id=CONTEXT_PREFIX + uuid.uuid4().hex, folder=self.folder, search=search)
-        if record:
-            context.recall = self._record_recall(context)
-            self._store(context)
+                          context_id=CONTEXT_PREFIX + new_served_id(moment), folder=self.folder, search=search)
         return context
 
-    def _record_recall(self, context: Context) -> RecallRecord | None:
-        fact_ids = shown_clearly(context)
-        if not fact_ids:
-            return None
-        result = self._service.execute_batch(
-            [RecordRecall(tenant=context.tenant, agent=context.agent, fact_ids=tuple(fact_ids),
-                          mode=RecallMode.PUSHED, perspective_id=context.context_id)],
-            all_or_nothing=True,
-        )
-        error = result.outcomes[0].error
-        if error is not None:
-            raise error
-        return RecallRecord(mode=RecallMode.PUSHED.value, fact_ids=fact_ids, position=result.last_position)
+    # ------------------------------------------------------------------------------------------ reproducing
 
-    # ------------------------------------------------------------------------------------------ evidence
-
-    def _path(self, context_id: str) -> Path:
-        if not is_context_id(context_id) or "/" in context_id or "\\" in context_id or ".." in context_id:
-            raise UnknownContext(context_id)
-        return self.evidence_dir / f"{context_id}.json"
-
-    def _store(self, context: Context) -> None:
-        self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        path = self._path(context.context_id)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(context.model_dump_json(indent=1), encoding="utf-8")
-        os.replace(temporary, path)
-
-    def explain(self, context_id: str) -> Context:
-        """The evidence of a served context: inputs, parameters, blocks with their ids, what was cut."""
-        path = self._path(context_id)
-        if not path.exists():
-            raise UnknownContext(context_id)
-        return Context.model_validate_json(path.read_text(encoding="utf-8"))
-
-    def reproduce(self, context_id: str) -> Context:
-        """Assemble the context again from the log as it stood when it was served (the session state at its stream
-        version, the perspective at its log position), with the same parameters and moment; nothing recorded."""
-        served = self.explain(context_id)
+    def reproduce(self, served: Context) -> Context:
+        """Assemble a served context again from the log as it stood when it was served (the session state at its
+        stream version, the perspective at its log position), with the same parameters and moment; nothing is
+        recorded."""
+        context_id = served.context_id
         state = Ontology(tenant=served.tenant)
         for event in self._log.read_stream(served.tenant):
             if state.version >= served.ontology_version:
@@ -310,20 +259,6 @@ def compose(inputs: _Inputs, *, tenant: str, session_id: str, message: str | Non
     )
 
 
-def shown_clearly(context: Context) -> list[str]:
-    """The facts the block shows clearly: the hard constraints, and the perspective's full and gist items."""
-    clear = set(context.constraint_fact_ids) | set(context.recalled_fact_ids)
-    if context.perspective is not None:
-        clear |= {i.fact_id for i in context.perspective.items if i.tier in (Tier.FULL, Tier.GIST)}
-    shown: dict[str, None] = {}
-    for block in context.blocks:
-        if block.role in (ContextRole.CONSTRAINTS, ContextRole.PERSPECTIVE):
-            for fact_id in block.fact_ids:
-                if fact_id in clear:
-                    shown[fact_id] = None
-    return list(shown)
-
-
 def context_json(context: Context) -> dict[str, Any]:
     """The CLI's JSON: the block, its blocks with their ids, the focus, what was cut, and the ids to explain."""
     return {
@@ -346,56 +281,3 @@ def context_json(context: Context) -> dict[str, Any]:
         "deduplicated": context.deduplicated,
         "text": context.text,
     }
-
-
-def erase_context_evidence(home: Path, tenant: str) -> int:
-    """After a forget in `tenant`: blank the content of every context evidence file of that tenant (the block,
-    its lines, the message, labels, summaries, turns, the embedded perspective's texts), keeping the structure
-    (ids, roles, tiers, parameters, positions). Like the perspective evidence (projections/perspectives.py
-    `erase_evidence`): the files are copies outside the log, and which of them hold the forgotten content is not
-    cheap to decide, so all of the tenant's are redacted. Returns how many files were rewritten."""
-    directory = Path(home) / "contexts"
-    if not directory.exists():
-        return 0
-    rewritten = 0
-    for path in sorted(directory.glob(f"{CONTEXT_PREFIX}*.json")):
-        try:
-            served = Context.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValueError:
-            continue
-        if served.tenant != tenant:
-            continue
-        served.text = FORGOTTEN_TEXT
-        served.message = FORGOTTEN_TEXT if served.message else None
-        served.ambiguous = [FORGOTTEN_TEXT for _ in served.ambiguous]
-        for focus in served.focus:
-            focus.label = FORGOTTEN_TEXT
-        for block in served.blocks:
-            for line in block.lines:
-                line.text = FORGOTTEN_TEXT
-        for omission in served.omitted:
-            omission.text = FORGOTTEN_TEXT
-        if served.perspective is not None:
-            _redact_perspective(served.perspective)
-        if served.search is not None:
-            served.search.query = FORGOTTEN_TEXT
-            for item in served.search.items:
-                item.text = item.subject_label = item.object_label = FORGOTTEN_TEXT
-                item.reason = FORGOTTEN_TEXT if item.reason else None
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(served.model_dump_json(indent=1), encoding="utf-8")
-        os.replace(temporary, path)
-        rewritten += 1
-    return rewritten
-
-
-def _redact_perspective(perspective: Perspective) -> None:
-    for item in perspective.items:
-        item.subject_label = item.object_label = item.about_label = FORGOTTEN_TEXT
-        item.reason = FORGOTTEN_TEXT if item.reason else None
-        item.provenance = FORGOTTEN_TEXT if item.provenance else ""
-    for group in perspective.count_groups:
-        group.label = FORGOTTEN_TEXT
-    for line in perspective.lines:
-        line.text = FORGOTTEN_TEXT
-    perspective.context = FORGOTTEN_TEXT

@@ -29,6 +29,9 @@ _SESSION_FIELDS = (
 _RECALL_FIELDS = ('{"tenant": "VARCHAR", "agent": "VARCHAR", "mode": "VARCHAR", "perspective_id": "VARCHAR",'
                   ' "fact_ids": "VARCHAR[]", "event_id": "VARCHAR"}')
 
+_COALESCED_FIELDS = ('{"tenant": "VARCHAR", "since": "TIMESTAMPTZ", "event_id": "VARCHAR", "uses": [{"agent":'
+                     ' "VARCHAR", "mode": "VARCHAR", "fact_ids": ["VARCHAR"], "seconds": ["BIGINT"]}]}')
+
 FACT_TOPICS = frozenset({"fact.asserted", "fact.corroborated", "fact.invalidated", "fact.corrected", "fact.archived",
                          "fact.restored", "fact.promoted"})
 SESSION_TOPICS = frozenset({"session.started", "message.appended", "worker.dispatched", "worker.reported",
@@ -75,6 +78,18 @@ INSERT INTO recalls
 SELECT e.position, e.recorded_at, e.j.tenant, e.j.agent, e.j.mode, e.j.perspective_id, e.j.fact_ids, e.j.event_id
 FROM (SELECT position, recorded_at, json_transform(payload, '{_RECALL_FIELDS}') AS j
       FROM _events WHERE topic = 'facts.recalled') AS e ORDER BY e.position"""),
+    (frozenset({"recalls.coalesced"}), f"""
+INSERT INTO recalls
+SELECT e.position, e.recorded_at, e.j.tenant, g.agent, g.mode, NULL, g.fact_ids, e.j.event_id
+FROM (SELECT position, recorded_at, json_transform(payload, '{_COALESCED_FIELDS}') AS j
+      FROM _events WHERE topic = 'recalls.coalesced') AS e, unnest(e.j.uses) AS u(g) ORDER BY e.position"""),
+    (frozenset({"recalls.coalesced"}), f"""
+INSERT INTO fact_uses
+SELECT tenant, agent, fact_id, since + to_seconds(offset_seconds), position, mode
+FROM (SELECT e.j.tenant AS tenant, g.agent AS agent, unnest(g.fact_ids) AS fact_id,
+             unnest(g.seconds) AS offset_seconds, e.j.since AS since, e.position AS position, g.mode AS mode
+      FROM (SELECT position, json_transform(payload, '{_COALESCED_FIELDS}') AS j
+            FROM _events WHERE topic = 'recalls.coalesced') AS e, unnest(e.j.uses) AS u(g))"""),
     (frozenset({"facts.recalled"}), f"""
 INSERT INTO fact_uses
 SELECT e.j.tenant, e.j.agent, unnest(e.j.fact_ids), e.recorded_at, e.position, e.j.mode

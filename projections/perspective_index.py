@@ -323,6 +323,16 @@ class PerspectiveIndex:
         found = [self.fact_index(fact_id) for fact_id in d["fact_ids"]]
         self.uses.record(agent, [index for index in found if index is not None], at)
 
+    def _recalls_coalesced(self, d: dict[str, Any], at: float) -> None:
+        """Each use at its own moment (`since + seconds`), never later than the clock."""
+        since = timestamp(d["since"])
+        for group in d["uses"]:
+            agent = self.resolve(self.entity(group["agent"]))
+            for fact_id, offset in zip(group["fact_ids"], group["seconds"], strict=True):
+                index = self.fact_index(fact_id)
+                if index is not None:
+                    self.uses.record(agent, [index], min(since + offset, at))
+
     def _entities_merged(self, d: dict[str, Any], at: float) -> None:
         """`merged_ref` is the same thing as `into_ref`: from now on every ref, scope, session, use and fact
         naming it stands for the survivor. The merge workflow has already moved its current facts (ended and
@@ -488,6 +498,7 @@ _HANDLERS = {
     "fact.archived": lambda self, d, at: self._set_status(d["fact_id"], ARCHIVED),
     "fact.restored": lambda self, d, at: self._set_status(d["fact_id"], CURRENT),
     "facts.recalled": PerspectiveIndex._facts_recalled,
+    "recalls.coalesced": PerspectiveIndex._recalls_coalesced,
 }
 
 

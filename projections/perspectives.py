@@ -1,22 +1,16 @@
-"""Serving perspectives: `perspective_for` ranks, tiers and renders what an agent sees, records the recall, and
-keeps the evidence so that `noumena explain PERSPECTIVE_ID` can show (and reproduce) any answer.
+"""Computing perspectives: `perspective_for` ranks, tiers and renders what an agent sees; `reproduce` computes a
+served one again from the log as it stood. Nothing here writes: recording the recall a perspective causes and
+keeping its evidence are the application's side effects (domain/application/use_cases.py, infra/evidence.py).
 
 Indexes: one `PerspectiveIndex` per tenant, kept current by following the event log (every query first applies
 the records it has not seen). An as-of perspective folds the log up to T into a fresh index and computes decay
-at T; it records no recall (looking at the past does not use a fact now).
-
-Evidence: a JSON file per served perspective, `<home>/perspectives/<perspective_id>.json` (written atomically),
-holding the request, the parameters, the log position the index stood at, every item with its activation and
-path, the counts, the context block with each line's fact ids, and the recall recorded (its log position). The
-recall event itself carries the perspective id, so the log links to the evidence.
+at T.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,18 +19,15 @@ from typing import Any
 import numpy as np
 
 from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Tier, estimate_tokens
-from domain.commands import RecordRecall
-from domain.errors import InvalidInput, NoumenaError, UnknownEntity
+from domain.errors import InvalidInput, UnknownEntity
 from domain.perspective import (
     DEFAULT_BUDGET_TOKENS,
     CountGroup,
     Perspective,
     PerspectiveItem,
-    RecallRecord,
     fit_to_budget,
+    new_served_id,
 )
-from domain.ports import CommandRunner
-from domain.recalls import RecallMode
 from projections.perspective_index import (
     TIER_CODES,
     TIERS_BY_CODE,
@@ -50,21 +41,14 @@ from projections.source import RawLog, decode
 READ_BATCH = 10_000
 
 
-class UnknownPerspective(NoumenaError):
-    def __init__(self, perspective_id: str) -> None:
-        super().__init__(f"no perspective {perspective_id!r} was served from this home")
-
-
 class Perspectives:
-    """The perspective service of one process: indexes per tenant, the rules of serving, the evidence."""
+    """The perspective service of one process: indexes per tenant and the rules of serving."""
 
-    def __init__(self, log: RawLog, service: CommandRunner, home: Path,
-                 clock: Callable[[], datetime], parameters: ActivationParameters = DEFAULT_PARAMETERS) -> None:
+    def __init__(self, log: RawLog, clock: Callable[[], datetime],
+                 parameters: ActivationParameters = DEFAULT_PARAMETERS) -> None:
         self._log = log
-        self._service = service
         self._clock = clock
         self.parameters = parameters
-        self.evidence_dir = Path(home) / "perspectives"
         self._indexes: dict[str, PerspectiveIndex] = {}
         self._position = 0
         self._lock = threading.RLock()
@@ -216,13 +200,9 @@ class Perspectives:
         depth: int | None = None,
         budget_tokens: int = DEFAULT_BUDGET_TOKENS,
         deeper: bool = False,
-        record: bool = True,
     ) -> Perspective:
         """What `agent` sees, serving `serving`, with `focus` in mind: ranked, tiered, rendered within budget.
-
-        A current perspective records one recall of its full and gist facts (mode `pushed`, or `deepened` for a
-        deeper look) and stores its evidence; `record=False` does neither (benchmarks, previews).
-        """
+        Computed only: the application records the recall it causes and keeps its evidence."""
         if as_of is not None and as_of.tzinfo is None:
             raise InvalidInput("as_of needs a time zone", field="as_of")
         parameters = self.parameters if depth is None else self.parameters.model_copy(update={"depth": depth})
@@ -242,65 +222,14 @@ class Perspectives:
             walked = index.walk(viewpoint, parameters, moment.timestamp())
             perspective = build_perspective(index, walked, viewpoint, tenant=tenant, as_of=as_of, deeper=deeper,
                                             served_at=moment, budget_tokens=budget_tokens)
-        if record:
-            if as_of is None:
-                perspective.recall = self._record_recall(perspective, deeper)
-            self.keep_evidence(perspective)
         return perspective
 
-    def _record_recall(self, perspective: Perspective, deeper: bool) -> RecallRecord | None:
-        fact_ids = perspective.fact_ids(Tier.FULL, Tier.GIST)
-        if not fact_ids:
-            return None
-        mode = RecallMode.DEEPENED if deeper else RecallMode.PUSHED
-        result = self._service.execute_batch(
-            [RecordRecall(tenant=perspective.tenant, agent=perspective.agent, fact_ids=tuple(fact_ids), mode=mode,
-                          perspective_id=perspective.perspective_id)],
-            all_or_nothing=True,
-        )
-        error = result.outcomes[0].error
-        if error is not None:
-            raise error
-        return RecallRecord(mode=mode.value, fact_ids=fact_ids, position=result.last_position)
+    # ------------------------------------------------------------------------------------------ reproducing
 
-    def used(self, tenant: str, agent: str, fact_ids: Sequence[str], perspective_id: str | None = None) -> int | None:
-        """The agent says it used these facts: record a recall of mode `used`; return its log position."""
-        result = self._service.execute_batch(
-            [RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(fact_ids), mode=RecallMode.USED,
-                          perspective_id=perspective_id)],
-            all_or_nothing=True,
-        )
-        error = result.outcomes[0].error
-        if error is not None:
-            raise error
-        return result.last_position
-
-    # ------------------------------------------------------------------------------------------ evidence
-
-    def _path(self, perspective_id: str) -> Path:
-        if not perspective_id or "/" in perspective_id or perspective_id.startswith("."):
-            raise UnknownPerspective(perspective_id)
-        return self.evidence_dir / f"{perspective_id}.json"
-
-    def keep_evidence(self, perspective: Perspective) -> None:
-        """Store the evidence of a served perspective (atomically), for `explain`."""
-        self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        path = self._path(perspective.perspective_id)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(perspective.model_dump_json(indent=1), encoding="utf-8")
-        os.replace(temporary, path)
-
-    def explain(self, perspective_id: str) -> Perspective:
-        """The evidence of a served perspective: inputs, parameters, outputs."""
-        path = self._path(perspective_id)
-        if not path.exists():
-            raise UnknownPerspective(perspective_id)
-        return Perspective.model_validate_json(path.read_text(encoding="utf-8"))
-
-    def reproduce(self, perspective_id: str) -> Perspective:
-        """Compute the perspective again from the log as it stood when it was served, with the same parameters
-        and the same moment; nothing is recorded. Equal items mean the answer is explained by its inputs."""
-        served = self.explain(perspective_id)
+    def reproduce(self, served: Perspective) -> Perspective:
+        """Compute a served perspective (its request, moment, parameters and log position suffice) again from the
+        log as it stood then, with the same parameters and moment; nothing is recorded. Equal items mean the
+        answer is explained by its inputs."""
         moment = served.as_of or served.served_at
         index = fold(served.tenant, self._records(served.log_position), until=moment.timestamp())
         viewpoint = Viewpoint(agent=served.agent, serving=served.serving, focus=tuple(served.focus))
@@ -353,7 +282,7 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
     counts[Tier.FORGOTTEN.value] = forgotten
     context = "\n".join(line.text for line in lines)
     return Perspective(
-        perspective_id=perspective_id or uuid.uuid4().hex, tenant=tenant, agent=viewpoint.agent,
+        perspective_id=perspective_id or new_served_id(served_at), tenant=tenant, agent=viewpoint.agent,
         serving=viewpoint.serving, focus=list(viewpoint.focus), as_of=as_of, deeper=deeper,
         served_at=served_at.astimezone(UTC), log_position=index.position, parameters=walked.parameters,
         budget_tokens=budget_tokens, items=items, count_groups=sorted(groups.values(), key=lambda g: g.about),
@@ -402,40 +331,3 @@ def perspective_json(perspective: Perspective) -> dict[str, Any]:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2)
-
-
-FORGOTTEN_TEXT = "[forgotten]"
-
-
-def erase_evidence(home: Path, tenant: str) -> int:
-    """After a forget in `tenant`: blank the content (labels, reasons, provenance, the context) of every
-    evidence file of that tenant, keeping its structure (refs, fact ids, tiers, activations, parameters).
-
-    Evidence files are copies outside the log, so crypto-shredding cannot reach them; which of them hold the
-    forgotten content (a memory's label is owned by every person a fact links it to) is not cheap to decide, so
-    all of the tenant's evidence is redacted. Returns how many files were rewritten."""
-    directory = Path(home) / "perspectives"
-    if not directory.exists():
-        return 0
-    rewritten = 0
-    for path in sorted(directory.glob("*.json")):
-        try:
-            served = Perspective.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValueError:
-            continue
-        if served.tenant != tenant:
-            continue
-        for item in served.items:
-            item.subject_label = item.object_label = item.about_label = FORGOTTEN_TEXT
-            item.reason = FORGOTTEN_TEXT if item.reason else None
-            item.provenance = FORGOTTEN_TEXT if item.provenance else ""
-        for group in served.count_groups:
-            group.label = FORGOTTEN_TEXT
-        for line in served.lines:
-            line.text = FORGOTTEN_TEXT
-        served.context = FORGOTTEN_TEXT
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(served.model_dump_json(indent=1), encoding="utf-8")
-        os.replace(temporary, path)
-        rewritten += 1
-    return rewritten

@@ -108,7 +108,7 @@ RELATION_TYPES = Table("relation_types", _cols(
 RECALLS = Table("recalls", _cols(
     "position BIGINT, recorded_at TIMESTAMPTZ, tenant VARCHAR, agent VARCHAR, mode VARCHAR,"
     " perspective_id VARCHAR, fact_ids VARCHAR[], event_id VARCHAR"
-), comment="append-only: one row per FactsRecalled")
+), comment="append-only: one row per FactsRecalled, and per agent and mode of a RecallsCoalesced")
 
 FACT_USES = Table("fact_uses", _cols(
     "tenant VARCHAR, agent VARCHAR, fact_id VARCHAR, used_at TIMESTAMPTZ, position BIGINT, mode VARCHAR"

@@ -5,27 +5,23 @@ service follows the log (and folded with it for an as-of search, or again after 
 exactly the facts the viewer's perspective may show (domain rules of scope, status and hubs, read from the
 perspective index); the ranking is domain/search.py's.
 
-Evidence: a JSON file per served search, `<home>/searches/<search_id>.json` (ids start with `srch-`), holding the
-request, the parameters, the log position, every item with its score components and the recall recorded
-(mode `looked_up`, whose event carries the search id). `noumena explain SEARCH_ID` prints it.
+Nothing here writes: the application records a current search's results as recalled (mode `looked_up`) and keeps
+its evidence (infra/evidence.py: the request, the parameters, the log position, every item with its score
+components); `noumena explain SEARCH_ID` prints it.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from domain.commands import RecordRecall
-from domain.errors import EmbedderUnavailable, InvalidInput, NoumenaError, UnknownEntity, UnknownSession
-from domain.ports import CommandRunner, Embedder
-from domain.recalls import RecallMode
+from domain.errors import EmbedderUnavailable, InvalidInput, UnknownEntity, UnknownSession
+from domain.perspective import new_served_id
+from domain.ports import Embedder
 from domain.search import (
     DEFAULT_SEARCH_PARAMETERS,
     Candidate,
@@ -40,7 +36,7 @@ from domain.search import (
 )
 from projections.perspective_index import PerspectiveIndex, Viewpoint, fold
 from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION
-from projections.perspectives import FORGOTTEN_TEXT, Perspectives
+from projections.perspectives import Perspectives
 from projections.search_index import SearchIndex
 from projections.search_text import Analyzer
 
@@ -59,11 +55,6 @@ RANKED_PER_RESULT = 4
 (activation and recency add at most their weights, 0.07 by default; the rest are spare for de-duplication)."""
 
 
-class UnknownSearch(NoumenaError):
-    def __init__(self, search_id: str) -> None:
-        super().__init__(f"no search {search_id!r} was served from this home")
-
-
 def is_search_id(identifier: str) -> bool:
     return identifier.startswith(SEARCH_PREFIX)
 
@@ -71,16 +62,13 @@ def is_search_id(identifier: str) -> bool:
 class Searches:
     """The search service of one process, beside the perspective service whose indexes it follows."""
 
-    def __init__(self, perspectives: Perspectives, service: CommandRunner, home: Path,
-                 clock: Callable[[], datetime], embedder: Embedder | None = None,
+    def __init__(self, perspectives: Perspectives, clock: Callable[[], datetime], embedder: Embedder | None = None,
                  parameters: SearchParameters = DEFAULT_SEARCH_PARAMETERS) -> None:
         self.perspectives = perspectives
-        self._service = service
         self._clock = clock
         self.embedder = embedder
         self.parameters = parameters
         self.analyzer = Analyzer()
-        self.evidence_dir = Path(home) / "searches"
         self._indexes: dict[str, SearchIndex] = {}
         self._masks: dict[tuple[int, int, int], tuple[tuple[int, int, int], np.ndarray]] = {}
         perspectives.followers.append(self)
@@ -141,11 +129,10 @@ class Searches:
 
     def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
                    session_id: str | None = None, k: int | None = None, as_of: datetime | None = None,
-                   record: bool = True, about: Sequence[str] = ()) -> SearchAnswer:
+                   about: Sequence[str] = ()) -> SearchAnswer:
         """The facts `agent` may see (serving `serving`, in session `session_id`) that best match `query`, nearest
-        tier first. `about`: the exact filter (seed 004): only facts touching one of these entities. A current
-        search records one recall (mode `looked_up`) of what it returns and keeps its evidence; an as-of search
-        records nothing (looking at the past does not use a fact now)."""
+        tier first. `about`: the exact filter (seed 004): only facts touching one of these entities. Computed only:
+        the application records a current search's results as recalled and keeps its evidence."""
         p = self.parameters if k is None else self.parameters.model_copy(update={"k": k})
         if not query.strip():
             raise InvalidInput("the query is empty", field="query")
@@ -162,10 +149,6 @@ class Searches:
                 moment = as_of
             answer = self._answer(tenant, pindex, index, agent, query, serving, session_id, p, moment, as_of,
                                   tuple(dict.fromkeys(about)))
-        if record and as_of is None:
-            answer.recall_position = self._record_recall(answer)
-        if record:
-            self._store(answer)
         return answer
 
     def _answer(self, tenant: str, pindex: PerspectiveIndex, index: SearchIndex, agent: str, query: str,
@@ -255,7 +238,7 @@ class Searches:
         answered_by, chosen = self._by_tier(ranked, p, index)
         items = [self._item(pindex, index, rank, c) for rank, c in enumerate(chosen, start=1)]
         return SearchAnswer(
-            search_id=SEARCH_PREFIX + uuid.uuid4().hex, tenant=tenant, agent=agent, serving=serving,
+            search_id=SEARCH_PREFIX + new_served_id(moment), tenant=tenant, agent=agent, serving=serving,
             session_id=session_id, query=query, k=p.k, as_of=as_of.isoformat() if as_of else None,
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=answered_by,
             semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=items,
@@ -280,7 +263,7 @@ class Searches:
                p: SearchParameters, moment: datetime, as_of: datetime | None, pindex: PerspectiveIndex,
                mode: str) -> SearchAnswer:
         return SearchAnswer(
-            search_id=SEARCH_PREFIX + uuid.uuid4().hex, tenant=tenant, agent=agent, serving=serving,
+            search_id=SEARCH_PREFIX + new_served_id(moment), tenant=tenant, agent=agent, serving=serving,
             session_id=session_id, query=query, k=p.k, as_of=as_of.isoformat() if as_of else None,
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=None,
             semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=[])
@@ -363,20 +346,6 @@ class Searches:
             valid_from=_iso(index.valid_from[doc]), score=c.score, scores=c.scores, session_id=index.sessions[doc],
             message_ids=list(index.message_ids[doc]))
 
-    def _record_recall(self, answer: SearchAnswer) -> int | None:
-        fact_ids = [item.fact_id for item in answer.items]
-        if not fact_ids:
-            return None
-        result = self._service.execute_batch(
-            [RecordRecall(tenant=answer.tenant, agent=answer.agent, fact_ids=tuple(fact_ids),
-                          mode=RecallMode.LOOKED_UP, perspective_id=answer.search_id)],
-            all_or_nothing=True,
-        )
-        error = result.outcomes[0].error
-        if error is not None:
-            raise error
-        return result.last_position
-
     def provenance(self, tenant: str, fact_ids: list[str]) -> list[list[str]]:
         """The message ids in the provenance of each fact (empty for a fact unknown here)."""
         pindex, index = self.index(tenant)
@@ -385,27 +354,6 @@ class Searches:
             doc = pindex.fact_index(fact_id)
             out.append(list(index.message_ids[doc]) if doc is not None and doc < len(index.message_ids) else [])
         return out
-
-    # ------------------------------------------------------------------------------------------ evidence
-
-    def _path(self, search_id: str) -> Path:
-        if not is_search_id(search_id) or "/" in search_id or "\\" in search_id or ".." in search_id:
-            raise UnknownSearch(search_id)
-        return self.evidence_dir / f"{search_id}.json"
-
-    def _store(self, answer: SearchAnswer) -> None:
-        self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        path = self._path(answer.search_id)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(answer.model_dump_json(indent=1), encoding="utf-8")
-        os.replace(temporary, path)
-
-    def explain(self, search_id: str) -> SearchAnswer:
-        """The evidence of a served search: request, parameters, items with their score components, recall."""
-        path = self._path(search_id)
-        if not path.exists():
-            raise UnknownSearch(search_id)
-        return SearchAnswer.model_validate_json(path.read_text(encoding="utf-8"))
 
 
 def _iso(epoch: float) -> str | None:
@@ -469,28 +417,3 @@ def search_json(answer: SearchAnswer) -> dict[str, Any]:
         "items": [item.model_dump(mode="json", exclude={"subject_label", "object_label", "reason", "tier"})
                   | {"tier": item.tier.value} for item in answer.items],
     }
-
-
-def erase_search_evidence(home: Path, tenant: str) -> int:
-    """After a forget in `tenant`: blank the content (query, texts, labels) of its search evidence files, keeping
-    ids, scores and positions, like the perspective evidence. Returns how many files were rewritten."""
-    directory = Path(home) / "searches"
-    if not directory.exists():
-        return 0
-    rewritten = 0
-    for path in sorted(directory.glob(f"{SEARCH_PREFIX}*.json")):
-        try:
-            served = SearchAnswer.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValueError:
-            continue
-        if served.tenant != tenant:
-            continue
-        served.query = FORGOTTEN_TEXT
-        for item in served.items:
-            item.text = item.subject_label = item.object_label = FORGOTTEN_TEXT
-            item.reason = FORGOTTEN_TEXT if item.reason else None
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(served.model_dump_json(indent=1), encoding="utf-8")
-        os.replace(temporary, path)
-        rewritten += 1
-    return rewritten

@@ -12,7 +12,8 @@ from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.contexts import ContextPublic, ContextRequest
 from domain.context import Context
-from projections.contexts import UnknownContext, context_json
+from domain.errors import UnknownContext
+from projections.contexts import context_json
 
 router = APIRouter(tags=["contexts"], route_class=EdgeRoute)
 SessionId = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^\S(.*\S)?$")]

@@ -46,14 +46,14 @@ def get_perspective(
     """What `agent` sees from where it stands: ranked facts in five clarity tiers and a context block within the
     budget. An agent-scoped key asks only as its agents, for persons they serve (403 otherwise).
 
-    Side effect, by design: serving a current perspective records its full and gist facts as recalled by
-    `agent` (one `facts.recalled` event, mode `pushed`), so what was put before the agent ranks higher next
-    time (the testing effect), and keeps its evidence for `explain`. It stays a GET because agents and their
-    runtimes fetch it as their view of memory (the URL names the standpoint, and repeating it is harmless: each
-    repeat is one more recall of the same facts); `as_of` perspectives record nothing. To record use without
-    serving, POST /v1/memory/used."""
-    # A plain `def` route: FastAPI runs it in the threadpool, so the recall's write (which may wait for the
-    # event store) and the evidence file never hold up the event loop and the other requests on it.
+    Side effect, by design: serving a current perspective is a use of its full and gist facts by `agent` (mode
+    `pushed`; held and written coalesced, at most one use per fact and hour, within a minute: `recall.held`), so
+    what was put before the agent ranks higher next time (the testing effect), and keeps its evidence for
+    `explain`. It stays a GET because agents and their runtimes fetch it as their view of memory (the URL names
+    the standpoint, and repeating it is harmless: a repeat within the hour records nothing more); `as_of`
+    perspectives record nothing. To record use without serving, POST /v1/memory/used."""
+    # A plain `def` route: FastAPI runs it in the threadpool, so a recall's write (which may wait for the event
+    # store: with coalescing off, or when a flush is due) and the evidence never hold up the event loop.
     caller.acts_as(memory, agent, serving)
     return _answer(memory.perspective(caller.tenant, agent, serving, focus or [], as_of, budget_tokens,
                                       min_position=min_position), format)

@@ -10,8 +10,9 @@ from api.auth import CallerDep, MemoryDep, TenantDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.search import SearchPublic, SearchRequest
+from domain.errors import UnknownSearch
 from domain.search import SearchAnswer
-from projections.searches import UnknownSearch, search_json
+from projections.searches import search_json
 
 router = APIRouter(tags=["search"], route_class=EdgeRoute)
 SearchId = Annotated[str, Path(min_length=6, max_length=128, pattern=r"^srch-[A-Za-z0-9_-]+$")]

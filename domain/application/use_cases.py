@@ -28,6 +28,7 @@ from domain.application.forgetting import ForgetReport, forget
 from domain.application.ingestion import Ingestor
 from domain.application.ontology_service import OntologyService
 from domain.application.recall import recall as recall_by_tier
+from domain.application.recall_buffer import RecallBuffer
 from domain.consolidation import CompactionState
 from domain.context import Context
 from domain.entities import EntityState
@@ -45,6 +46,7 @@ from domain.ports import (
     ContextEngine,
     CopiesOutsideTheLog,
     EventLog,
+    EvidenceStore,
     KeyStore,
     PerspectiveEngine,
     ReadModel,
@@ -148,7 +150,8 @@ class Application:
 
     def __init__(self, service: OntologyService, log: EventLog, *, consolidation: ConsolidationWorker,
                  perspectives: PerspectiveEngine, contexts: ContextEngine, searches: SearchEngine,
-                 copies: CopiesOutsideTheLog, keys: KeyStore | None = None, read_model: ReadModel | None = None,
+                 copies: CopiesOutsideTheLog, evidence: EvidenceStore, recalls: RecallBuffer | None = None,
+                 keys: KeyStore | None = None, read_model: ReadModel | None = None,
                  settings: ApplicationSettings = ApplicationSettings()) -> None:
         self.service = service
         self.log = log
@@ -157,6 +160,11 @@ class Application:
         self.contexts = contexts
         self.searches = searches
         self.copies = copies
+        self.evidence = evidence
+        """What `explain` shows about served reads (infra/evidence.py), kept by the read use cases below."""
+        self.recalls = recalls if recalls is not None else RecallBuffer(service)
+        """Where served reads record their uses (coalesced, domain/application/recall_buffer.py): one per process,
+        shared by every Application of the process."""
         self.keys = keys
         self.read_model = read_model
         """None: this process runs no projector (the CLI, the MCP server); reads by query are unavailable."""
@@ -444,17 +452,25 @@ class Application:
                    min_position: int | None = None, about: Sequence[str] = ()) -> SearchAnswer:
         """The facts `agent` may see (serving `serving`, in `session_id`, touching `about` if given) that best
         match `query`, nearest tier first, with their score components (projections/searches.py). A current
-        search records its results as recalled (mode `looked_up`); an as-of search records nothing."""
+        search is also a use of what it returns (mode `looked_up`, recorded through the recall buffer); an as-of
+        search records nothing. Its evidence is kept for `explain`."""
         if min_position is not None and self.read_model is not None:
             self.wait_for(min_position)
         answer = self.searches.search(tenant, agent, query, serving=serving, session_id=session_id, k=k,
                                       as_of=as_of, about=about)
-        self._written([answer.recall_position] if answer.recall_position is not None else [])
+        if not self.perspectives.records_recalls:  # (a benchmark's engine over an index not built from the log)
+            return answer
+        if as_of is None:
+            recorded = self._record_recall(tenant, agent, answer.search_id, [i.fact_id for i in answer.items],
+                                           RecallMode.LOOKED_UP, datetime.fromisoformat(answer.served_at))
+            if recorded is not None:
+                answer.recall_position, answer.recall_held = recorded.position, recorded.held
+        self.evidence.keep(answer)
         return answer
 
     def explain_search(self, tenant: str | None, search_id: str) -> SearchAnswer:
         """The evidence of a served search (tenant None: an operator's look, as for `explain`)."""
-        return self.searches.served(tenant, search_id)
+        return self.evidence.search(tenant, search_id)
 
     # ------------------------------------------------------------------ perspectives and contexts
 
@@ -463,61 +479,82 @@ class Application:
                     min_position: int | None = None) -> Perspective:
         """What `agent` sees, serving `serving`, with `focus` in mind: ranked, tiered, rendered within budget.
 
-        Serving a current perspective is also a write: it records one recall of its full and gist facts (mode
-        `pushed`, `deepened` for a deeper look), which makes them rank higher next time (the testing effect),
-        and keeps its evidence for `explain`. An as-of perspective records no recall (looking at the past does
-        not use a fact now). The recall is written after the perspective is computed, outside the engine's
-        lock, so a slow write delays only this caller.
+        Serving a current perspective has two side effects, done here after the engine computed it (outside its
+        lock, so a slow write delays only this caller): a use of its full and gist facts (mode `pushed`,
+        `deepened` for a deeper look), which makes them rank higher next time (the testing effect), recorded
+        through the recall buffer (at most one use per agent, fact and hour, written once per flush); and its
+        evidence, kept for `explain`. An as-of perspective records no use (looking at the past does not use a
+        fact now).
         """
         if min_position is not None and self.read_model is not None:
             self.wait_for(min_position)
         served = self.perspectives.perspective(tenant, agent, serving, focus, as_of, budget_tokens, deeper)
-        if as_of is None and self.perspectives.records_recalls:
+        if not self.perspectives.records_recalls:
+            return served
+        if as_of is None:
             served.recall = self._record_recall(tenant, agent, served.perspective_id,
                                                 served.fact_ids(Tier.FULL, Tier.GIST),
-                                                RecallMode.DEEPENED if deeper else RecallMode.PUSHED)
-        self.perspectives.keep_evidence(served)
+                                                RecallMode.DEEPENED if deeper else RecallMode.PUSHED, served.served_at)
+        self.evidence.keep(served)
         return served
 
-    def _record_recall(self, tenant: str, agent: str, served_id: str, fact_ids: list[str], mode: RecallMode
-                       ) -> RecallRecord | None:
+    def _record_recall(self, tenant: str, agent: str, served_id: str, fact_ids: list[str], mode: RecallMode,
+                       at: datetime) -> RecallRecord | None:
+        """A served read used these facts: held for the next coalesced flush, or written now (coalescing off)."""
         if not fact_ids:
             return None
-        written = self._run(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(fact_ids), mode=mode,
-                                           perspective_id=served_id))
-        return RecallRecord(mode=mode.value, fact_ids=fact_ids, position=written.position)
+        recorded = self.recalls.record(tenant, agent, fact_ids, mode, at, served_id)
+        self._written([recorded.position] if recorded.position is not None else [])
+        return RecallRecord(mode=mode.value, fact_ids=fact_ids, position=recorded.position, held=recorded.held)
+
+    def flush_recalls(self) -> list[int]:
+        """Write the uses served reads made that are still held (one event per tenant); the log positions."""
+        positions = self.recalls.flush()
+        self._written(positions)
+        return positions
 
     def deepen(self, tenant: str, perspective_id: str, budget_tokens: int | None = None) -> Perspective:
         """Think deeper from a perspective served before: same standpoint, one more hop, a lower threshold."""
-        before = self.perspectives.served(tenant, perspective_id)
+        before, _ = self.evidence.perspective(tenant, perspective_id)
         return self.perspective(tenant, before.agent, before.serving, before.focus, before.as_of,
                                 budget_tokens or before.budget_tokens, deeper=True)
 
     def explain(self, tenant: str | None, perspective_id: str) -> Perspective:
-        """The evidence of a served perspective: inputs, parameters and outputs, to reproduce it. Agents name
+        """The evidence of a served perspective: inputs, parameters and outputs. Kept as its request (the default
+        evidence mode), the outputs are computed again from the log as it stood when it was served. Agents name
         their tenant; None is an operator's look at the data directory (the CLI), whatever the tenant."""
-        return self.perspectives.served(tenant, perspective_id)
+        kept, complete = self.evidence.perspective(tenant, perspective_id)
+        if complete:
+            return kept
+        again = self.perspectives.reproduce(kept)
+        if kept.recall is not None:
+            fact_ids = again.fact_ids(Tier.FULL, Tier.GIST)
+            again.recall = kept.recall.model_copy(update={"fact_ids": fact_ids}) if fact_ids else None
+        return again
 
     def reproduce(self, perspective_id: str) -> Perspective:
         """Compute a served perspective again from the log as it stood when it was served (nothing recorded):
         equal items mean the answer is explained by its inputs."""
-        return self.perspectives.reproduce(perspective_id)
+        kept, _ = self.evidence.perspective(None, perspective_id)
+        return self.perspectives.reproduce(kept)
 
     def context(self, tenant: str, session_id: str, message: str | None = None, budget_tokens: int | None = None
                 ) -> Context:
-        """The context block for a main session, compiled for this request (records a `pushed` recall of the
-        facts it shows clearly, and keeps its evidence)."""
+        """The context block for a main session, compiled for this request. Like a perspective, it is a use of
+        the facts it shows clearly (mode `pushed`, through the recall buffer), and its evidence is kept."""
         served = self.contexts.context(tenant, session_id, message, budget_tokens)
-        self._written([served.recall.position] if served.recall and served.recall.position else [])
+        served.recall = self._record_recall(tenant, served.agent, served.context_id, served.shown_clearly(),
+                                            RecallMode.PUSHED, served.served_at)
+        self.evidence.keep(served)
         return served
 
     def explain_context(self, tenant: str | None, context_id: str) -> Context:
         """The evidence of a served context (tenant None: an operator's look, as for `explain`)."""
-        return self.contexts.served(tenant, context_id)
+        return self.evidence.context(tenant, context_id)
 
     def reproduce_context(self, context_id: str) -> Context:
         """Assemble a served context again from the log as it stood then (nothing recorded)."""
-        return self.contexts.reproduce(context_id)
+        return self.contexts.reproduce(self.evidence.context(None, context_id))
 
 
 class UnknownEntityFact(DomainError):

@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from domain.activation import Tier
 from domain.errors import DomainError
 from domain.perspective import Perspective, RecallRecord
 from domain.search import SearchAnswer
@@ -171,3 +172,17 @@ class Context(BaseModel):
     """The search run with the message (recall by content), when there was a message and search is on."""
     recalled_fact_ids: list[str] = Field(default_factory=list)
     """The facts the block shows because the search recalled them (not already shown otherwise)."""
+
+    def shown_clearly(self) -> list[str]:
+        """The facts the block shows clearly (a served context's recall): the hard constraints, the facts recalled
+        by content, and the perspective's full and gist items, in block order."""
+        clear = set(self.constraint_fact_ids) | set(self.recalled_fact_ids)
+        if self.perspective is not None:
+            clear |= {i.fact_id for i in self.perspective.items if i.tier in (Tier.FULL, Tier.GIST)}
+        shown: dict[str, None] = {}
+        for block in self.blocks:
+            if block.role in (ContextRole.CONSTRAINTS, ContextRole.PERSPECTIVE):
+                for fact_id in block.fact_ids:
+                    if fact_id in clear:
+                        shown[fact_id] = None
+        return list(shown)

@@ -107,9 +107,9 @@ def serve(port: int, home: Path) -> None:
                         environment="production")
     noumena = bootstrap(settings)
     clock = lambda: datetime.fromtimestamp(NOW, UTC)  # noqa: E731  (the organization's "now")
-    perspectives = Perspectives(noumena.log, noumena.service, home, clock)
+    perspectives = Perspectives(noumena.log, clock)
     perspectives.start_from({TENANT: index}, 0)
-    engine = EnginePerspectives(lambda: perspectives, record=False)
+    engine = EnginePerspectives(lambda: perspectives)
     key = ApiKeyStore(settings.api_keys_path()).create(TENANT, "bench").key
 
     views = [{"agent": v.agent, "serving": v.serving, "focus": list(v.focus), "query": q}

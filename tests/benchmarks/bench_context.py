@@ -172,13 +172,13 @@ def main() -> None:
         app.service.ontology(TENANT)
         print(f"  ontology service folded the log in {time.perf_counter() - started:.1f} s")
         sessions = add_sessions(app, persons, agents, things)
-        perspectives = Perspectives(app.log, app.service, home, clock)
-        contexts = Contexts(perspectives, app.service, app.log, home, clock)
+        perspectives = Perspectives(app.log, clock)
+        contexts = Contexts(perspectives, app.service, app.log, clock)
         started = time.perf_counter()
         perspectives.catch_up()
         print(f"  perspective index followed the log in {time.perf_counter() - started:.1f} s")
         started = time.perf_counter()
-        contexts.context_for(TENANT, sessions[0], "hello", record=False)
+        contexts.context_for(TENANT, sessions[0], "hello")
         print(f"  first context (name and constraint indexes built) in {time.perf_counter() - started:.1f} s")
 
         rng = np.random.default_rng(9)
@@ -189,21 +189,21 @@ def main() -> None:
             thing, person = things[int(rng.integers(0, len(things)))], persons[int(rng.integers(0, len(persons)))]
             queries.append((session, f"给 {person.split(':')[1]} 再出一版报价, see {thing.split(':')[1]}"))
         for session, message in queries[:20]:  # warm up
-            contexts.context_for(TENANT, session.session_id, message, record=False)
+            contexts.context_for(TENANT, session.session_id, message)
         context_ms, perspective_ms, tokens, focus_sizes = [], [], [], []
         for k, (session, message) in enumerate(queries):
             # the focus the context finds, so that the perspective is asked for the same viewer (not timed)
-            served = contexts.context_for(TENANT, session.session_id, message, record=False)
+            served = contexts.context_for(TENANT, session.session_id, message)
             focus = [f.ref for f in served.focus]
             budget = served.perspective.budget_tokens if served.perspective else 1200
             for which in ((0, 1) if k % 2 == 0 else (1, 0)):
                 started = time.perf_counter()
                 if which == 0:
-                    served = contexts.context_for(TENANT, session.session_id, message, record=False)
+                    served = contexts.context_for(TENANT, session.session_id, message)
                     context_ms.append((time.perf_counter() - started) * 1e3)
                 else:
                     perspectives.perspective_for(TENANT, session.agent, session.serving, focus,
-                                                 budget_tokens=budget, record=False)
+                                                 budget_tokens=budget)
                     perspective_ms.append((time.perf_counter() - started) * 1e3)
             tokens.append(served.tokens)
             focus_sizes.append(len(focus))

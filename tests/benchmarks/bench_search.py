@@ -78,7 +78,7 @@ def main() -> None:
 
     now = datetime.fromtimestamp(NOW, UTC)
     perspectives = _Fixed(None, None, Path("/nonexistent"), lambda: now)  # type: ignore[arg-type]
-    searches = Searches(perspectives, None, Path("/nonexistent"), lambda: now, embedder=embedder)  # type: ignore[arg-type]
+    searches = Searches(perspectives, lambda: now, embedder=embedder)  # type: ignore[arg-type]
     searches._indexes["bench"] = index
     views = viewpoints(persons, agents, things, QUERIES)
     queries = words(rng, QUERIES, 3)
@@ -88,7 +88,7 @@ def main() -> None:
         pindex.walk(view, perspectives.parameters, NOW)
         walk_ms.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
-        searches.search_for("bench", view.agent, query, serving=view.serving, record=False,
+        searches.search_for("bench", view.agent, query, serving=view.serving,
                             k=DEFAULT_SEARCH_PARAMETERS.k)
         search_ms.append((time.perf_counter() - started) * 1000)
     print(f"memory per fact after the queries (impact orders of the long postings made): search index"

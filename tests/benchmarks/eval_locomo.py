@@ -192,9 +192,9 @@ def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str) -> int:
         noumena = bootstrap(Settings(home=home, encrypt_content=False))
         try:
             ingestor = noumena.application.ingestor
-            perspectives = Perspectives(noumena.log, noumena.service, home, lambda: datetime.now(UTC))
-            searches = Searches(perspectives, noumena.service, home, lambda: datetime.now(UTC), embedder=embedder)
-            contexts = Contexts(perspectives, noumena.service, noumena.log, home, lambda: datetime.now(UTC),
+            perspectives = Perspectives(noumena.log, lambda: datetime.now(UTC))
+            searches = Searches(perspectives, lambda: datetime.now(UTC), embedder=embedder)
+            contexts = Contexts(perspectives, noumena.service, noumena.log, lambda: datetime.now(UTC),
                                 searches=searches)
             for path in files:
                 conversation = json.loads(path.read_text(encoding="utf-8"))
@@ -216,11 +216,10 @@ def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str) -> int:
                 for q in questions:
                     evidence = set(evidence_ids(q["evidence"]))
                     t0 = time.perf_counter()
-                    answer = searches.search_for(tenant, AGENT, q["question"], serving=serving, k=max(KS),
-                                                 record=False)
+                    answer = searches.search_for(tenant, AGENT, q["question"], serving=serving, k=max(KS))
                     latencies.append((time.perf_counter() - t0) * 1000)
                     tally.add("noumena search", q["category"], [i.message_ids for i in answer.items], evidence)
-                    context = contexts.context_for(tenant, ask, q["question"], record=False)
+                    context = contexts.context_for(tenant, ask, q["question"])
                     shown = context_fact_ids(context)
                     provenance = searches.provenance(tenant, shown)
                     context_hits.append(any(evidence & set(m) for m in provenance))

@@ -1,6 +1,7 @@
-"""Serving a perspective writes (its recall, its evidence file); a slow write must never stall the event loop and
-with it every other request. The write is slowed for real: another connection holds SQLite's write lock on the
-served process's event store, the way a long transaction of another process would."""
+"""Serving a perspective may write its recall (at once with coalescing off, as here; coalesced, when its flush is
+due); a slow write must never stall the event loop and with it every other request. The write is slowed for real:
+another connection holds SQLite's write lock on the served process's event store, the way a long transaction of
+another process would."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ the lock is held, however long one waits. (The server waits 30 s for a SQLite lo
 
 
 def test_a_perspective_waiting_to_record_its_recall_does_not_hold_up_other_requests(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "home")
+    server = start_server(tmp_path / "home", NOUMENA_RECALL_FLUSH_SECONDS="0")  # every perspective writes
     try:
         tenant = server.tenant("acme")
         c = tenant.client

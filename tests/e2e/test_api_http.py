@@ -158,7 +158,7 @@ def test_forgetting_a_person_erases_their_content_from_every_read(acme: Tenant) 
     receipt = forgotten.json()
     assert receipt["keys_deleted"] >= 1 and receipt["receipt_id"].startswith("fgt-")
     assert receipt["events_affected"] >= 2 and receipt["forgotten_at"] is not None
-    assert any(line.startswith("perspective evidence: ") for line in receipt["files_rewritten"])
+    assert any(line.startswith("evidence: ") for line in receipt["files_rewritten"])
     position = forgotten.json()["position"]
     # writes about the forgotten person answer 409 naming them, until they are registered anew
     refused = c.post("/v1/facts", json={"subject": "agent:forgetful", "relation": "serves", "object": "person:zhao",

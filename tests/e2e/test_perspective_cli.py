@@ -42,7 +42,10 @@ def test_perspective_json_has_the_id_items_counts_and_context(home: Path):
     item = data["items"][0]
     assert set(item) >= {"tier", "fact_id", "subject", "relation", "object", "activation", "hops", "path"}
     assert all(i["scope"] == "org" for i in data["items"])
-    assert (home / "perspectives" / f"{data['perspective_id']}.json").exists()
+    explained = _run("explain", data["perspective_id"], "--json", home=home, tenant=None)  # kept as its request
+    assert explained.returncode == 0, explained.stderr
+    again = json.loads(explained.stdout)
+    assert [i["fact_id"] for i in again["items"]] == [i["fact_id"] for i in data["items"]]
 
 
 def test_explain_shows_the_evidence_and_reproduces_it(home: Path):
@@ -89,17 +92,17 @@ def test_the_service_starts_from_the_published_snapshot_and_follows_the_log_afte
         clock.now += timedelta(days=1)
         app.service.execute(AssertFact(tenant=TENANT, subject="agent:sales", relation="watches",
                                        object="ticket:legal/118", reason="after the snapshot"))
-        started = Perspectives(app.log, app.service, tmp_path / "home", clock)
+        started = Perspectives(app.log, clock)
         assert started.start_from_read_model(files.snapshot)
         assert set(started._indexes) == {TENANT, "other"}
-        folded = Perspectives(app.log, app.service, tmp_path / "home", clock)
-        a = started.perspective_for(TENANT, "agent:sales", record=False)
-        b = folded.perspective_for(TENANT, "agent:sales", record=False)
+        folded = Perspectives(app.log, clock)
+        a = started.perspective_for(TENANT, "agent:sales")
+        b = folded.perspective_for(TENANT, "agent:sales")
         assert [(i.fact_id, i.tier) for i in a.items] == [(i.fact_id, i.tier) for i in b.items]
         assert any(i.relation == "watches" for i in a.items)
         moment = clock.now - timedelta(days=3)  # before the snapshot's clock: read from the snapshot
-        past_a = started.perspective_for(TENANT, "agent:sales", as_of=moment, record=False)
-        past_b = folded.perspective_for(TENANT, "agent:sales", as_of=moment, record=False)
+        past_a = started.perspective_for(TENANT, "agent:sales", as_of=moment)
+        past_b = folded.perspective_for(TENANT, "agent:sales", as_of=moment)
         assert [(i.fact_id, i.tier, i.activation) for i in past_a.items] == [
             (i.fact_id, i.tier, i.activation) for i in past_b.items]
     finally:

@@ -30,7 +30,7 @@ from domain.facts import FactState, FactStatus
 from domain.mentions import MentionIndex
 from domain.summaries import FAN_IN, SummaryTree
 from infra.bootstrap import Noumena
-from projections.contexts import Contexts, erase_context_evidence, is_context_id
+from projections.contexts import Contexts, is_context_id
 from projections.perspectives import Perspectives
 from tests.properties import examples
 
@@ -44,8 +44,8 @@ class Story:
     def __init__(self, home: Path) -> None:
         self.app, self.clock = build_story(home)
         self.clock.now = NOW.astimezone(UTC)
-        self.perspectives = Perspectives(self.app.log, self.app.service, home, self.clock)
-        self.contexts = Contexts(self.perspectives, self.app.service, self.app.log, home, self.clock)
+        self.perspectives = Perspectives(self.app.log, self.clock)
+        self.contexts = Contexts(self.perspectives, self.app.service, self.app.log, self.clock)
 
     @property
     def noumena(self) -> Noumena:
@@ -167,7 +167,7 @@ def test_a_hard_constraint_is_shown_once_not_again_in_the_perspective(story: Sto
 
 
 def test_every_line_carries_the_ids_it_came_from(summarized_story: Story) -> None:
-    context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, record=False)
+    context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK)
 
     for block in context.blocks:
         for line in block.lines:
@@ -197,7 +197,7 @@ def test_every_ten_compactions_fold_into_one_node_and_the_frontier_covers_each_l
 
 
 def test_the_rolling_summary_is_the_frontier_oldest_first(summarized_story: Story) -> None:
-    context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, record=False)
+    context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK)
 
     leaves = len(summarized_story.app.service.ontology(TENANT).sessions[WANG_MAIN].summaries)
     summary = _block(context, ContextRole.SUMMARY)
@@ -232,11 +232,11 @@ def test_mentions_are_found_by_label_and_alias_in_chinese_and_latin_text() -> No
 def test_an_entity_renamed_or_registered_after_the_first_context_is_found_by_its_new_name(story: Story) -> None:
     from domain.commands import RegisterEntity
 
-    story.contexts.context_for(TENANT, WANG_MAIN, ASK, record=False)
+    story.contexts.context_for(TENANT, WANG_MAIN, ASK)
     story.app.service.execute(RegisterEntity(tenant=TENANT, ref="person:zhao", label="赵经理 (Zhao)",
                                              aliases=("赵经理",)))
 
-    context = story.contexts.context_for(TENANT, WANG_MAIN, "让赵经理看一下", record=False)
+    context = story.contexts.context_for(TENANT, WANG_MAIN, "让赵经理看一下")
 
     assert ("person:zhao", "message") in {(f.ref, f.found_in) for f in context.focus}
 
@@ -253,7 +253,7 @@ def _omitted_kinds(context: Context) -> list[int]:
 @given(budget=st.integers(min_value=1, max_value=4_000))
 def test_the_block_never_exceeds_the_budget_and_cuts_in_order(summarized_story: Story, budget: int) -> None:
     try:
-        context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, budget_tokens=budget, record=False)
+        context = summarized_story.contexts.context_for(TENANT, WANG_MAIN, ASK, budget_tokens=budget)
     except ContextBudgetExceeded as error:
         assert error.needed > budget
         return
@@ -324,19 +324,21 @@ def test_hard_constraints_that_alone_exceed_the_budget_raise_a_clear_error(story
 
 
 def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(story: Story) -> None:
-    served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+    memory = story.app.application
+    served = memory.context(TENANT, WANG_MAIN, ASK)
     story.clock.now += timedelta(hours=2)
     story.app.service.execute(AppendMessage(tenant=TENANT, session_id=WANG_MAIN, message_id="m14", role="user",
                                             content="李总 says the freight is fine now"))
 
     assert is_context_id(served.context_id)
-    explained = story.contexts.explain(served.context_id)
-    again = story.contexts.reproduce(served.context_id)
+    explained = memory.explain_context(TENANT, served.context_id)
+    again = memory.reproduce_context(served.context_id)
 
     assert explained == served
     assert again.text == served.text and again.blocks == served.blocks
-    assert served.recall is not None and served.recall.mode == "pushed"
+    assert served.recall is not None and served.recall.mode == "pushed" and served.recall.held
     assert set(served.constraint_fact_ids) <= set(served.recall.fact_ids)
+    memory.flush_recalls()
     state = story.app.service.ontology(TENANT)
     for fact_id in served.recall.fact_ids:
         assert state.recall_uses[fact_id]["agent:wang-assistant"]
@@ -344,11 +346,11 @@ def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(stor
 
 
 def test_forgetting_in_a_tenant_redacts_its_context_evidence_and_keeps_the_structure(story: Story) -> None:
-    served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+    served = story.app.application.context(TENANT, WANG_MAIN, ASK)
 
-    assert erase_context_evidence(story.app.settings.home, "another-tenant") == 0
-    assert erase_context_evidence(story.app.settings.home, TENANT) == 1
-    redacted = story.contexts.explain(served.context_id)
+    assert story.app.evidence.erase("another-tenant") == 0
+    assert story.app.evidence.erase(TENANT) == 1
+    redacted = story.app.application.explain_context(TENANT, served.context_id)
 
     dumped = redacted.model_dump_json()
     for content in ("Li prefers monthly settlement", "李总", "USD moved", "给李总再出一版报价", "freight"):
@@ -358,13 +360,14 @@ def test_forgetting_in_a_tenant_redacts_its_context_evidence_and_keeps_the_struc
 
 
 def test_forget_me_reaches_the_context_evidence_and_the_next_context(story: Story) -> None:
-    served = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+    memory = story.app.application
+    served = memory.context(TENANT, WANG_MAIN, ASK)
     assert "李总 (Li)" in served.text
 
-    story.app.application.forget(TENANT, "person:li")
-    again = story.contexts.context_for(TENANT, WANG_MAIN, ASK)
+    memory.forget(TENANT, "person:li")
+    again = memory.context(TENANT, WANG_MAIN, ASK)
 
-    assert "李总 (Li)" not in story.contexts.explain(served.context_id).model_dump_json()
+    assert "李总 (Li)" not in memory.explain_context(TENANT, served.context_id).model_dump_json()
     assert "李总 (Li)" not in again.text
     assert "person:li" not in {f.ref for f in again.focus if f.found_in == "message"}
 

@@ -359,11 +359,10 @@ def test_search_through_the_openai_adapter_falls_back_to_lexical_naming_the_fail
     fact("person:li", "memory:pay")
     with EmbeddingsStandIn(dimensions=64, slow_seconds=10) as server:
         embedder = OpenAICompatibleEmbedder(server.url, "standin", 64, timeout_seconds=TIMEOUT)
-        searches = Searches(Perspectives(noumena.log, noumena.service, tmp_path / "home", clock), noumena.service,
-                            tmp_path / "home", clock, embedder=embedder)
+        searches = Searches(Perspectives(noumena.log, clock), clock, embedder=embedder)
 
         def ask(query: str):  # type: ignore[no-untyped-def]
-            return searches.search_for("acme", "agent:sales", query, record=False)
+            return searches.search_for("acme", "agent:sales", query)
 
         working = ask("Oscar the dog")
         assert working.semantic == "exact" and working.embedder == "openai:standin:64"

@@ -25,13 +25,10 @@ from domain import commands as c
 from infra.keys.derivation import derived_name
 from infra.keys.wrapping import WRAPPED_BYTES, KekFile
 from infra.sealed_format import associated_data, read_v2
-from projections.contexts import Contexts
 from projections.export import export_parquet
 from projections.files import ProjectionFiles
-from projections.perspectives import Perspectives
 from projections.projector import Projector
 from projections.purge import register_export
-from projections.searches import Searches
 from projections.snapshot import publish_snapshot
 from tests.conftest import TickingClock
 
@@ -79,11 +76,11 @@ def _plant(noumena, m: dict[str, str], tmp_path: Path) -> None:  # type: ignore[
 
 
 def _serve(noumena, home: Path, clock) -> None:  # type: ignore[no-untyped-def]
-    perspectives = Perspectives(noumena.log, noumena.service, home, clock)
-    perspectives.perspective_for(T, "agent:a", serving="person:x")
-    Contexts(perspectives, noumena.service, noumena.log, home, clock).context_for(T, "s-x", "tea please")
-    Searches(perspectives, noumena.service, home, clock, embedder=None).search_for(T, "agent:a", "tea",
-                                                                                    serving="person:x")
+    memory = noumena.application  # what the entry points call: it keeps the evidence and holds the uses
+    memory.perspective(T, "agent:a", serving="person:x")
+    memory.context(T, "s-x", "tea please")
+    memory.search_for(T, "agent:a", "tea", serving="person:x")
+    memory.flush_recalls()
 
 
 def _forms(text: bytes) -> list[bytes]:

@@ -38,8 +38,7 @@ def test_the_receipt_names_what_was_erased_and_its_id_is_in_the_log(make_noumena
     # the entity label, the message and three reasons were sealed with the deleted keys
     assert report.events_affected == 5
     assert report.erased_with == ("session:s-x",)
-    assert {line.split(":")[0] for line in report.files_rewritten} >= {"perspective evidence", "context evidence",
-                                                                       "search evidence", "import rejects"}
+    assert {line.split(":")[0] for line in report.files_rewritten} >= {"evidence", "import rejects"}
     (event,) = [x.event for x in noumena.log.read(0, 10_000) if isinstance(x.event, SubjectForgotten)]
     assert (event.receipt_id, event.subject, event.keys_deleted, event.erased_with) == (
         report.receipt_id, "person:x", report.keys_deleted, ("session:s-x",))

@@ -80,16 +80,16 @@ def test_after_forgetting_a_person_replay_as_of_and_perspectives_still_work_for_
     clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(minutes=1))
     noumena = make_noumena("sqlite", clock=clock)
     _plant(noumena.service)
-    perspectives = Perspectives(noumena.log, noumena.service, tmp_path / "home", clock)
+    perspectives = Perspectives(noumena.log, clock)
     served = perspectives.perspective_for(T, "agent:a", serving="person:y")
     before = clock.now
     noumena.application.forget(T, "person:x")
-    perspectives = Perspectives(noumena.log, noumena.service, tmp_path / "home", clock)  # (a forget reloads them)
-    again = perspectives.reproduce(served.perspective_id)
+    perspectives = Perspectives(noumena.log, clock)  # (a forget reloads them)
+    again = perspectives.reproduce(served)
     assert [(i.fact_id, i.tier) for i in again.items] == [(i.fact_id, i.tier) for i in served.items]
-    after = perspectives.perspective_for(T, "agent:a", serving="person:y", record=False)
+    after = perspectives.perspective_for(T, "agent:a", serving="person:y")
     assert "KEEP-Y-EPISODIC" in after.context and "MARKER" not in after.context
-    past = perspectives.perspective_for(T, "agent:a", serving="person:x", as_of=before, record=False)
+    past = perspectives.perspective_for(T, "agent:a", serving="person:x", as_of=before)
     assert "MARKER" not in past.context
     replayed = replay(noumena.log, tmp_path / "replayed.duckdb", before)
     data = replayed.path.read_bytes()

@@ -102,13 +102,13 @@ def test_the_service_follows_a_merge_made_by_the_workflow(make_noumena, tmp_path
     run(AssertFact(tenant="acme", subject="person:li2", relation="prefers", object="thing:x"))
     scoped = run(AssertFact(tenant="acme", subject="thing:y", relation="about", object="thing:x",
                             scope="person:li2")).events[-1].fact_id  # type: ignore[attr-defined]
-    perspectives = Perspectives(noumena.log, noumena.service, tmp_path / "home", clock)
-    before = perspectives.perspective_for("acme", "agent:a", serving="person:li", record=False)
+    perspectives = Perspectives(noumena.log, clock)
+    before = perspectives.perspective_for("acme", "agent:a", serving="person:li")
     assert not any(i.object == "thing:x" for i in before.items)
     assert merge_entities(noumena.service, "acme", "person:li2", "person:li") == 1
-    after = perspectives.perspective_for("acme", "agent:a", serving="person:li", record=False)
+    after = perspectives.perspective_for("acme", "agent:a", serving="person:li")
     shown = {i.fact_id: i for i in after.items}
     assert any(i.subject == "person:li" and i.object == "thing:x" for i in shown.values())
     assert scoped in shown  # li2's own scope is li's now
-    again = perspectives.perspective_for("acme", "agent:a", serving="person:li2", record=False)
+    again = perspectives.perspective_for("acme", "agent:a", serving="person:li2")
     assert [i.fact_id for i in again.items] == [i.fact_id for i in after.items]

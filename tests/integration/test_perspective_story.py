@@ -90,8 +90,8 @@ def test_an_as_of_perspective_matches_what_was_served_at_that_moment(story: Pers
     served = story.served[MOMENT_1[0]]["sales"]
     # a millisecond before: the recalls recorded at the moment itself (by serving) come after what was served
     again = story.perspectives.perspective_for(TENANT, "agent:sales", focus=[CONTRACT],
-                                               as_of=MOMENT_1[1] - timedelta(milliseconds=1), record=False)
+                                               as_of=MOMENT_1[1] - timedelta(milliseconds=1))
     assert [(i.fact_id, i.tier) for i in again.items] == [(i.fact_id, i.tier) for i in served.items]
     assert [i.activation for i in again.items] == pytest.approx([i.activation for i in served.items], abs=1e-5)
-    reproduced = story.perspectives.reproduce(served.perspective_id)
+    reproduced = story.perspectives.reproduce(served)
     assert reproduced.context == served.context

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain.commands import AssertFact, CreateTenant, InvalidateFact, RegisterEntity, StartSession
-from domain.errors import InvalidInput, UnknownEntity
-from domain.recalls import FactsRecalled
+from domain.errors import InvalidInput, UnknownEntity, UnknownSearch
+from domain.recalls import RecallsCoalesced
 from infra.embedders import embedder_from
 from projections.contexts import Contexts
 from projections.perspective_index import PerspectiveIndex, fold
@@ -58,8 +57,8 @@ def served(make_noumena, tmp_path):  # type: ignore[no-untyped-def]
     clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
     noumena = make_noumena("sqlite", clock=clock)
     facts = _org(noumena)
-    perspectives = Perspectives(noumena.log, noumena.service, tmp_path / "home", clock)
-    searches = Searches(perspectives, noumena.service, tmp_path / "home", clock, embedder=EMBEDDER)
+    perspectives = Perspectives(noumena.log, clock)
+    searches = Searches(perspectives, clock, embedder=EMBEDDER)
     return noumena, searches, facts, clock
 
 
@@ -69,14 +68,14 @@ def _ids(answer) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_a_request_naming_no_entity_finds_the_fact_by_its_words(served):
     _noumena, searches, facts, _clock = served
-    answer = searches.search_for(T, "agent:sales", "how does Li want to pay? monthly?", record=False)
+    answer = searches.search_for(T, "agent:sales", "how does Li want to pay? monthly?")
     assert _ids(answer)[0] == facts["pay"]
     assert answer.items[0].scores["lexical"] > 0 and answer.answered_by is not None
 
 
 def test_meaning_finds_a_fact_that_shares_no_word_with_the_request(served):
     _noumena, searches, facts, _clock = served
-    answer = searches.search_for(T, "agent:sales", "puppy", record=False)
+    answer = searches.search_for(T, "agent:sales", "puppy")
     assert answer.semantic == "exact"
     assert _ids(answer)[0] == facts["pet"]
     assert answer.items[0].scores["lexical"] == 0 and answer.items[0].scores["semantic"] > 0
@@ -84,44 +83,49 @@ def test_meaning_finds_a_fact_that_shares_no_word_with_the_request(served):
 
 def test_chinese_queries_find_chinese_and_mixed_memories(served):
     _noumena, searches, facts, _clock = served
-    assert _ids(searches.search_for(T, "agent:sales", "李总 结算", record=False))[0] == facts["pay"]
-    assert _ids(searches.search_for(T, "agent:sales", "什么时候发货", record=False))[0] == facts["ship"]
-    assert _ids(searches.search_for(T, "agent:sales", "合同附件", record=False))[0] == facts["ship"]
+    assert _ids(searches.search_for(T, "agent:sales", "李总 结算"))[0] == facts["pay"]
+    assert _ids(searches.search_for(T, "agent:sales", "什么时候发货"))[0] == facts["ship"]
+    assert _ids(searches.search_for(T, "agent:sales", "合同附件"))[0] == facts["ship"]
 
 
 def test_a_person_scoped_fact_is_found_only_while_serving_that_person_and_answers_from_its_tier(served):
     noumena, searches, facts, _clock = served
     noumena.service.execute(RegisterEntity(tenant=T, ref="agent:pa", label="personal agent"))
-    other = searches.search_for(T, "agent:pa", "private discount", serving="person:li", record=False)
+    other = searches.search_for(T, "agent:pa", "private discount", serving="person:li")
     assert facts["secret"] not in _ids(other)
-    own = searches.search_for(T, "agent:pa", "private discount", serving="person:zhang", record=False)
+    own = searches.search_for(T, "agent:pa", "private discount", serving="person:zhang")
     assert _ids(own)[0] == facts["secret"] and own.answered_by == "episodic" and own.items[0].tier == "episodic"
 
 
 def test_a_hub_agent_serving_one_customer_never_finds_another_customers_facts(served):
     _noumena, searches, facts, _clock = served
-    answer = searches.search_for(T, "agent:cs", "发货 shipping Friday", serving="person:li", record=False)
+    answer = searches.search_for(T, "agent:cs", "发货 shipping Friday", serving="person:li")
     assert facts["ship"] not in _ids(answer) and facts["serves_zhang"] not in _ids(answer)
 
 
 def test_an_invalidated_fact_leaves_the_results_and_as_of_search_still_sees_it(served):
     noumena, searches, facts, clock = served
     before = clock.now
-    searches.search_for(T, "agent:sales", "monthly settlement", record=False)
+    searches.search_for(T, "agent:sales", "monthly settlement")
     noumena.service.execute(InvalidateFact(tenant=T, fact_id=facts["pay"], reason="Li now pays per order"))
-    assert facts["pay"] not in _ids(searches.search_for(T, "agent:sales", "monthly settlement", record=False))
-    past = searches.search_for(T, "agent:sales", "monthly settlement", as_of=before, record=False)
+    assert facts["pay"] not in _ids(searches.search_for(T, "agent:sales", "monthly settlement"))
+    past = searches.search_for(T, "agent:sales", "monthly settlement", as_of=before)
     assert _ids(past)[0] == facts["pay"]
 
 
-def test_serving_records_a_looked_up_recall_and_keeps_evidence_that_explains_it(served):
-    noumena, searches, facts, _clock = served
-    answer = searches.search_for(T, "agent:sales", "monthly settlement", k=3)
-    recalls = [e.event for e in noumena.log.read(0, 10_000) if isinstance(e.event, FactsRecalled)]
-    assert [(r.mode, r.perspective_id) for r in recalls] == [("looked_up", answer.search_id)]
-    assert list(recalls[0].fact_ids) == _ids(answer)
-    explained = searches.explain(answer.search_id)
-    assert explained.items == answer.items and explained.recall_position == answer.recall_position
+def test_serving_records_a_looked_up_use_and_keeps_evidence_that_explains_it(served):
+    noumena, _searches, facts, _clock = served
+    memory = noumena.application
+    answer = memory.search_for(T, "agent:sales", "monthly settlement", k=3)
+    assert answer.recall_held and answer.recall_position is None
+    explained = memory.explain_search(T, answer.search_id)
+    assert explained.items == answer.items and explained.recall_held
+    memory.flush_recalls()
+    [event] = [e.event for e in noumena.log.read(0, 10_000) if isinstance(e.event, RecallsCoalesced)]
+    assert [(agent, mode, fact_id) for agent, mode, fact_id, _at in event.used()] == [
+        ("agent:sales", "looked_up", fact_id) for fact_id in _ids(answer)]
+    with pytest.raises(UnknownSearch):
+        memory.explain_search("another-tenant", answer.search_id)
 
 
 def test_bad_requests_name_what_is_wrong(served):
@@ -139,24 +143,25 @@ def test_bad_requests_name_what_is_wrong(served):
 
 def test_without_an_embedder_search_is_lexical_and_says_so(served):
     noumena, _searches, facts, clock = served
-    lexical = Searches(Perspectives(noumena.log, noumena.service, Path(noumena.settings.home), clock),
-                       noumena.service, Path(noumena.settings.home), clock, embedder=None)
-    answer = lexical.search_for(T, "agent:sales", "monthly settlement", record=False)
+    lexical = Searches(Perspectives(noumena.log, clock), clock, embedder=None)
+    answer = lexical.search_for(T, "agent:sales", "monthly settlement")
     assert answer.semantic == "off" and _ids(answer)[0] == facts["pay"]
     assert all(item.scores["semantic"] == 0 for item in answer.items)
 
 
 def test_forgetting_a_person_leaves_no_text_of_theirs_in_the_index_or_the_evidence(served, tmp_path):
     noumena, searches, facts, _clock = served
-    served_before = searches.search_for(T, "agent:sales", "monthly settlement")
+    served_before = noumena.application.search_for(T, "agent:sales", "monthly settlement")
     assert _ids(served_before)[0] == facts["pay"]
-    noumena.application.forget(T, "person:li")  # blanks the search evidence files too
-    answer = searches.search_for(T, "agent:sales", "monthly settlement", record=False)
+    evidence = [tmp_path / "home" / name for name in ("evidence.sqlite", "evidence.sqlite-wal")]
+    assert any(b"settlement" in path.read_bytes() for path in evidence)  # the query is kept ...
+    noumena.application.forget(T, "person:li")  # ... and blanked with the answer
+    answer = searches.search_for(T, "agent:sales", "monthly settlement")
     assert facts["pay"] not in [i.fact_id for i in answer.items if "monthly" in i.text]
     pindex, index = searches.index(T)
     assert "settlement" not in index.vocabulary and "month" not in index.vocabulary
-    for path in (tmp_path / "home" / "searches").glob("*.json"):
-        raw = path.read_bytes()
+    for path in evidence:
+        raw = path.read_bytes() if path.exists() else b""
         assert b"monthly" not in raw and "李总".encode() not in raw and b"settlement" not in raw
 
 
@@ -166,11 +171,10 @@ def test_as_of_search_equals_a_search_over_the_log_replayed_to_that_time(served)
     _fact(noumena, "person:li", "asked_for", "memory:pay", "monthly invoices again")
     noumena.service.execute(InvalidateFact(tenant=T, fact_id=facts["pet"], reason="rehomed"))
     for query in ("monthly settlement", "dog", "发货"):
-        past = searches.search_for(T, "agent:sales", query, as_of=middle, record=False)
-        replay = Searches(Perspectives(_Cut(noumena.log, middle), noumena.service, Path(noumena.settings.home),
-                                       lambda: middle), noumena.service, Path(noumena.settings.home), lambda: middle,
+        past = searches.search_for(T, "agent:sales", query, as_of=middle)
+        replay = Searches(Perspectives(_Cut(noumena.log, middle), lambda: middle), lambda: middle,
                           embedder=EMBEDDER)
-        again = replay.search_for(T, "agent:sales", query, record=False)
+        again = replay.search_for(T, "agent:sales", query)
         assert [(i.fact_id, i.score) for i in past.items] == [(i.fact_id, i.score) for i in again.items]
 
 
@@ -196,7 +200,7 @@ class _Cut:
 def test_context_for_shows_facts_recalled_by_the_message_with_their_ids(served, tmp_path):
     noumena, searches, facts, clock = served
     noumena.service.execute(StartSession(tenant=T, session_id="main-li", agent="agent:sales", serving="person:li"))
-    contexts = Contexts(searches.perspectives, noumena.service, noumena.log, tmp_path / "home", clock,
+    contexts = Contexts(searches.perspectives, noumena.service, noumena.log, clock,
                         searches=searches)
     context = contexts.context_for(T, "main-li", "how does he want to pay? monthly?")
     assert context.search is not None and facts["pay"] in [i.fact_id for i in context.search.items]
@@ -367,7 +371,7 @@ def test_search_json_is_what_the_wire_promises(served):
     from projections.searches import search_json
 
     _noumena, searches, facts, _clock = served
-    data = json.loads(json.dumps(search_json(searches.search_for(T, "agent:sales", "monthly", record=False))))
+    data = json.loads(json.dumps(search_json(searches.search_for(T, "agent:sales", "monthly"))))
     assert set(data) >= {"search_id", "answered_by", "items"}
     assert set(data["items"][0]) >= {"rank", "fact_id", "subject", "relation", "object", "text", "scope",
                                      "valid_from", "score", "scores", "session_id", "message_ids"}
@@ -389,25 +393,23 @@ def test_a_search_over_an_index_loaded_from_the_read_model_equals_one_over_the_l
         source={"session_id": "call-3", "message_ids": ["m1"]})).events[-1].fact_id  # type: ignore[attr-defined]
     with Projector(noumena.log, tmp_path / "read.duckdb") as projector:
         projector.catch_up()
-    folded = Searches(Perspectives(noumena.log, noumena.service, tmp_path / "a", clock), noumena.service,
-                      tmp_path / "a", clock, embedder=EMBEDDER)
-    started = Perspectives(noumena.log, noumena.service, tmp_path / "b", clock)
+    folded = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
+    started = Perspectives(noumena.log, clock)
     assert started.start_from_read_model(tmp_path / "read.duckdb")
-    loaded = Searches(started, noumena.service, tmp_path / "b", clock, embedder=EMBEDDER)
+    loaded = Searches(started, clock, embedder=EMBEDDER)
     for query in ("telegraphic transfer", "monthly settlement", "发货", "dog"):
-        a = folded.search_for(T, "agent:sales", query, serving="person:li", record=False)
-        b = loaded.search_for(T, "agent:sales", query, serving="person:li", record=False)
+        a = folded.search_for(T, "agent:sales", query, serving="person:li")
+        b = loaded.search_for(T, "agent:sales", query, serving="person:li")
         assert [(i.fact_id, i.message_ids) for i in a.items] == [(i.fact_id, i.message_ids) for i in b.items], query
         assert [i.score for i in a.items] == pytest.approx([i.score for i in b.items], abs=1e-5)  # DuckDB: µs
-    found = loaded.search_for(T, "agent:sales", "telegraphic transfer", serving="person:li", record=False)
+    found = loaded.search_for(T, "agent:sales", "telegraphic transfer", serving="person:li")
     assert found.items[0].fact_id == wired and found.items[0].message_ids == ["m1"]
     assert facts["pay"] != wired
 
 
 def test_the_exact_filter_keeps_only_facts_touching_the_named_entities(served):
     _noumena, searches, facts, _clock = served
-    answer = searches.search_for(T, "agent:sales", "monthly settlement dog", about=["person:caroline"],
-                                 record=False)
+    answer = searches.search_for(T, "agent:sales", "monthly settlement dog", about=["person:caroline"])
     assert _ids(answer) == [facts["pet"]] and answer.about == ["person:caroline"]
     with pytest.raises(UnknownEntity) as unknown:
         searches.search_for(T, "agent:sales", "pay", about=["person:nobody"])
