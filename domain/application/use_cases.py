@@ -266,7 +266,7 @@ class Application:
 
     def forget(self, tenant: str, subject: str) -> Written:
         """Forget a subject for real (crypto-shredding: its data keys are deleted, every copy in the log becomes
-        unreadable), blank the evidence files, then purge the read model and the perspective indexes of its
+        unreadable), blank the kept evidence, then purge the read model and the perspective indexes of its
         content before answering (or let this process's projector do it, waiting for it, bounded).
 
         Other tenants are never held up by it beyond the key deletion itself: the projector rebuilds the read
