@@ -169,10 +169,15 @@ def test_a_100_mb_unauthenticated_body_is_refused_from_its_headers_with_bounded_
             health.append(time.perf_counter() - started)
             time.sleep(0.01)
     sender.join(timeout=60)
+    with httpx.Client(base_url=api_server.url, timeout=10) as probe:  # and it still answers once refused
+        started = time.perf_counter()
+        assert probe.get("/healthz").status_code == 200
+        health.append(time.perf_counter() - started)
     grown_mib = (_rss_kib(pid) - before) / 1024
     assert "401" in outcome["answer"].split("\r\n", 1)[0], outcome
     assert grown_mib < 50, f"the server grew {grown_mib:.1f} MiB"  # it grew by the body before (+712 MB)
-    assert health  # /healthz answered while the body was pushed; its latency is printed, not asserted
+    # /healthz latency is printed, not asserted. (How many probes fall while the body is pushed depends on how
+    # soon the refusal ends the push: none when it is refused at once, so their number is not asserted either.)
     print(f"\n100 MB unauthenticated: client pushed {outcome['sent'] / 2**20:.1f} MiB before the answer;"
           f" RSS +{grown_mib:.1f} MiB; /healthz max {max(health) * 1000:.1f} ms over {len(health)} probes")
 
