@@ -257,8 +257,9 @@ class CopiesOutsideTheLog(Protocol):
         cannot reach); returns one line per kind of file: what, and how many were rewritten."""
         ...
 
-    def events_affected(self) -> int | None:
-        """How many stored events the keys the last forget deleted had sealed."""
+    def events_affected(self, tenant: str | None = None) -> int | None:
+        """How many stored events the keys the last forget deleted had sealed (reading only `tenant`'s events
+        when named: a tenant's keys seal only its own)."""
         ...
 
     def purge(self) -> int | None:

@@ -86,8 +86,9 @@ class ProjectionCopies:
                      "import rejects": redact_rejects(self.home, tenant, tuple(subjects))}
         return [f"{what}: {count}" for what, count in rewritten.items()]
 
-    def events_affected(self) -> int | None:
-        return self.log.count_sealed_with(getattr(self.log.keys, "deleted", ()))  # type: ignore[no-any-return]
+    def events_affected(self, tenant: str | None = None) -> int | None:
+        return self.log.count_sealed_with(getattr(self.log.keys, "deleted", ()),  # type: ignore[no-any-return]
+                                          tenant=tenant)
 
     def purge(self) -> int | None:
         from projections.purge import purge_projections

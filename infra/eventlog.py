@@ -180,25 +180,20 @@ class EventsourcingLog:
         with store_failures("reading the log's last position"):
             return self.recorder.max_notification_id() or 0
 
-    def count_sealed_with(self, deleted: Iterable[str], page: int = 5000) -> int:
+    def count_sealed_with(self, deleted: Iterable[str], page: int = 5000, tenant: str | None = None) -> int:
         """How many stored events have content sealed with one of the `deleted` keys (by name; a member of a
         deleted group key counts unless its own key was stored when the group was split): a forget receipt's
-        "events affected". Reads only each event's header (no decryption)."""
+        "events affected". Reads only each event's header (no decryption), and only `tenant`'s stream when named
+        (a tenant's keys seal only its own events), so a forget in a small tenant never reads a large one's."""
         from infra.keys.derivation import derived_name
         from infra.sealed_format import read_v2
 
         gone = set(deleted)
         if not gone:
             return 0
-        count, position = 0, 0
-        while True:
-            with store_failures("counting the events sealed with deleted keys"):
-                notifications = self.recorder.select_notifications(start=position, limit=page,
-                                                                   inclusive_of_start=False)
-            if not notifications:
-                return count
-            for n in notifications:
-                state = n.state
+        count = 0
+        for states in self._pages(page, tenant):
+            for state in states:
                 if 0 not in state:
                     continue
                 name = read_v2(state).key_name
@@ -209,7 +204,25 @@ class EventsourcingLog:
                 if derived is not None and derived[1] in gone and self.keys is not None and \
                         self.keys.get(name) is None:
                     count += 1
-            position = notifications[-1].id
+        return count
+
+    def _pages(self, page: int, tenant: str | None) -> Iterator[list[bytes]]:
+        """The stored states of the whole log (or of `tenant`'s stream), a page at a time."""
+        position = 0
+        while True:
+            if tenant is None:
+                notifications = self.recorder.select_notifications(start=position, limit=page,
+                                                                   inclusive_of_start=False)
+                if not notifications:
+                    return
+                yield [n.state for n in notifications]
+                position = notifications[-1].id
+            else:
+                stored = self.recorder.select_events(stream_id(tenant), gt=position or None, limit=page)
+                if not stored:
+                    return
+                yield [s.state for s in stored]
+                position = stored[-1].originator_version
 
     def tracked_position(self, name: str) -> int | None:
         with store_failures(f"reading the tracked position of {name!r}"):

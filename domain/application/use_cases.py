@@ -293,7 +293,7 @@ class Application:
             raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
                                "forgotten for real", field="subject")
         report = forget(self.service, self.keys, tenant, subject)
-        report.events_affected = self.copies.events_affected()
+        report.events_affected = self.copies.events_affected(tenant)
         report.files_rewritten = self.copies.erase(tenant, (subject, *report.erased_with))
         purged_at = None
         if self.read_model is not None:
