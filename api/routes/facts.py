@@ -15,7 +15,7 @@ from domain.access import check_may_assert
 from domain.commands import Source
 
 router = APIRouter(prefix="/facts", tags=["facts"], route_class=EdgeRoute)
-FactId = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$",
+FactId = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f\x85]+$",
                               description="A fact id.")]
 
 

@@ -7,9 +7,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from api.schemas.common import WritePublic
-from domain.values import Ref, TenantName, text
+from domain.values import REF_SCHEMA_REGEX, Ref, TenantName, text
 
-AgentRef = Annotated[Ref, WithJsonSchema({"type": "string", "pattern": r"^agent:\S(?:.*\S)?$", "maxLength": 512})]
+AgentRef = Annotated[Ref, WithJsonSchema({"type": "string", "pattern": "^agent:" + REF_SCHEMA_REGEX.split(":", 1)[1],
+                                          "maxLength": 512})]
 """An agent's ref (checked as any ref, then for its kind); the OpenAPI document says `agent:` up front."""
 
 

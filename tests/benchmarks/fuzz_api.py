@@ -33,8 +33,9 @@ TIMEOUT = 60.0
 EXPECTED_REFUSALS = {401, 403, 404, 409}
 """Refusals of a well-formed request that no schema can foresee: unknown key, another agent, absent, conflicting."""
 ABOUT_STATE = ("is not registered", "is not known", "no fact", "beyond the end of the log", "was forgotten",
-               "not current", "has ended", "no session")
-"""A 422 whose detail says one of these refers to data the tenant does not hold: no schema can say that either."""
+               "not current", "has ended", "no session", "is not after the recorded time")
+"""A 422 whose detail says one of these depends on the tenant's data (a ref not registered, a session or fact not
+known, a min_position beyond the log) or on the clock (a valid_to before now): no schema can say that either."""
 
 
 class Tally:
@@ -57,14 +58,14 @@ class Tally:
         if positive and 400 <= response.status_code < 500 and response.status_code not in EXPECTED_REFUSALS:
             try:
                 body = response.json()
-                field, detail = str(body.get("field")), str(body.get("detail"))[:100]
+                field, detail = str(body.get("field")), str(body.get("detail"))
             except ValueError:
-                field, detail = "?", response.text[:100]
+                field, detail = "?", response.text
             if any(words in detail for words in ABOUT_STATE):
                 self.about_state[label] += 1
                 return
             self.refused[(label, str(response.status_code), field)] += 1
-            self.examples.setdefault(f"{label} {field}", detail)
+            self.examples.setdefault(f"{label} {field}", detail[:100])
 
 
 def main() -> int:
@@ -152,8 +153,9 @@ def main() -> int:
     print(f"failed checks: {sum(tally.failures.values())}")
     for kind, n in tally.failures.most_common(20):
         print(f"  {n:5d}  {kind}")
-    print(f"valid per schema but refused for naming data the tenant does not hold (unregistered refs, unknown "
-          f"sessions or facts, a min_position beyond the log): {sum(tally.about_state.values())}")
+    print(f"valid per schema but refused for what the tenant holds or the clock says (unregistered refs, unknown "
+          f"sessions or facts, a min_position beyond the log, a valid_to before now): "
+          f"{sum(tally.about_state.values())}")
     print(f"valid per schema but refused otherwise (positive cases answered 4xx other than "
           f"{sorted(EXPECTED_REFUSALS)}): {sum(tally.refused.values())}")
     for (label, status, field), n in tally.refused.most_common(30):
