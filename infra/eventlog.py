@@ -19,6 +19,7 @@ from eventsourcing.persistence import (
 from eventsourcing.sqlite import SQLiteProcessRecorder
 from eventsourcing.utils import Environment
 from prometheus_client import Counter
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random
 
 from domain.errors import EventCorrupted, InfrastructureError
 from domain.events import DomainEvent
@@ -74,6 +75,12 @@ def store_failures(doing: str) -> Iterator[None]:
         raise InfrastructureError(f"the event store failed while {doing}: {error}") from error
 
 
+def _schema_race(error: BaseException) -> bool:
+    text = str(error)
+    return isinstance(error, PersistenceError) and ("concurrently updated" in text or "already exists" in text
+                                                    or "duplicate key value" in text)
+
+
 class EventsourcingLog:
     """Implements domain.ports.EventLog on one eventsourcing process recorder (events + tracking). Every failure
     of the store leaves it as an InfrastructureError (`store_failures`)."""
@@ -83,8 +90,13 @@ class EventsourcingLog:
         if env.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
             env.setdefault("PROCESS_RECORDER_TOPIC", "infra.eventlog:SQLiteLogRecorder")
         try:
-            self._factory = InfrastructureFactory.construct(Environment(env=env))
-            recorder = self._factory.process_recorder()
+            # Processes opening a fresh PostgreSQL schema at once race on its DDL ("tuple concurrently updated",
+            # or a duplicate type); the loser finds the tables made when it tries again.
+            for attempt in Retrying(retry=retry_if_exception(_schema_race), stop=stop_after_attempt(5),
+                                    wait=wait_random(0.05, 0.5), reraise=True):
+                with attempt:
+                    self._factory = InfrastructureFactory.construct(Environment(env=env))
+                    recorder = self._factory.process_recorder()
         except PersistenceError as error:
             raise InfrastructureError(f"cannot open the event store: {error}") from error
         assert isinstance(recorder, ProcessRecorder)
