@@ -26,7 +26,7 @@ from pathlib import Path
 
 from domain.forgetting import ContentKey, ForgetPlan
 from domain.ports import KeysForgotten
-from infra.keys.cache import NO_OWNERS, KeyCache
+from infra.keys.cache import CACHE_LIMIT, NO_OWNERS, KeyCache
 from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
 
 UNRECORDED_LIMIT = 60.0
@@ -65,12 +65,22 @@ class SQLiteKeyStore:
             self._insert = "INSERT INTO data_keys (key_id, key, owners) VALUES (?, ?, ?)"
             self._where = "key_id"
         self._db.execute("CREATE TABLE IF NOT EXISTS key_groups (group_id TEXT PRIMARY KEY, key_id TEXT NOT NULL)")
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._legacy = _migrate_lives(self._db)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
         self._db.execute("CREATE TABLE IF NOT EXISTS forgets_unrecorded (epoch INTEGER PRIMARY KEY, pid INTEGER NOT "
                          "NULL, at REAL NOT NULL)")
         self._lock = threading.Lock()
         """Held from the start of a write until its commit is done (released by the committer thread)."""
         self._committer: ThreadPoolExecutor | None = None
         self._cache = KeyCache()
+        """Keys by name (`get`), owners and sealings by key id."""
+        self._names: dict[str, str] = {}
+        """By key id: the name its current key is stored under (the id itself, or `<id>~<n>`)."""
         self._epoch = self._db.execute("PRAGMA user_version").fetchone()[0]
         """The store's forget count when the cache was last known good."""
         self._forgetting: int | None = None
@@ -103,10 +113,11 @@ class SQLiteKeyStore:
         try:
             epoch = self._db.execute("PRAGMA user_version").fetchone()[0]
             if epoch != self._epoch:  # another process forgot: what is cached may be gone
-                self._cache.clear()
+                self._clear()
                 self._epoch = epoch
-            self._cache.bound()
-            cache = self._cache
+            if len(self._cache.keys) > CACHE_LIMIT:
+                self._clear()
+            cache, names = self._cache, self._names
             keys, known_owners, groups, verified = cache.keys, cache.owners, cache.groups, cache.verified
             owners: dict[str, frozenset[str]] = {}
             new_groups: dict[str, frozenset[str]] = {}
@@ -127,8 +138,9 @@ class SQLiteKeyStore:
                     result[k.key_id] = hit[1]
                     continue
                 key_id = k.key_id
-                if key_id in keys and k.owners <= known_owners.get(key_id, NO_OWNERS):
-                    sealing = result[key_id] = (key_id, keys[key_id])
+                name = names.get(key_id)
+                if name is not None and name in keys and k.owners <= known_owners.get(key_id, NO_OWNERS):
+                    sealing = result[key_id] = (name, keys[name])
                     verified[key_id] = (k, sealing)
                     continue
                 more = owners.get(key_id)
@@ -141,12 +153,12 @@ class SQLiteKeyStore:
                     known = known_owners.get(key_id)
                     known_owners[key_id] = more if known is None else known | more
             for k in later:
-                result[k.key_id] = ((k.key_id, keys[k.key_id]) if k.group is None
+                result[k.key_id] = ((names[k.key_id], keys[names[k.key_id]]) if k.group is None
                                     else member_sealing(groups[k.group], k.key_id))
         except BaseException:
             if self._db.in_transaction:  # nothing of this batch was committed: neither may the cache hold it
                 self._db.execute("ROLLBACK")
-                cache.clear()
+                self._clear()
             self._lock.release()
             raise
         written = len(owners) + len(new_groups)
@@ -176,7 +188,7 @@ class SQLiteKeyStore:
             db.execute("BEGIN IMMEDIATE")
             epoch = db.execute("PRAGMA user_version").fetchone()[0]
             if epoch != self._epoch:
-                self._cache.clear()
+                self._clear()
                 self._epoch = epoch
                 raise KeysForgotten("a subject was forgotten while this batch was sealed")
             if self._unrecorded():
@@ -216,30 +228,36 @@ class SQLiteKeyStore:
     def _write(self, owners: dict[str, frozenset[str]], groups: dict[str, frozenset[str]]) -> dict[str, bytes]:
         """Insert the new keys, record new owners and give each group in `groups` its key (the stored one, or a
         new one) in an open transaction (under the lock); return the key of every id in `owners` that this
-        transaction writes or reads."""
+        transaction writes or reads, by name (and learn each id's name, `_names`).
+
+        A key id whose key was forgotten before gets a new name (`<key id>~<n>`, as in the PostgreSQL store):
+        the events sealed with the deleted key keep reading `[forgotten]`, never meet a key that does not open
+        them."""
         cache = self._cache
-        fresh = [key_id for key_id in owners if key_id not in cache.keys]
-        material = os.urandom(KEY_BYTES * len(fresh))  # one call for every new key of the batch
-        new = {key_id: material[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i, key_id in enumerate(fresh)}
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            named = self._current_names(list(owners))
+            by_name = {name: owners[key_id] for key_id, name in named.items()}
+            fresh = [name for name in by_name if name not in cache.keys]
+            material = os.urandom(KEY_BYTES * len(fresh))  # one call for every new key of the batch
+            new = {name: material[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i, name in enumerate(fresh)}
             before = db.total_changes
             db.executemany(f"{self._insert} ON CONFLICT ({self._where}) DO NOTHING",
-                           self._rows((key_id, key, owners[key_id]) for key_id, key in new.items()))
+                           self._rows((name, key, by_name[name]) for name, key in new.items()))
             if db.total_changes - before == len(new):
-                check = [key_id for key_id in owners if key_id not in new]
+                check = [name for name in by_name if name not in new]
             else:  # some were stored already: read every one back, the stored key wins
-                check = list(owners)
+                check = list(by_name)
             found = self._select_keys(check)
-            gone = {key_id: os.urandom(KEY_BYTES) for key_id in check if key_id not in found}
-            db.executemany(self._insert, self._rows((key_id, key, owners[key_id]) for key_id, key in gone.items()))
+            gone = {name: os.urandom(KEY_BYTES) for name in check if name not in found}
+            db.executemany(self._insert, self._rows((name, key, by_name[name]) for name, key in gone.items()))
             grown = []
-            for key_id, (key, known) in found.items():
-                new[key_id] = key
+            for name, (key, known) in found.items():
+                new[name] = key
                 stored_owners = set(known.split())
-                if not owners[key_id] <= stored_owners:
-                    grown.append((_owners_text(stored_owners | owners[key_id]), self._lookup(key_id)))
+                if not by_name[name] <= stored_owners:
+                    grown.append((_owners_text(stored_owners | by_name[name]), self._lookup(name)))
             db.executemany(f"UPDATE data_keys SET owners = ? WHERE {self._where} = ?", grown)
             if groups:
                 new.update(self._group_keys(groups))
@@ -248,7 +266,23 @@ class SQLiteKeyStore:
                 db.execute("ROLLBACK")
             raise
         new.update(gone)
+        self._names.update(named)
         return new
+
+    def _current_names(self, key_ids: list[str]) -> dict[str, str]:
+        """In the open transaction: the name each key id's current key has (or gets): the id itself until its
+        key is first forgotten, then `<id>~<n>` from `key_lives`. In a file whose forgets before `key_lives`
+        existed were not counted, an id with no stored key under its own name and no count takes `<id>~1`."""
+        lives: dict[str, int] = {}
+        for start in range(0, len(key_ids), 500):
+            chunk = key_ids[start:start + 500]
+            lives.update(self._db.execute(
+                f"SELECT key_id, lives FROM key_lives WHERE key_id IN ({','.join('?' * len(chunk))})", chunk))
+        if self._legacy:
+            uncounted = [key_id for key_id in key_ids if key_id not in lives]
+            stored = self._select_keys(uncounted)
+            lives.update({key_id: 1 for key_id in uncounted if key_id not in stored})
+        return {key_id: f"{key_id}~{lives[key_id]}" if key_id in lives else key_id for key_id in key_ids}
 
     def _select_keys(self, key_ids: list[str]) -> dict[str, tuple[bytes, str]]:
         """Stored keys with their owners text, by key id (missing ones left out)."""
@@ -296,7 +330,7 @@ class SQLiteKeyStore:
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-                self._cache.clear()
+                self._clear()
                 raise
         finally:
             self._lock.release()
@@ -383,6 +417,13 @@ class SQLiteKeyStore:
                     deleted += len(gone)
                     names += [row[0] for row in gone]
                 also = list(todo.also)
+                # the plan's further keys under every name they had (`<id>~<n>` after an earlier forget)
+                for start in range(0, len(todo.also), 500):
+                    chunk = list(todo.also)[start:start + 500]
+                    counted = dict(db.execute(f"SELECT key_id, lives FROM key_lives WHERE key_id IN "
+                                              f"({','.join('?' * len(chunk))})", chunk))
+                    also += [f"{key_id}~{n}" for key_id in chunk
+                             for n in range(1, max(counted.get(key_id, 0), 1 if self._legacy else 0) + 1)]
                 for start in range(0, len(also), 500):
                     chunk = also[start:start + 500]
                     marks = ",".join("?" * len(chunk))
@@ -390,6 +431,15 @@ class SQLiteKeyStore:
                                       [self._lookup(key_id) for key_id in chunk]).fetchall()
                     deleted += len(gone)
                     names += [row[0] for row in gone]
+                # a key id whose key is gone gets its next key under a new name (group keys and their members'
+                # keys have names made once)
+                lives: dict[str, int] = {}
+                for name in names:
+                    if "/root/" not in name:
+                        key_id, _, n = name.partition("~")
+                        lives[key_id] = max(lives.get(key_id, 0), int(n or 0) + 1)
+                db.executemany("INSERT INTO key_lives (key_id, lives) VALUES (?, ?) ON CONFLICT (key_id) DO UPDATE "
+                               "SET lives = max(lives, excluded.lives)", list(lives.items()))
                 # groups whose key went with an owner: their next member makes a new one
                 db.execute("DELETE FROM key_groups WHERE group_id >= ? AND group_id < ? AND key_id NOT IN "
                            "(SELECT key_id FROM data_keys)", (f"{tenant}/", f"{tenant}0"))
@@ -408,7 +458,7 @@ class SQLiteKeyStore:
                 raise
             finally:
                 self._forgetting = None
-                self._cache.clear()
+                self._clear()
         if record is not None:
             try:
                 record(deleted)
@@ -427,13 +477,31 @@ class SQLiteKeyStore:
     def evict_cache(self) -> None:
         """Forget cached keys (another process may have deleted some)."""
         with self._lock:
-            self._cache.clear()
+            self._clear()
+
+    def _clear(self) -> None:
+        self._cache.clear()
+        self._names.clear()
 
     def close(self) -> None:
         if self._committer is not None:
             self._committer.shutdown(wait=True)
         with self._lock:
             self._db.close()
+
+
+def _migrate_lives(db: sqlite3.Connection) -> bool:
+    """Create `key_lives` (by key id, the number of its keys forgotten so far) if missing; return whether this
+    file had forgets before it existed (their counts are unknown: `_current_names` then keeps clear of names
+    those keys may have had)."""
+    exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'key_lives'").fetchone() is not None
+    if not exists:
+        db.execute("CREATE TABLE key_lives (key_id TEXT PRIMARY KEY, lives INTEGER NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS key_lives_uncounted (forgets INTEGER NOT NULL)")
+        forgets = db.execute("PRAGMA user_version").fetchone()[0]
+        if forgets:
+            db.execute("INSERT INTO key_lives_uncounted VALUES (?)", (forgets,))
+    return db.execute("SELECT 1 FROM key_lives_uncounted").fetchone() is not None
 
 
 def _alive(pid: int) -> bool:
