@@ -26,7 +26,7 @@ from pathlib import Path
 
 from domain.forgetting import ContentKey, ForgetPlan
 from domain.ports import KeysForgotten
-from infra.keys.cache import CACHE_LIMIT, NO_OWNERS, KeyCache
+from infra.keys.cache import NO_OWNERS, KeyCache
 from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
 
 UNRECORDED_LIMIT = 60.0
@@ -115,8 +115,10 @@ class SQLiteKeyStore:
             if epoch != self._epoch:  # another process forgot: what is cached may be gone
                 self._clear()
                 self._epoch = epoch
-            if len(self._cache.keys) > CACHE_LIMIT:
-                self._clear()
+            generation = self._cache.generation
+            self._cache.bound()
+            if self._cache.generation != generation:  # (started over: the names go with the keys)
+                self._names.clear()
             cache, names = self._cache, self._names
             keys, known_owners, groups, verified = cache.keys, cache.owners, cache.groups, cache.verified
             owners: dict[str, frozenset[str]] = {}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.forgetting import ContentKey
+from domain.forgetting import ContentKey, ForgetPlan
 from infra.keys.postgres import PostgresKeyStore
 from infra.keys.sqlite import SQLiteKeyStore
 from tests.conftest import postgres_settings
@@ -78,6 +78,56 @@ def test_a_key_store_file_from_before_the_rowid_layout_keeps_working(tmp_path):
     assert b"k" * 32 not in path.read_bytes() + _wal(path)
     assert got["t/fact/f1"] not in path.read_bytes() + _wal(path)
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_key_id_forgotten_before_gets_its_next_key_under_a_new_name_in_every_process(backend, tmp_path):
+    first, second = _stores(backend, tmp_path)
+    names, keys = [], []
+    for life in range(3):
+        # each life in turn from one of the two stores (as two processes); the other has its old key cached
+        store = (first, second)[life % 2]
+        sealings, ready = store.keys_pending([_key("t/entity/person:li", "person:li")])
+        ready()()
+        name, key = sealings["t/entity/person:li"]
+        names.append(name)
+        keys.append(key)
+        assert (first.get(name), second.get(name)) == (key, key)
+        assert all(first.get(old) is None and second.get(old) is None for old in names[:-1])
+        plan = ForgetPlan(also=("t/entity/person:li",)) if life == 1 else None  # (by id: every name it had)
+        assert store.forget("t", "nobody" if plan else "person:li", (lambda p=plan: p) if plan else None) == 1
+        first.evict_cache()
+        second.evict_cache()
+    assert names[0] == "t/entity/person:li" and len(set(names)) == 3 and len(set(keys)) == 3
+    assert all(first.get(name) is None for name in names)
+    first.close()
+    second.close()
+
+
+def test_a_key_store_file_from_before_forgets_were_counted_never_names_a_new_key_as_a_forgotten_one(tmp_path):
+    path = tmp_path / "keys.sqlite"
+    db = sqlite3.connect(path)  # (the layout before `key_lives`: one forget ran, its key ids are not known)
+    db.execute("CREATE TABLE data_keys (key_id TEXT PRIMARY KEY, key BLOB NOT NULL, owners TEXT NOT NULL) "
+               "WITHOUT ROWID")
+    db.execute("INSERT INTO data_keys VALUES ('t/entity/person:wang', ?, ' person:wang ')", (b"w" * 32,))
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    store = SQLiteKeyStore(path)
+    sealings, ready = store.keys_pending([_key("t/entity/person:wang", "person:wang"),
+                                          _key("t/entity/person:li", "person:li")])
+    ready()()
+    assert sealings["t/entity/person:wang"] == ("t/entity/person:wang", b"w" * 32)  # stored: kept as it is
+    # person:li may have been the one forgotten: its events would name `t/entity/person:li`
+    assert sealings["t/entity/person:li"][0] == "t/entity/person:li~1"
+    assert store.get("t/entity/person:li") is None
+    assert store.forget("t", "nobody", lambda: ForgetPlan(also=("t/entity/person:li",))) == 1
+    assert store.keys_for([_key("t/entity/person:li", "person:li")])["t/entity/person:li"] == \
+        store.get("t/entity/person:li~2")
+    store.close()
+    reopened = SQLiteKeyStore(path)
+    assert reopened.get("t/entity/person:wang") == b"w" * 32 and reopened.get("t/entity/person:li~1") is None
+    reopened.close()
 
 
 def _wal(path: Path) -> bytes:
