@@ -38,7 +38,9 @@ COMMIT_BESIDE = 32
 class SQLiteKeyStore:
     """One row per stored key: its bytes and its owners as a space-delimited list (` person:li fact:ab12 `); and
     `key_groups`, each group's current key id. A group member's key (a fact's) is derived from its group's key,
-    not stored, until the group is split by forgetting one member.
+    not stored, until the group is split by forgetting one member. A key id's first key is stored under the id,
+    one made after it was forgotten under `<id>~<n>` (`key_lives` counts the forgets by key id, as in the
+    PostgreSQL store), so the events sealed with a deleted key keep reading `[forgotten]`.
 
     Writing a key is one row and one entry in the index of key id hashes (no owner table). Forgetting, which is
     rare, scans the owners column."""
