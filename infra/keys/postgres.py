@@ -51,6 +51,9 @@ a million keys spread evenly, about a thousand keys a bucket): about the square 
 keeps the two costs level."""
 PAGE = 20_000
 """Keys read and written per page when a store of an earlier layout is converted."""
+KEK_READS = 50
+KEK_READ_PAUSE = 0.05
+"""A KEK not found is looked for again this many times, this many seconds apart (a rotation being finished)."""
 
 
 def bucket_of(key_id: str, owners: Iterable[str]) -> int:
@@ -183,10 +186,15 @@ class PostgresKeyStore:
         kek = self._keks.get(kek_id)
         if kek is not None:
             return kek
-        for kek in self.kek_file.candidates():
-            if kek.kek_id == kek_id:
-                self._keks = {kek_id: kek}
-                return kek
+        # Another process may be finishing the rotation to this KEK: its bytes are being written over the old
+        # file's in place and the next file wiped, so a read can catch neither; read again for a moment.
+        for attempt in range(KEK_READS):
+            for kek in self.kek_file.candidates():
+                if kek.kek_id == kek_id:
+                    self._keks = {kek_id: kek}
+                    return kek
+            if attempt + 1 < KEK_READS:
+                time.sleep(KEK_READ_PAUSE)
         raise KekMissing(f"the data keys in schema {self._schema!r} are wrapped under KEK {kek_id}, which "
                          f"{self.kek_file.path} does not hold (NOUMENA_KEK_FILE must name the file every process "
                          "of this store shares)")

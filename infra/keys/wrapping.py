@@ -82,8 +82,18 @@ class KekFile:
         return Kek(data["id"], bytes.fromhex(data["key"]))
 
     def candidates(self) -> list[Kek]:
-        """The current KEK and, mid-rotation, the next one."""
-        return [k for k in (self.read(), self.read(self.next_path)) if k is not None]
+        """The current KEK and, mid-rotation, the next one. A file that does not parse is being written over in
+        place by another process finishing a rotation (`finish`, `discard`): it counts as absent, and a caller
+        that finds no KEK it needs reads again (`PostgresKeyStore._find_kek`)."""
+        found = []
+        for path in (self.path, self.next_path):
+            try:
+                kek = self.read(path)
+            except (ValueError, KeyError):
+                continue
+            if kek is not None:
+                found.append(kek)
+        return found
 
     def create(self) -> Kek:
         """A first KEK, if there is none yet (several processes may race: the first file written wins)."""

@@ -158,3 +158,30 @@ def test_a_rotation_keeps_keys_whose_ids_hold_backslashes_and_other_scripts(tmp_
     again, _ = _open(tmp_path, schema)
     assert {k.key_id: again.get(k.key_id) for k in odd} == {k.key_id: keys[k.key_id] for k in odd}
     again.close()
+
+
+def test_a_process_that_reads_the_kek_file_while_a_rotation_writes_it_over_waits_for_the_new_kek(tmp_path):
+    import threading
+    import time
+
+    first, schema = _open(tmp_path)
+    second, _ = _open(tmp_path, schema)
+    keys = first.keys_for([_key(1, "person:y")])
+    first.forget(T, "person:x")  # the KEK rotates: keys.kek now holds the new one
+    path = tmp_path / "keys.kek"
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # as another process finishing the rotation leaves it mid-write
+
+    def finish() -> None:
+        time.sleep(0.3)
+        path.write_bytes(whole)
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    second.evict_cache()
+    started = time.monotonic()
+    assert second.get(f"{T}/entity/memory:1") == keys[f"{T}/entity/memory:1"]
+    assert time.monotonic() - started >= 0.25  # it read again until the file was whole
+    writer.join()
+    first.close()
+    second.close()
