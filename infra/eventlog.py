@@ -76,9 +76,11 @@ def store_failures(doing: str) -> Iterator[None]:
 
 
 def _schema_race(error: BaseException) -> bool:
+    """A failure another process's setup of the same schema can cause: its DDL, or its record of the schema's
+    migration (eventsourcing's `__migration__` tracking row), committed between our check and our write."""
     text = str(error)
-    return isinstance(error, PersistenceError) and ("concurrently updated" in text or "already exists" in text
-                                                    or "duplicate key value" in text)
+    return isinstance(error, PersistenceError) and any(sign in text for sign in (
+        "concurrently updated", "already exists", "duplicate key value", "tracking for __migration__"))
 
 
 class EventsourcingLog:
