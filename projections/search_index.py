@@ -241,7 +241,8 @@ class SearchIndex:
 
     def bm25(self, query_terms: Sequence[str], k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
         """(documents, BM25 scores) of every document holding a query term (Lucene's idf and saturation),
-        accumulated in one dense array over the documents (a term's postings hold each document once)."""
+        accumulated in one dense array over the documents (a term's postings hold each document once). Searches use
+        `bm25_top`; this full scoring is the reference the tests hold it and bm25s to."""
         n_docs = max(self.live_docs, 1)
         average = self.total_len / n_docs if self.total_len else 1.0
         lengths = np.frombuffer(self.doc_len, dtype=np.uint32) if len(self.doc_len) else np.zeros(0, np.uint32)

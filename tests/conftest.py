@@ -62,6 +62,20 @@ def postgres_settings(home: Path, schema: str | None = None) -> Settings:
 
 
 @pytest.fixture
+def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
+    """Build a Noumena (ticking clock) from the test's settings; all are closed at the end."""
+    built: list[Noumena] = []
+
+    def build(settings: Settings) -> Noumena:
+        built.append(bootstrap(settings, clock=TickingClock()))
+        return built[-1]
+
+    yield build
+    for noumena in built:
+        noumena.close()
+
+
+@pytest.fixture
 def make_noumena(tmp_path: Path) -> Iterator[Callable[..., Noumena]]:
     """Build a Noumena on a named backend; every one built is closed at the end of the test."""
     built: list[Noumena] = []

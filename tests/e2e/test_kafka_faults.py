@@ -20,9 +20,8 @@ from consumers.dead_letters.sealing import unseal
 from consumers.kafka_config import connection_options
 from consumers.kafka_consumer import SessionEventConsumer
 from infra.bootstrap import Noumena
-from infra.bootstrap import bootstrap as bootstrap_noumena
 from infra.settings import Settings
-from tests.conftest import TickingClock, postgres_settings
+from tests.conftest import postgres_settings
 from tests.kafka_support import (
     FAST_PARKING,
     caught_up,
@@ -41,19 +40,6 @@ from tests.kafka_support import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
-    built: list[Noumena] = []
-
-    def build(settings: Settings) -> Noumena:
-        built.append(bootstrap_noumena(settings, clock=TickingClock()))
-        return built[-1]
-
-    yield build
-    for noumena in built:
-        noumena.close()
 
 
 @pytest.fixture

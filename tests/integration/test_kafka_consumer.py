@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,7 @@ from consumers.dead_letters.sealing import unseal
 from consumers.kafka_config import connection_options
 from consumers.kafka_consumer import SessionEventConsumer
 from consumers.record_size import record_size
-from infra.bootstrap import Noumena
-from infra.bootstrap import bootstrap as bootstrap_noumena
 from infra.settings import Settings
-from tests.conftest import TickingClock
 from tests.kafka_support import (
     FAST_PARKING,
     consumer_env,
@@ -72,19 +69,6 @@ def settings_for(bootstrap: str, home: Path, partitions: int = 3, dlq_configs: d
     return Settings(**({"home": home, "kafka_bootstrap": bootstrap, "kafka_topic": topic, "kafka_dlq_topic": dlq,
                         "kafka_group": f"g-{topic}", "kafka_batch_size": 100, "kafka_session_timeout_ms": 6_000,
                         "kafka_poll_timeout_ms": 200} | FAST_PARKING | update))
-
-
-@pytest.fixture
-def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
-    built: list[Noumena] = []
-
-    def build(settings: Settings) -> Noumena:
-        built.append(bootstrap_noumena(settings, clock=TickingClock()))
-        return built[-1]
-
-    yield build
-    for noumena in built:
-        noumena.close()
 
 
 def envelope(event_id: str, type_: str, payload: dict[str, Any], tenant: str = "acme") -> bytes:

@@ -10,7 +10,6 @@ import sys
 import threading
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,8 +28,6 @@ from domain.application.ingestion import Ingestor
 from domain.application.wire import WireError
 from domain.commands import CompactSession, StartSession
 from domain.ports import TrackingPosition
-from infra.bootstrap import Noumena
-from infra.bootstrap import bootstrap as bootstrap_noumena
 from infra.settings import Settings
 from tests.conftest import TickingClock
 from tests.kafka_support import (
@@ -64,20 +61,6 @@ def kafka_settings(bootstrap: str, tmp_path: Path) -> Settings:
     create_park_topic(bootstrap, topic)
     return Settings(home=tmp_path / "home", kafka_bootstrap=bootstrap, kafka_topic=topic, kafka_dlq_topic=dlq,
                     kafka_group=f"g-{topic}", kafka_batch_size=100, kafka_session_timeout_ms=6_000, **FAST_PARKING)
-
-
-@pytest.fixture
-def noumena_for() -> Iterator[Callable[[Settings], Noumena]]:
-    """Build a Noumena from the test's settings; all are closed at the end."""
-    built: list[Noumena] = []
-
-    def build(settings: Settings) -> Noumena:
-        built.append(bootstrap_noumena(settings, clock=TickingClock()))
-        return built[-1]
-
-    yield build
-    for noumena in built:
-        noumena.close()
 
 
 def consume_all(noumena, **kwargs) -> SessionEventConsumer:  # type: ignore[no-untyped-def]
