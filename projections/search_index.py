@@ -81,7 +81,10 @@ class SearchIndex:
         self._pending: list[tuple[str, str]] = []
         self.embed_error: str | None = None
         self._orders: dict[int, ImpactOrder] = {}
-        """Long postings in impact order (`projections.search_lexical`), made when a query first needs them."""
+        """Long postings in impact order (`projections.search_lexical`), made by `flush` (before a query) as they
+        grow."""
+        self._due: set[int] = set()
+        """Long postings grown enough since they were last ordered (`needs_ordering`)."""
         self._marks = Marks()
 
     # ------------------------------------------------------------------------------------------ following the log
@@ -147,6 +150,9 @@ class SearchIndex:
             posting = self.postings[tid]
             posting.docs.append(doc)
             posting.tfs.append(min(tf, 65_535))
+            if len(posting.docs) > LONG_POSTING and tid not in self._due \
+                    and needs_ordering(self._orders.get(tid), len(posting.docs)):
+                self._due.add(tid)
         self.doc_len.append(len(terms))
         self.total_len += len(terms)
         self.live_docs += 1
@@ -172,7 +178,9 @@ class SearchIndex:
 
     def flush(self) -> None:
         """Embed the documents added since the last flush (in batches). An embedder failure leaves them pending
-        (lexical search still finds them) and is reported by `embed_error`."""
+        (lexical search still finds them) and is reported by `embed_error`. Long postings are put in impact order
+        first."""
+        self.order_postings()
         if self.embedder is None or not self._pending:
             return
         while self._pending:
@@ -273,14 +281,31 @@ class SearchIndex:
             if tid is None:
                 continue
             posting = self.postings[tid]
-            order = None
-            if len(posting.docs) > LONG_POSTING:
-                order = self._orders.get(tid)
-                if needs_ordering(order, len(posting.docs)):
-                    order = self._orders[tid] = impact_order(np.frombuffer(posting.docs, dtype=np.int32),
-                                                             np.frombuffer(posting.tfs, dtype=np.uint16), lengths)
-            terms.append((posting.docs, posting.tfs, weight * idf(n_docs, len(posting.docs)), order))
+            terms.append((posting.docs, posting.tfs, weight * idf(n_docs, len(posting.docs)),
+                          self._order(tid, lengths)))
         return top_matches(terms, lengths, average, k1, b, limit, allowed, self._marks, exact=exact)
+
+    def _order(self, tid: int, lengths: np.ndarray) -> ImpactOrder | None:
+        """The term's impact order when its posting is long, made again when it has grown since."""
+        posting = self.postings[tid]
+        if len(posting.docs) <= LONG_POSTING:
+            return None
+        order = self._orders.get(tid)
+        if needs_ordering(order, len(posting.docs)):
+            order = self._orders[tid] = impact_order(np.frombuffer(posting.docs, dtype=np.int32),
+                                                     np.frombuffer(posting.tfs, dtype=np.uint16), lengths,
+                                                     n_docs=len(self.doc_len))
+        return order
+
+    def order_postings(self) -> None:
+        """Put every long posting that needs it in impact order now (done by `flush`, before queries, so no query
+        pays for sorting a long posting)."""
+        if not self._due:
+            return
+        lengths = np.frombuffer(self.doc_len, dtype=np.uint32)
+        for tid in sorted(self._due):
+            self._order(tid, lengths)
+        self._due.clear()
 
     def nbytes(self) -> int:
         """Bytes held, roughly: postings, lengths, provenance, vectors (messages and aliases are counted too)."""

@@ -11,15 +11,19 @@ algorithm over impact-ordered postings:
 - a long term's documents are also kept in impact order (`ImpactOrder`): grouped by tf (1, 2, 3, 4 and more),
   shortest first within a group, so along a group the term's contribution can only fall, whatever the average
   length has become since;
-- documents are read from the long terms' groups a block at a time, the group with the highest bound first; each
-  document read is scored in full (a binary search in every term's postings) and checked against `allowed`;
-  reading stops when the limit-th best allowed score reaches the most an unread document could still score: the
+- documents are read from the long terms' groups a block at a time: a group that one block reads whole first when
+  it is a term's best group left (exhausting it lowers the bound at once), else the group with the highest bound;
+  each document read is scored in full (a dense tf array for a very common term, else a binary search in the
+  term's postings) and checked against `allowed` when its score could enter the list;
+- reading stops when the `exact`-th best allowed score reaches the most an unread document could still score: the
   sum over long terms of the best bound left in their groups (an unread document holds no short term: those were
-  all read).
+  all read). Before that, as in MaxScore: the terms whose bounds together stay at or below that score cannot lift
+  an unread document above it alone, so the best left must hold one of the others; when those have no more than
+  a block left, that rest is read and the answer is complete.
 
 When the reading passes a quarter of the query's postings (a viewer who may see few of the matches), the rest is
 scored in full, as is a query whose postings are few. Either way the answer is the full scoring's; a property test
-(tests/test_search.py) compares them on random corpora.
+(tests/unit/test_search_lexical.py) compares them on random corpora.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ SCORE_ALL_BELOW = 20_000
 FIRST_BLOCK = 512
 TF_GROUPS = 4
 """tf 1, 2, 3, and 4 or more."""
+DENSE_SHARE = 16
+"""A term held by at least one document in this many also keeps its tf per document in a dense array (a byte per
+document, while no document holds it 255 times or more), so scoring a document read from another term's list looks
+it up directly instead of by a binary search through hundreds of thousands of postings."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +62,36 @@ class ImpactOrder:
     """Where each group begins in `positions`, and the end: len(groups) + 1 entries."""
     tf_max: np.ndarray
     """The largest tf in each group."""
+    dense: np.ndarray | None = None
+    """For a very common term (`DENSE_SHARE`): the tf of every document up to the last ordered one (uint8, 0: not
+    held); None otherwise."""
 
     @property
     def nbytes(self) -> int:
-        return self.positions.nbytes + self.starts.nbytes + self.tf_max.nbytes
+        dense = 0 if self.dense is None else self.dense.nbytes
+        return self.positions.nbytes + self.starts.nbytes + self.tf_max.nbytes + dense
+
+    def tfs_of(self, docs: np.ndarray, posting_docs: np.ndarray, posting_tfs: np.ndarray) -> np.ndarray:
+        """The tf of each of `docs` (ascending) in this term's posting, 0 where it is not held: looked up in the
+        dense array for the ordered part, by binary search in the unordered tail (documents are appended in
+        order, so the tail holds only later ones)."""
+        assert self.dense is not None
+        out = np.zeros(len(docs), dtype=np.uint16)  # a tail's tf may pass 255
+        inside = docs < len(self.dense)
+        out[inside] = self.dense[docs[inside]]
+        if not inside.all() and len(posting_docs) > self.size:
+            tail, tail_tfs, later = posting_docs[self.size:], posting_tfs[self.size:], docs[~inside]
+            at = np.searchsorted(tail, later)
+            at[at >= len(tail)] = 0
+            hit = tail[at] == later
+            found = np.zeros(len(later), dtype=np.uint16)
+            found[hit] = tail_tfs[at[hit]]
+            out[~inside] = found
+        return out
 
 
-def impact_order(docs: np.ndarray, tfs: np.ndarray, lengths: np.ndarray) -> ImpactOrder:
+def impact_order(docs: np.ndarray, tfs: np.ndarray, lengths: np.ndarray, n_docs: int | None = None) -> ImpactOrder:
+    """`n_docs`: the documents in the index, to decide whether the term is common enough for a dense tf array."""
     group = np.minimum(tfs, TF_GROUPS).astype(np.int64)
     positions = np.lexsort((lengths[docs], -group)).astype(np.int32)
     ordered_groups = group[positions]
@@ -68,7 +99,11 @@ def impact_order(docs: np.ndarray, tfs: np.ndarray, lengths: np.ndarray) -> Impa
     starts = np.concatenate([[0], boundaries, [len(positions)]]).astype(np.int64)
     tf_max = np.array([int(tfs[positions[starts[g]:starts[g + 1]]].max()) for g in range(len(starts) - 1)],
                       dtype=np.float64)
-    return ImpactOrder(len(docs), positions, starts, tf_max)
+    dense = None
+    if n_docs is not None and len(docs) and len(docs) * DENSE_SHARE >= n_docs and int(tfs.max()) < 255:
+        dense = np.zeros(int(docs[-1]) + 1, dtype=np.uint8)
+        dense[docs] = tfs
+    return ImpactOrder(len(docs), positions, starts, tf_max, dense)
 
 
 def needs_ordering(order: ImpactOrder | None, posting_size: int) -> bool:
@@ -135,6 +170,12 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
             if known is not None and term is known[0]:
                 out += term.factor * impact(known[1].astype(np.float64), lengths[docs])
                 continue
+            if term.order is not None and term.order.dense is not None:
+                tf = term.order.tfs_of(docs, term.docs, term.tfs)
+                hit = tf > 0
+                if hit.any():
+                    out[hit] += term.factor * impact(tf[hit].astype(np.float64), lengths[docs[hit]])
+                continue
             at = np.searchsorted(term.docs, docs)
             at[at >= len(term.docs)] = 0
             hit = term.docs[at] == docs
@@ -143,7 +184,12 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
                 out[hit] += term.factor * impact(tf, lengths[docs[hit]])
         return out
 
-    def best(docs: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def best(docs: np.ndarray, scores: np.ndarray, floor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The best `limit` allowed of `docs`; `floor`: the score a document must reach to enter the list being
+        kept (one below it is not asked of `allowed`)."""
+        if floor is not None:
+            above = scores >= floor
+            docs, scores = docs[above], scores[above]
         keep = allowed(docs)
         docs, scores = docs[keep], scores[keep]
         if len(docs) > limit:
@@ -166,44 +212,87 @@ def top_matches(terms: Sequence[tuple[array, array, float, ImpactOrder | None]],
     stamps[seen] = stamp
     found, found_scores = best(seen, scored(seen))
     # a cursor per (long term, group): the next position to read in the term's impact order
-    cursors = [(term, g, int(term.order.starts[g]), int(term.order.starts[g + 1]))
+    cursors = [_Cursor(term, g, int(term.order.starts[g]), int(term.order.starts[g + 1]))
                for term in long_terms for g in range(len(term.order.starts) - 1)]  # type: ignore[union-attr]
     block = first_block
     read = len(seen)
-    while True:
-        bounds = []
-        ceilings: dict[int, float] = {}
-        for term, g, at, end in cursors:
-            bound = 0.0
-            if at < end:
-                first = term.docs[term.order.positions[at]]  # type: ignore[union-attr]
-                bound = term.factor * float(impact(term.order.tf_max[g], float(lengths[first])))  # type: ignore[union-attr]
-            bounds.append(bound)
-            ceilings[id(term)] = max(ceilings.get(id(term), 0.0), bound)
-        ceiling = sum(ceilings.values())
-        if ceiling <= 0.0 or (len(found) >= exact and float(found_scores[exact - 1]) >= ceiling):
-            return found, found_scores
-        if read > total // 4:
-            return everything()
-        k = int(np.argmax(bounds))
-        term, g, at, end = cursors[k]
-        stop = min(end, at + block)
-        cursors[k] = (term, g, stop, end)
-        block = min(block * 2, 65_536)
-        positions = term.order.positions[at:stop]  # type: ignore[union-attr]
+
+    def take(cursor: _Cursor, stop: int) -> None:
+        """Read the cursor's group up to `stop`: every document not seen yet is scored in full."""
+        nonlocal found, found_scores
+        term = cursor.term
+        positions = term.order.positions[cursor.at:stop]  # type: ignore[union-attr]
+        cursor.at = stop
         chunk = term.docs[positions].astype(np.int64)
         fresh = stamps[chunk] != stamp  # a posting holds a document once: no repeats within a chunk
         new = chunk[fresh]
-        read += stop - at
         if not len(new):
-            continue
+            return
         stamps[new] = stamp
         tfs = term.tfs[positions[fresh]]
         ascending = np.argsort(new)  # in document order, the binary searches in the other postings walk forward
         new, tfs = new[ascending], tfs[ascending]
-        more, more_scores = best(new, scored(new, (term, tfs)))
+        floor = float(found_scores[limit - 1]) if len(found) >= limit else None
+        more, more_scores = best(new, scored(new, (term, tfs)), floor)
         if len(more):
             found, found_scores = best_of(found, found_scores, more, more_scores, limit)
+
+    while True:
+        bounds = [cursor.bound(lengths, impact) for cursor in cursors]
+        ceilings: dict[int, float] = {}
+        for cursor, bound in zip(cursors, bounds, strict=True):
+            ceilings[id(cursor.term)] = max(ceilings.get(id(cursor.term), 0.0), bound)
+        ceiling = sum(ceilings.values())
+        kth = float(found_scores[exact - 1]) if len(found) >= exact else None
+        if ceiling <= 0.0 or (kth is not None and kth >= ceiling):
+            return found, found_scores
+        if kth is not None:
+            # an unread document holding only terms whose bounds sum to at most kth cannot pass it: the best left
+            # must hold one of the other ("essential") terms, so when those have few entries left, read them all
+            # and the answer is complete
+            by_bound = sorted(ceilings.items(), key=lambda item: item[1])
+            held = 0.0
+            essential = set()
+            for key, bound in by_bound:
+                if held + bound <= kth and not essential:
+                    held += bound
+                else:
+                    essential.add(key)
+            rest = [c for c in cursors if id(c.term) in essential and c.at < c.end]
+            if sum(c.end - c.at for c in rest) <= block:
+                for cursor in rest:
+                    take(cursor, cursor.end)
+                return found, found_scores
+        if read > total // 4:
+            return everything()
+        # a term's bound is that of its best group left: a group that one block reads whole is read first (it
+        # lowers the ceiling at once); otherwise a block of the group with the highest bound
+        leading = [c for c, bound in zip(cursors, bounds, strict=True)
+                   if bound > 0.0 and bound == ceilings[id(c.term)] and c.end - c.at <= block]
+        cursor = min(leading, key=lambda c: c.end - c.at) if leading else cursors[int(np.argmax(bounds))]
+        stop = min(cursor.end, cursor.at + block)
+        block = min(block * 2, 65_536)
+        read += stop - cursor.at
+        take(cursor, stop)
+
+
+@dataclass
+class _Cursor:
+    """The next position to read in one group of a long term's impact order, and where the group ends."""
+
+    term: _Term
+    group: int
+    at: int
+    end: int
+
+    def bound(self, lengths: np.ndarray, impact: Callable[[float, float], float]) -> float:
+        """The most the term can add to a document not read yet in this group (0 when the group is read)."""
+        if self.at >= self.end:
+            return 0.0
+        order = self.term.order
+        assert order is not None
+        first = self.term.docs[order.positions[self.at]]
+        return self.term.factor * float(impact(order.tf_max[self.group], float(lengths[first])))
 
 
 def best_of(a: np.ndarray, a_scores: np.ndarray, b: np.ndarray, b_scores: np.ndarray, limit: int

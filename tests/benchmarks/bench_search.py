@@ -77,7 +77,7 @@ def main() -> None:
     from datetime import UTC, datetime
 
     now = datetime.fromtimestamp(NOW, UTC)
-    perspectives = _Fixed(None, None, Path("/nonexistent"), lambda: now)  # type: ignore[arg-type]
+    perspectives = _Fixed(None, lambda: now)  # type: ignore[arg-type]
     searches = Searches(perspectives, lambda: now, embedder=embedder)  # type: ignore[arg-type]
     searches._indexes["bench"] = index
     views = viewpoints(persons, agents, things, QUERIES)

@@ -55,8 +55,10 @@ def test_the_best_lexical_matches_read_in_impact_order_equal_scoring_every_posti
         ordered = data.draw(st.integers(0, len(posting.docs)), label=f"{term} ordered")
         order = None
         if ordered:
+            dense = data.draw(st.booleans(), label=f"{term} has a dense tf array")  # a common term's
             order = impact_order(np.frombuffer(posting.docs, dtype=np.int32)[:ordered],
-                                 np.frombuffer(posting.tfs, dtype=np.uint16)[:ordered], lengths)
+                                 np.frombuffer(posting.tfs, dtype=np.uint16)[:ordered], lengths,
+                                 n_docs=n if dense else None)
         prepared.append((posting.docs, posting.tfs, query.count(term) * idf(n, len(posting.docs)), order))
     exact = data.draw(st.integers(1, limit), label="exact")
     marks = Marks()
