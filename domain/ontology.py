@@ -74,7 +74,11 @@ def fact_id_for(tenant: str, key: FactKey, generation: int) -> str:
 
 @dataclass
 class Ontology:
-    """Everything the rules need to know about one tenant, folded from its events in log order."""
+    """Everything the rules need to know about one tenant, folded from its events in log order.
+
+    The big maps and the set of seen event ids may be any mutable mapping or set: a state loaded from a snapshot
+    has ones that read their entries from it on demand (infra/lazy_state.py), so the rules look keys up and iterate
+    a whole map only where they must."""
 
     tenant: str
     exists: bool = False
@@ -87,6 +91,7 @@ class Ontology:
     """(subject, relation, scope) -> every fact asserted there, in log order: a functional relation's timeline."""
     generations: dict[FactKey, int] = field(default_factory=dict)
     facts_by_scope: dict[str, set[str]] = field(default_factory=dict)
+    """Person or session scope -> the facts asserted in it (not the org scope)."""
     sessions: dict[str, SessionState] = field(default_factory=dict)
     relation_types: dict[str, RelationType] = field(default_factory=lambda: dict(BUILTIN_RELATIONS))
     seen_event_ids: set[str] = field(default_factory=set)
@@ -270,9 +275,10 @@ class Ontology:
         if holds_key:
             self._set(self.current_by_key, key, e.fact_id)
         self._set(self.generations, key, self.generations.get(key, 0) + 1)
-        if e.scope not in self.facts_by_scope:
-            self._set(self.facts_by_scope, e.scope, set())
-        self._add(self.facts_by_scope[e.scope], e.fact_id)
+        if e.scope != "org":  # (nothing asks for the org scope's facts: it would be one record of them all)
+            if e.scope not in self.facts_by_scope:
+                self._set(self.facts_by_scope, e.scope, set())
+            self._add(self.facts_by_scope[e.scope], e.fact_id)
         slot = (e.subject, e.relation, e.scope)
         in_slot = self.slots.get(slot)
         if in_slot is None:

@@ -56,6 +56,11 @@ class KeysForgotten(VersionConflict):
     handed out: decide and seal the batch again."""
 
 
+class SnapshotDamaged(Exception):
+    """A record of a state loaded on demand from a snapshot could not be read (the file was damaged after it was
+    opened): the state must be folded afresh from the log."""
+
+
 class AlreadyTracked(Exception):
     """The tracking position was recorded before: this input has already been stored."""
 
@@ -95,6 +100,11 @@ class StateSnapshots(Protocol):
 
     def discard(self, tenant: str) -> None:
         """Delete the tenant's snapshot in this process's home (after a forget)."""
+        ...
+
+    def damaged(self, state: Ontology) -> bool:
+        """Whether `state`, loaded from a snapshot, found one of its records unreadable since (a read raised
+        `SnapshotDamaged`): then the caller folds the whole log instead."""
         ...
 
     def close(self) -> None:

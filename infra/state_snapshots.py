@@ -1,22 +1,33 @@
 """Snapshots of each tenant's folded state (the `Ontology` the rules decide on), one file per tenant in the home.
 
-A process that starts folds only the events after its snapshot instead of the whole log. A snapshot file is
+A process that starts folds only the events after its snapshot instead of the whole log, and reads the state's
+big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenant>.snapshot`, with
 
-    b"noumena-state\\n" + one line of JSON (the header) + sealed body
+- a `meta` table: the header (JSON: the format, a fingerprint of the code that folds events, the tenant, the stream
+  version the state is at, a digest of the stored event at that version, the name of the data key that seals the
+  file, and the file's lineage, a random id its incremental successors keep) and the core (the state's small
+  fields, sealed with the header as associated data, so a changed header does not open);
+- a `records` table, one row per entry of each big map or set (`LAZY`): `(map, name, sealed pickle of (key,
+  value))`, where `name` is a keyed digest of the key (no ref, relation or value appears in the file) and each
+  record is sealed with AES-256-GCM under the tenant's snapshot key, with the lineage, map and name as associated
+  data (a record moved to another place does not open).
 
-The header names the format, a fingerprint of the code that folds events (a snapshot made by other code is
-ignored), the tenant, the stream version the state is at, a digest of the stored event at that version (a
-snapshot of another log, or of a log restored from an older backup, is ignored) and the name of the data key that
-seals the body. The body is the pickled state sealed with AES-256-GCM (the header is its associated data), under
-the tenant's snapshot key from the key store (`domain.forgetting.state_snapshot_key`): every forget in the tenant
-deletes that key, so no copy of a snapshot taken before the forget opens again, in this home or any other.
-Without a key store (`NOUMENA_ENCRYPT_CONTENT=false`) the body is the plain pickle (the log is plain too).
+Loading checks the header as before (format, code, tenant, the log's event at that version, the key) and unseals
+only the core: the maps are `infra.lazy_state` read-through maps over the open file, so the first write after a
+restart reads the few records it looks up, whatever the size of the state. A record found damaged later raises
+`SnapshotDamaged`; the service then folds the whole log.
 
-Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder) and run on a background thread; a
-snapshot is stored only while the key store holds forgets off and no forget of the tenant is in the log after
-the snapshot's version, so a process that took a snapshot just before another process's forget never stores it.
-Anything unusable (missing, other format or code, corrupt, not of this log, key deleted) is ignored with a
-warning (an info line for a key deleted by a forget) and the caller folds the whole log.
+The snapshot key comes from the key store (`domain.forgetting.state_snapshot_key`): every forget in the tenant
+deletes it, so no copy of a snapshot taken before the forget opens again, in this home or any other. Without a key
+store (`NOUMENA_ENCRYPT_CONTENT=false`) records are plain pickles (the log is plain too).
+
+Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder) and run on a background thread. A
+state folded from the log is written whole; a state loaded from a snapshot writes only what it holds in memory (the
+records it read, changed or added) and its deletions over a copy of the file it was loaded from (or of a later one
+of the same lineage). A snapshot is stored only while the key store holds forgets off and no forget of the tenant is
+in the log after the snapshot's version, so a process that took a snapshot just before another process's forget
+never stores it. Anything unusable (missing, other format or code, corrupt, not of this log, key deleted) is ignored
+with a warning (an info line for a key deleted by a forget) and the caller folds the whole log.
 """
 
 from __future__ import annotations
@@ -27,29 +38,49 @@ import json
 import logging
 import os
 import pickle
+import shutil
+import sqlite3
 import sys
 import threading
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import fields
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from domain.forgetting import SubjectForgotten, state_snapshot_key
 from domain.ontology import Ontology
-from domain.ports import KeysForgotten, KeyStore
+from domain.ports import KeysForgotten, KeyStore, SnapshotDamaged
 from infra.eventlog import store_failures
+from infra.lazy_state import LazyMap, LazySet, RecordSource
 from infra.mapper import stream_id
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"noumena-state\n"
-FORMAT = 1
+FORMAT = 2
+SQLITE_MAGIC = b"SQLite format 3\x00"
+OLD_MAGIC = b"noumena-state\n"
+"""How format 1 (the whole state as one sealed pickle) began."""
 FOLDING_CODE = ("domain", "infra/mapper.py", "infra/event_json.py")
 """What decides how events fold into state: the domain's modules (events, upcasters, the ontology) and how
 stored events are read. A change to any of them makes older snapshots unusable."""
+LAZY = ("entities", "facts", "current_by_key", "functional_current", "slots", "generations", "facts_by_scope",
+        "sessions", "compactions", "person_scopes", "recall_uses", "seen_event_ids")
+"""The state's maps (and, last, its set) stored one record per entry and read on demand."""
+SETS = frozenset({"seen_event_ids"})
+CORE = ("tenant", "exists", "version", "relation_types", "forgotten_people", "recall_count")
+"""The state's small fields, stored (and read) together."""
+assert {f.name for f in fields(Ontology)} == {*LAZY, *CORE, "_journal", "_trim_on_commit"}, \
+    "every field of the Ontology must be stored: add it to LAZY or CORE"
+_SCHEMA = ("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
+           "CREATE TABLE records (map INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL, "
+           "PRIMARY KEY (map, name)) WITHOUT ROWID")
 
 
 @cache
@@ -64,8 +95,43 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:32]
 
 
+class _Unusable(Exception):
+    """Why a snapshot file is not used."""
+
+
+class _Replaced(Exception):
+    """The snapshot file was replaced while it was being opened."""
+
+
+class _Seal:
+    """Sealing and naming of records under one data key (or none: plain)."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self._aead = AESGCM(key) if key is not None else None
+        self._name_key = hashlib.blake2b(b"record names", key=key, digest_size=32).digest() if key else b""
+
+    def name(self, key: object) -> bytes:
+        return hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), key=self._name_key,
+                               digest_size=16).digest()
+
+    def seal(self, plain: bytes, aad: bytes) -> bytes:
+        if self._aead is None:
+            return plain
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, plain, aad)
+
+    def open(self, body: bytes, aad: bytes) -> bytes:
+        if self._aead is None:
+            return body
+        return self._aead.decrypt(body[:12], body[12:], aad)
+
+
+def _record_aad(lineage: str, index: int, name: bytes) -> bytes:
+    return lineage.encode() + b"\0" + bytes([index]) + name
+
+
 class FileStateSnapshots:
-    """Implements domain.ports.StateSnapshots with a file per tenant in `<home>/state/`."""
+    """Implements domain.ports.StateSnapshots with an indexed file per tenant in `<home>/state/`."""
 
     def __init__(self, home: Path, log_: Any, keys: KeyStore | None, every: int) -> None:
         self.folder = Path(home) / "state"
@@ -75,8 +141,9 @@ class FileStateSnapshots:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noumena-state-snapshot")
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
-        self.stored: list[tuple[str, int]] = []
-        """(tenant, version) of each snapshot this process stored, in order (tests and the benchmark read it)."""
+        self.stored: list[tuple[str, int, str]] = []
+        """(tenant, version, "whole" or "changes") of each snapshot this process stored, in order (tests and the
+        benchmark read it)."""
         self._remove_stale_temporaries()
 
     def _remove_stale_temporaries(self) -> None:
@@ -98,34 +165,67 @@ class FileStateSnapshots:
     def load(self, tenant: str) -> Ontology | None:
         path = self.path(tenant)
         try:
-            data = path.read_bytes()
+            for _ in range(3):
+                try:
+                    return self._load(tenant, path)
+                except _Replaced:
+                    continue  # (another process stored a newer one as it was opened: open that one)
+            raise _Unusable("replaced again and again as it was opened")
         except FileNotFoundError:
             return None
-        except OSError as error:
-            log.warning("state snapshot %s ignored (%s): folding the whole log", path, error)
-            return None
-        try:
-            header, raw_header, body = _split(data)
-            why = self._unusable(tenant, header)
-            if why is not None:
-                log.warning("state snapshot %s ignored (%s): folding the whole log", path, why)
-                return None
-            plain = self._open(header, raw_header, body)
-            if plain is None:  # its key is gone: a forget in the tenant since it was taken
-                log.info("state snapshot %s was taken before a forget (its key is deleted): folding the whole log",
-                         path)
-                path.unlink(missing_ok=True)
-                return None
-            state = _unpickle(plain)
-        except (ValueError, KeyError, TypeError, InvalidTag, pickle.UnpicklingError, EOFError, AttributeError,
-                ImportError) as error:
+        except _Unusable as why:
+            log.warning("state snapshot %s ignored (%s): folding the whole log", path, why)
+        except (sqlite3.Error, OSError, ValueError, KeyError, TypeError, InvalidTag, pickle.UnpicklingError,
+                EOFError, AttributeError, ImportError) as error:
             log.warning("state snapshot %s ignored (corrupt: %s): folding the whole log", path,
                         type(error).__name__ + (f": {error}" if str(error) else ""))
-            return None
-        if not isinstance(state, Ontology) or state.tenant != tenant or state.version != header["version"]:
-            log.warning("state snapshot %s ignored (it does not hold tenant %s at version %s): folding the whole "
-                        "log", path, tenant, header["version"])
-            return None
+        return None
+
+    def _load(self, tenant: str, path: Path) -> Ontology | None:
+        with open(path, "rb") as file:
+            head = file.read(len(SQLITE_MAGIC))
+            before = os.fstat(file.fileno())
+        if head != SQLITE_MAGIC:
+            raise _Unusable("format 1 (the whole state pickled), this version reads 2" if head.startswith(OLD_MAGIC)
+                            else "not a snapshot")
+        db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        try:
+            # (the connection keeps the file it opened, also once a newer snapshot replaces it: a state loaded
+            # from it reads consistent records for as long as it lives)
+            pages = db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
+            now = os.stat(path)
+            if (now.st_ino, now.st_size) != (before.st_ino, before.st_size):
+                raise _Replaced
+            if pages != before.st_size:
+                raise _Unusable(f"truncated or grown: {before.st_size} bytes, its pages make {pages}")
+            meta = dict(db.execute("SELECT name, value FROM meta"))
+            raw_header = meta["header"]
+            header = json.loads(raw_header)
+            if not isinstance(header, dict):
+                raise ValueError("bad header")
+            why = self._unusable(tenant, header)
+            if why is not None:
+                raise _Unusable(why)
+            key = None
+            if self._keys is not None:
+                key = self._keys.get(header["key"])
+                if key is None:  # its key is gone: a forget in the tenant since it was taken
+                    log.info("state snapshot %s was taken before a forget (its key is deleted): folding the whole "
+                             "log", path)
+                    db.close()
+                    path.unlink(missing_ok=True)
+                    return None
+            seal = _Seal(key)
+            core = _unpickle(seal.open(meta["core"], raw_header.encode() if isinstance(raw_header, str)
+                                       else raw_header))
+            if not isinstance(core, dict) or core.get("tenant") != tenant or core.get("version") != header["version"]:
+                raise _Unusable(f"it does not hold tenant {tenant} at version {header['version']}")
+        except BaseException:
+            db.close()
+            raise
+        source = _FileSource(db, seal, header, str(path))
+        state = Ontology(**core, **{name: (LazySet if name in SETS else LazyMap)(source.records, index)
+                                    for index, name in enumerate(LAZY)})
         return state
 
     def _unusable(self, tenant: str, header: dict[str, Any]) -> str | None:
@@ -138,19 +238,13 @@ class FileStateSnapshots:
         version = header.get("version")
         if not isinstance(version, int) or version < 1:
             return f"bad version {version!r}"
+        if not isinstance(header.get("lineage"), str):
+            return "no lineage"
         if self._anchor(tenant, version) != header.get("anchor"):
             return f"the log's event {version} of the tenant is not the one it was taken at (another log?)"
         if (header.get("key") is None) != (self._keys is None):
             return "sealed" if self._keys is None else "not sealed, and content is sealed"
         return None
-
-    def _open(self, header: dict[str, Any], raw_header: bytes, body: bytes) -> bytes | None:
-        if self._keys is None:
-            return body
-        key = self._keys.get(header["key"])
-        if key is None:
-            return None
-        return AESGCM(key).decrypt(body[:12], body[12:], raw_header)
 
     def _anchor(self, tenant: str, version: int) -> str | None:
         """A digest of the stored event at `version` of the tenant's stream (None if there is none)."""
@@ -160,44 +254,107 @@ class FileStateSnapshots:
             return None
         return hashlib.sha256(stored[0].topic.encode() + b"\0" + bytes(stored[0].state)).hexdigest()
 
+    def damaged(self, state: Ontology) -> bool:
+        source = getattr(state.facts, "source", None)
+        return isinstance(source, RecordSource) and source.damaged is not None
+
+    @staticmethod
+    def records_loaded(state: Ontology) -> int | None:
+        """How many records a state loaded from a snapshot has read from it (None: not loaded from one)."""
+        source = getattr(state.facts, "source", None)
+        return source.loaded if isinstance(source, RecordSource) else None
+
     # ------------------------------------------------------------------ saving
 
     def save(self, tenant: str, state: Ontology) -> None:
-        plain = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)  # (now: the caller holds the state still)
+        # (now: the caller holds the state still; pickled values are what the file will hold)
+        dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
+        core = dumps({name: getattr(state, name) for name in CORE}, protocol=protocol)
+        maps = [getattr(state, name) for name in LAZY]
+        source = getattr(state.facts, "source", None)
+        base: _Base | None = None
+        if isinstance(source, RecordSource) and all(getattr(m, "source", None) is source for m in maps):
+            base = source.base
+            records, deleted = [], []
+            with source.lock:  # (readers on other threads may be adding records they read)
+                for index, held in enumerate(maps):
+                    entries, gone = held.in_memory()
+                    records += [(index, key, dumps((key, value), protocol=protocol))
+                                for key, value in entries.items()]
+                    deleted += [(index, key) for key in gone]
+        else:
+            records = [(index, key, dumps((key, None if isinstance(held, (set, LazySet)) else held[key]),
+                                          protocol=protocol))
+                       for index, held in enumerate(maps) for key in held]
+            deleted = []
         with self._lock:
             self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._writer.submit(self._store, tenant, state.version, plain))
+            self._pending.append(self._writer.submit(self._store, tenant, state.version, core, records, deleted,
+                                                     base))
 
-    def _store(self, tenant: str, version: int, plain: bytes) -> None:
+    def _store(self, tenant: str, version: int, core: bytes, records: list[tuple[int, object, bytes]],
+               deleted: list[tuple[int, object]], base: _Base | None) -> None:
         try:
-            self._store_now(tenant, version, plain)
+            self._store_now(tenant, version, core, records, deleted, base)
         except Exception:  # a snapshot is an optimisation: never let it break the process
             log.exception("state snapshot of tenant %s at version %s not stored", tenant, version)
 
-    def _store_now(self, tenant: str, version: int, plain: bytes) -> None:
-        header: dict[str, Any] = {"format": FORMAT, "code": code_fingerprint(), "tenant": tenant,
-                                  "version": version, "anchor": self._anchor(tenant, version), "key": None}
+    def _store_now(self, tenant: str, version: int, core: bytes, records: list[tuple[int, object, bytes]],
+                   deleted: list[tuple[int, object]], base: _Base | None) -> None:
         ready = None
-        key = None
+        key_id, key = None, None
         if self._keys is not None:
             sealings, ready = self._keys.keys_pending([state_snapshot_key(tenant)])
-            header["key"], key = sealings[state_snapshot_key(tenant).key_id]
-        raw_header = json.dumps(header, sort_keys=True).encode()
-        if key is not None:
-            nonce = os.urandom(12)
-            body = nonce + AESGCM(key).encrypt(nonce, plain, raw_header)
-        else:
-            body = plain
-        del plain
-        self.folder.mkdir(parents=True, exist_ok=True)
+            key_id, key = sealings[state_snapshot_key(tenant).key_id]
         path = self.path(tenant)
+        if base is not None and base.key_id != key_id:
+            log.info("state snapshot of tenant %s at version %s not stored: its key changed since the state was "
+                     "loaded (a forget)", tenant, version)
+            return
+        lineage = base.lineage if base is not None else uuid.uuid4().hex
+        header: dict[str, Any] = {"format": FORMAT, "code": code_fingerprint(), "tenant": tenant,
+                                  "version": version, "anchor": self._anchor(tenant, version), "key": key_id,
+                                  "lineage": lineage}
+        raw_header = json.dumps(header, sort_keys=True)
+        seal = _Seal(key)
+        self.folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "wb") as out:
-            out.write(MAGIC + raw_header + b"\n" + body)
-            out.flush()
-            os.fsync(out.fileno())
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         let_go = None
         try:
+            if base is not None:
+                try:
+                    shutil.copyfile(path, tmp)
+                except FileNotFoundError:
+                    log.info("state snapshot of tenant %s at version %s not stored: the one it was loaded from is "
+                             "gone (discarded after a forget)", tenant, version)
+                    return
+            db = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=OFF")  # (a temporary: fsynced below, then moved in place whole)
+                db.execute("PRAGMA synchronous=OFF")
+                db.execute("BEGIN")
+                if base is None:
+                    for statement in _SCHEMA:
+                        db.execute(statement)
+                else:
+                    why = base.why_not_over(dict(db.execute("SELECT name, value FROM meta")), version)
+                    if why is not None:
+                        log.info("state snapshot of tenant %s at version %s not stored: %s", tenant, version, why)
+                        return
+                    db.executemany("DELETE FROM records WHERE map = ? AND name = ?",
+                                   ((index, seal.name(k)) for index, k in deleted))
+                # (in the table's order: appending to the index is 4x faster than inserting at random places)
+                db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?)",
+                               sorted(_sealed(seal, lineage, records)))
+                db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                               [("header", raw_header), ("core", seal.seal(core, raw_header.encode()))])
+                db.execute("COMMIT")
+            finally:
+                db.close()
+            del records
+            with open(tmp, "rb+") as out:
+                os.fsync(out.fileno())
             if ready is not None:
                 let_go = ready()  # no forget runs from here until let_go(); raises if one ran since the key
             if self._forgotten_after(tenant, version):
@@ -206,7 +363,7 @@ class FileStateSnapshots:
                 return
             os.replace(tmp, path)
             _fsync_folder(self.folder)
-            self.stored.append((tenant, version))
+            self.stored.append((tenant, version, "whole" if base is None else "changes"))
         except KeysForgotten:
             log.info("state snapshot of tenant %s at version %s not stored: a forget ran meanwhile", tenant, version)
         finally:
@@ -233,26 +390,79 @@ class FileStateSnapshots:
             future.result()
 
 
-def _split(data: bytes) -> tuple[dict[str, Any], bytes, bytes]:
-    if not data.startswith(MAGIC):
-        raise ValueError("not a noumena state snapshot")
-    end = data.index(b"\n", len(MAGIC))
-    raw_header = data[len(MAGIC):end]
-    header = json.loads(raw_header)
-    if not isinstance(header, dict):
-        raise ValueError("bad header")
-    return header, raw_header, data[end + 1:]
+class _Base:
+    """The snapshot a loaded state came from: what a snapshot of its changes may be written over."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.lineage: str = header["lineage"]
+        self.version: int = header["version"]
+        self.key_id: str | None = header["key"]
+
+    def why_not_over(self, meta: dict[str, Any], version: int) -> str | None:
+        """Why the changes of a state loaded from this base, now at `version`, cannot be written over a file with
+        this `meta` (None: they can). Such a file holds the state at its own version: over one of the same
+        lineage at a version from the base's to ours, our changes (every entry changed since the base is in
+        memory) make the state at ours."""
+        header = json.loads(meta["header"])
+        if header.get("lineage") != self.lineage or header.get("key") != self.key_id:
+            return "another process replaced the snapshot since the state was loaded"
+        if not self.version <= header.get("version", -1) <= version:
+            return f"the snapshot in place is at version {header.get('version')}, not between {self.version} and " \
+                   f"{version}"
+        return None
+
+
+class _FileSource:
+    """Reads a loaded state's records from its open snapshot file."""
+
+    def __init__(self, db: sqlite3.Connection, seal: _Seal, header: dict[str, Any], name: str) -> None:
+        self._db = db
+        self._seal = seal
+        self._lineage = header["lineage"]
+        self.records = RecordSource(self._read, self._read_all, name)
+        self.records.base = _Base(header)
+
+    def _damaged(self, index: int, error: BaseException) -> SnapshotDamaged:
+        return SnapshotDamaged(f"a record of {LAZY[index]} does not read: "
+                               f"{type(error).__name__}{f': {error}' if str(error) else ''}")
+
+    def _read(self, index: int, key: object) -> tuple[bool, Any]:
+        name = self._seal.name(key)
+        try:
+            row = self._db.execute("SELECT value FROM records WHERE map = ? AND name = ?", (index, name)).fetchone()
+            if row is None:
+                return False, None
+            stored, value = pickle.loads(self._seal.open(row[0], _record_aad(self._lineage, index, name)))  # noqa: S301
+        except (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+                ImportError, IndexError) as error:
+            raise self._damaged(index, error) from error
+        if stored != key:
+            raise SnapshotDamaged(f"a record of {LAZY[index]} holds another key")
+        return True, value
+
+    def _read_all(self, index: int) -> Iterator[tuple[Any, Any]]:
+        enabled = gc.isenabled()
+        gc.disable()  # (many small objects, none garbage)
+        try:
+            rows = self._db.execute("SELECT name, value FROM records WHERE map = ?", (index,)).fetchall()
+            for name, body in rows:
+                yield pickle.loads(self._seal.open(body, _record_aad(self._lineage, index, name)))  # noqa: S301
+        except (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+                ImportError, IndexError) as error:
+            raise self._damaged(index, error) from error
+        finally:
+            if enabled:
+                gc.enable()
+
+
+def _sealed(seal: _Seal, lineage: str, records: list[tuple[int, object, bytes]]) -> Iterator[tuple[int, bytes, bytes]]:
+    for index, key, plain in records:
+        name = seal.name(key)
+        yield index, name, seal.seal(plain, _record_aad(lineage, index, name))
 
 
 def _unpickle(plain: bytes) -> Any:
-    """Unpickle with the cyclic garbage collector paused: the state is a million small objects, none garbage."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return pickle.loads(plain)  # noqa: S301  (our own file, authenticated by its AES-GCM tag when sealed)
-    finally:
-        if enabled:
-            gc.enable()
+    return pickle.loads(plain)  # noqa: S301  (our own file, authenticated by its AES-GCM tag when sealed)
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -5,9 +5,10 @@ command costs one short read and one append. Rules run under one lock per proces
 by optimistic concurrency on the tenant stream version and retried.
 
 A tenant's state starts from its latest snapshot (`StateSnapshots`), when there is a usable one, plus the events
-after it. A snapshot is taken after a long fold and as the state grows, on a thread of its own once the write that
-made it due is done (it holds this service's writes off while it serializes the state), and when the process
-stops (docs/operations.md#restarting-fast).
+after it; the snapshot's maps may be read on demand, and a record found damaged then (`SnapshotDamaged`) makes the
+state be folded afresh from the whole log (a write is decided again on it). A snapshot is taken after a long fold
+and as the state grows, on a thread of its own once the write that made it due is done (it holds this service's
+writes off while it serializes the state), and when the process stops (docs/operations.md#restarting-fast).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from domain.ports import (
     EventLog,
     Outcome,
     Pending,
+    SnapshotDamaged,
     StateSnapshots,
     TrackingPosition,
     VersionConflict,
@@ -71,7 +73,8 @@ class OntologyService:
             yield
 
     def ontology(self, tenant: str) -> Ontology:
-        """The tenant's state as of the latest event in the log (read-only use, please)."""
+        """The tenant's state as of the latest event in the log (read-only use, please). A state read on demand
+        from a snapshot may raise `SnapshotDamaged` on a lookup; the next call folds the whole log."""
         with self._lock:
             return self._caught_up(tenant)
 
@@ -114,17 +117,26 @@ class OntologyService:
                 states = {tenant: self._states[tenant] if unread else self._caught_up(tenant) for tenant in tenants}
                 for state in states.values():
                     state.begin()
-                outcomes, pending = self._decide_all(commands, states)
-                if unread and any(o.error is not None or not o.events for o in outcomes):
+                try:
+                    outcomes, pending = self._decide_all(commands, states)
+                    if unread and any(o.error is not None or not o.events for o in outcomes):
+                        self._rollback(states)
+                        continue
+                    if then is not None:
+                        final = then(outcomes)
+                        if final.tenant not in states:
+                            states[final.tenant] = self._caught_up(final.tenant)
+                            states[final.tenant].begin()
+                        more, more_pending = self._decide_all([final], states)
+                        outcomes, pending = outcomes + more, pending + more_pending
+                except SnapshotDamaged:  # (a record read on demand did not read: fold afresh, decide again)
                     self._rollback(states)
+                    damaged = [t for t, state in states.items() if self._snapshots and self._snapshots.damaged(state)]
+                    if not damaged:
+                        raise
+                    for tenant in damaged:
+                        self._drop(tenant)
                     continue
-                if then is not None:
-                    final = then(outcomes)
-                    if final.tenant not in states:
-                        states[final.tenant] = self._caught_up(final.tenant)
-                        states[final.tenant].begin()
-                    more, more_pending = self._decide_all([final], states)
-                    outcomes, pending = outcomes + more, pending + more_pending
                 if all_or_nothing and any(not o.ok for o in outcomes):
                     self._rollback(states)
                     return BatchResult(outcomes, [])
@@ -225,8 +237,25 @@ class OntologyService:
             self._snapshots.save(tenant, state)
             self._snapshotted[tenant] = state.version
 
+    def _drop(self, tenant: str) -> None:
+        """Forget a state loaded from a snapshot that turned out damaged, and the snapshot."""
+        self._states.pop(tenant, None)
+        if self._snapshots is not None:
+            self._snapshots.discard(tenant)
+            self._snapshotted.pop(tenant, None)
+
     def _caught_up(self, tenant: str) -> Ontology:
+        try:
+            return self._catch_up(tenant)
+        except SnapshotDamaged:  # (the tail touched a record that does not read: fold the whole log)
+            self._drop(tenant)
+            return self._catch_up(tenant)
+
+    def _catch_up(self, tenant: str) -> Ontology:
         state = self._states.get(tenant)
+        if state is not None and self._snapshots is not None and self._snapshots.damaged(state):
+            self._drop(tenant)
+            state = None
         if state is None:
             state = self._snapshots.load(tenant) if self._snapshots is not None else None
             if state is None:

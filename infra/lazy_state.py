@@ -1,0 +1,260 @@
+"""Read-through maps and sets for a tenant's state loaded from an indexed snapshot (infra/state_snapshots.py).
+
+The `Ontology` (domain/ontology.py) accepts any mutable mapping or set for its big indexes. A state loaded from a
+snapshot gets these instead of dicts and sets: a lookup that misses what is in memory reads that one record from
+the snapshot file (unsealing and unpickling it) and keeps it (a key it does not hold is remembered as absent); a
+deletion is remembered (a tombstone), so the record is never read again; iterating or counting a whole map reads
+every record not in memory yet, once. So a write that looks up a few keys costs a few records, whatever the size of
+the state.
+
+Loaded values are kept for the life of the state (never evicted): the rules change them in place and journal the
+changes, so there is one object per key. Reads may run on other threads than the writer's (readers of
+`OntologyService.ontology` do not hold its lock): a record is read and kept, and every change made, under one lock
+per loaded state, so a record read on one thread never replaces an object another thread has changed or deleted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, MutableMapping, MutableSet, ValuesView
+from typing import Any
+
+from domain.ports import SnapshotDamaged
+
+RecordReader = Callable[[int, object], tuple[bool, Any]]
+"""(map index, key) -> (found, value): reads one record from the snapshot."""
+AllReader = Callable[[int], Iterator[tuple[Any, Any]]]
+"""map index -> every (key, value) the snapshot holds for that map."""
+
+
+class RecordSource:
+    """The snapshot a loaded state reads its records from, shared by that state's maps and sets."""
+
+    def __init__(self, read: RecordReader, read_all: AllReader, name: str) -> None:
+        self._read = read
+        self._read_all = read_all
+        self.name = name
+        self.lock = threading.RLock()
+        self.loaded = 0
+        """Records read from the snapshot so far (tests and the benchmark read it)."""
+        self.damaged: str | None = None
+        """Why a record could not be read, once one could not (the state must then be folded afresh)."""
+        self.base: Any = None
+        """What the snapshot store needs to know about the file to write a state's changes over it."""
+
+    def read(self, index: int, key: object) -> tuple[bool, Any]:
+        if self.damaged is not None:
+            raise SnapshotDamaged(f"state snapshot {self.name} is damaged ({self.damaged})")
+        try:
+            found, value = self._read(index, key)
+        except SnapshotDamaged as error:
+            self.damaged = str(error)
+            raise
+        self.loaded += found
+        return found, value
+
+    def read_all(self, index: int) -> Iterator[tuple[Any, Any]]:
+        if self.damaged is not None:
+            raise SnapshotDamaged(f"state snapshot {self.name} is damaged ({self.damaged})")
+        try:
+            for key, value in self._read_all(index):
+                self.loaded += 1
+                yield key, value
+        except SnapshotDamaged as error:
+            self.damaged = str(error)
+            raise
+
+
+class LazyMap(MutableMapping[Any, Any]):
+    """A dict whose entries are read from a snapshot on first use (see the module's docstring)."""
+
+    __slots__ = ("_mem", "_gone", "_absent", "source", "index", "complete")
+
+    def __init__(self, source: RecordSource, index: int) -> None:
+        self._mem: dict[Any, Any] = {}
+        self._gone: set[Any] = set()
+        """Keys deleted since the snapshot: never read from it again."""
+        self._absent: set[Any] = set()
+        """Keys the snapshot was asked for and does not hold (not asked again)."""
+        self.source = source
+        self.index = index
+        self.complete = False
+        """Every record of the snapshot is in memory (after an iteration or a count)."""
+
+    def _fetch(self, key: object) -> tuple[bool, Any]:
+        if self.complete:
+            return False, None
+        with self.source.lock:
+            mem = self._mem
+            if key in mem:
+                return True, mem[key]
+            if key in self._gone or key in self._absent:
+                return False, None
+            found, value = self.source.read(self.index, key)
+            if found:
+                mem[key] = value
+            else:
+                self._absent.add(key)
+            return found, value
+
+    def __getitem__(self, key: object) -> Any:
+        try:
+            return self._mem[key]
+        except KeyError:
+            pass
+        found, value = self._fetch(key)
+        if not found:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: object, default: Any = None) -> Any:
+        mem = self._mem
+        if key in mem:
+            return mem[key]
+        found, value = self._fetch(key)
+        return value if found else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._mem or self._fetch(key)[0]
+
+    def __setitem__(self, key: object, value: Any) -> None:
+        with self.source.lock:
+            self._mem[key] = value
+            self._gone.discard(key)
+
+    def __delitem__(self, key: object) -> None:
+        with self.source.lock:
+            if key not in self:
+                raise KeyError(key)
+            del self._mem[key]
+            self._gone.add(key)
+
+    def load_all(self) -> None:
+        if self.complete:
+            return
+        with self.source.lock:
+            if self.complete:
+                return
+            mem, gone = self._mem, self._gone
+            for key, value in self.source.read_all(self.index):
+                if key not in mem and key not in gone:
+                    mem[key] = value
+            self.complete = True
+
+    def __iter__(self) -> Iterator[Any]:
+        self.load_all()
+        return iter(self._mem)
+
+    def __len__(self) -> int:
+        self.load_all()
+        return len(self._mem)
+
+    def keys(self) -> KeysView[Any]:
+        self.load_all()
+        return self._mem.keys()
+
+    def values(self) -> ValuesView[Any]:
+        self.load_all()
+        return self._mem.values()
+
+    def items(self) -> ItemsView[Any, Any]:
+        self.load_all()
+        return self._mem.items()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        self.load_all()
+        return self._mem == (dict(other.items()) if isinstance(other, LazyMap) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyMap({self._mem!r}, complete={self.complete})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return dict, (dict(self.items()),)  # (pickled whole, as the dict it stands for)
+
+    def in_memory(self) -> tuple[dict[Any, Any], set[Any]]:
+        """What a snapshot of this state must write over the one it was loaded from: the entries in memory (read,
+        and maybe changed in place, or new) and the keys deleted."""
+        return self._mem, self._gone
+
+
+class LazySet(MutableSet[Any]):
+    """A set whose members are looked up in a snapshot on first use (see the module's docstring)."""
+
+    __slots__ = ("_mem", "_gone", "_absent", "source", "index", "complete")
+
+    def __init__(self, source: RecordSource, index: int) -> None:
+        self._mem: set[Any] = set()
+        self._gone: set[Any] = set()
+        self._absent: set[Any] = set()
+        self.source = source
+        self.index = index
+        self.complete = False
+
+    def __contains__(self, item: object) -> bool:
+        if item in self._mem:
+            return True
+        if self.complete:
+            return False
+        with self.source.lock:
+            if item in self._mem:
+                return True
+            if item in self._gone or item in self._absent:
+                return False
+            found, _ = self.source.read(self.index, item)
+            (self._mem if found else self._absent).add(item)
+            return found
+
+    def add(self, item: Any) -> None:
+        with self.source.lock:
+            self._mem.add(item)
+            self._gone.discard(item)
+
+    def discard(self, item: Any) -> None:
+        with self.source.lock:
+            self._mem.discard(item)
+            self._gone.add(item)
+
+    def load_all(self) -> None:
+        if self.complete:
+            return
+        with self.source.lock:
+            if self.complete:
+                return
+            mem, gone = self._mem, self._gone
+            for item, _ in self.source.read_all(self.index):
+                if item not in gone:
+                    mem.add(item)
+            self.complete = True
+
+    def __iter__(self) -> Iterator[Any]:
+        self.load_all()
+        return iter(self._mem)
+
+    def __len__(self) -> int:
+        self.load_all()
+        return len(self._mem)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (set, frozenset, LazySet)):
+            return NotImplemented
+        self.load_all()
+        return self._mem == (set(other) if isinstance(other, LazySet) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def _from_iterable(cls, it: Any) -> set[Any]:  # (what `|`, `&`, `-` of the mixin make: a plain set)
+        return set(it)
+
+    def __repr__(self) -> str:
+        return f"LazySet({self._mem!r}, complete={self.complete})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return set, (set(self),)
+
+    def in_memory(self) -> tuple[dict[Any, Any], set[Any]]:
+        return dict.fromkeys(self._mem), self._gone

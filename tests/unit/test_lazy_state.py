@@ -1,0 +1,85 @@
+"""The read-through maps and sets of a state loaded from a snapshot (infra/lazy_state.py) behave as the dict and the
+set they stand for, whatever mix of lookups, changes, deletions and whole reads runs on them, and read each record
+of the snapshot at most once. The snapshot here is a dict read through the same reader interface the file uses."""
+
+from __future__ import annotations
+
+import pickle
+
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from infra.lazy_state import LazyMap, LazySet, RecordSource
+from tests.properties import examples
+
+KEYS = st.sampled_from([f"k{i}" for i in range(8)] + [("s", "r", "o"), ("s", "r", "p")])
+OPS = st.lists(st.tuples(st.sampled_from(["get", "in", "getitem", "set", "del", "pop", "len", "iter", "eq"]),
+                         KEYS, st.integers(0, 5)), max_size=40)
+
+
+def _source(stored: dict, reads: list) -> RecordSource:  # type: ignore[type-arg]
+    def read(index: int, key: object) -> tuple[bool, object]:
+        reads.append(key)
+        return (True, stored[key]) if key in stored else (False, None)
+
+    def read_all(index: int):  # type: ignore[no-untyped-def]
+        yield from stored.items()
+
+    return RecordSource(read, read_all, "a stored dict")
+
+
+@hsettings(max_examples=examples(1.0))
+@given(stored=st.dictionaries(KEYS, st.integers(0, 5), max_size=8), ops=OPS)
+def test_a_read_through_map_answers_every_operation_as_the_dict_it_stands_for(stored, ops):
+    reads: list[object] = []
+    plain, lazy = dict(stored), LazyMap(_source(stored, reads), 0)
+    for op, key, value in ops:
+        if op == "get":
+            assert lazy.get(key) == plain.get(key)
+        elif op == "in":
+            assert (key in lazy) == (key in plain)
+        elif op == "getitem":
+            assert (lazy[key] if key in lazy else None) == plain.get(key)
+        elif op == "set":
+            lazy[key] = plain[key] = value
+        elif op == "del":
+            if key in plain:
+                del plain[key], lazy[key]
+            else:
+                assert key not in lazy
+        elif op == "pop":
+            assert lazy.pop(key, None) == plain.pop(key, None)
+        elif op == "len":
+            assert len(lazy) == len(plain)
+        elif op == "iter":
+            assert sorted(map(repr, lazy)) == sorted(map(repr, plain))
+            assert dict(lazy.items()) == plain
+        else:
+            assert lazy == plain and plain == lazy
+    assert lazy == plain
+    assert len(reads) == len(set(map(repr, reads)))  # (a record, found or not, is read once at most...)
+    assert pickle.loads(pickle.dumps(lazy)) == plain  # noqa: S301  (...and pickles as the plain dict)
+
+
+@hsettings(max_examples=examples(1.0))
+@given(stored=st.sets(KEYS, max_size=8), ops=OPS)
+def test_a_read_through_set_answers_every_operation_as_the_set_it_stands_for(stored, ops):
+    reads: list[object] = []
+    plain, lazy = set(stored), LazySet(_source(dict.fromkeys(stored), reads), 0)
+    for op, key, _ in ops:
+        if op in ("get", "in", "getitem"):
+            assert (key in lazy) == (key in plain)
+        elif op == "set":
+            lazy.add(key)
+            plain.add(key)
+        elif op in ("del", "pop"):
+            lazy.discard(key)
+            plain.discard(key)
+        elif op == "len":
+            assert len(lazy) == len(plain)
+        elif op == "iter":
+            assert sorted(map(repr, lazy)) == sorted(map(repr, plain))
+        else:
+            assert lazy == plain and plain == lazy
+    assert lazy == plain and (lazy | {"x"}) == plain | {"x"}
