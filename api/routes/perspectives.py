@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
@@ -26,12 +25,12 @@ RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/markdown":
 
 def _answer(perspective: Perspective, format: str) -> Response:
     """The engine's output is checked already: send its JSON as is (validating it again against
-    PerspectivePublic, the documented shape, would double the serving cost of the hot path)."""
+    PerspectivePublic, the documented shape, would double the serving cost of the hot path), serialized once by
+    pydantic's own encoder (not a dict, then `json.dumps`: 4x the time)."""
     if format == "markdown":
         return PlainTextResponse(perspective.context, media_type="text/markdown; charset=utf-8",
                                  headers={"X-Perspective-Id": perspective.perspective_id})
-    body = perspective.model_dump(mode="json")
-    return Response(json.dumps(body, ensure_ascii=False, separators=(",", ":")), media_type="application/json")
+    return Response(perspective.model_dump_json(), media_type="application/json")
 
 
 @router.get("", response_model=PerspectivePublic, responses=RESPONSES)

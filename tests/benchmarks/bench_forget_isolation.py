@@ -192,7 +192,9 @@ def start(home: Path) -> Any:
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
     log = home / "server.log"
-    process = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(home)], env=server_env(home),
+    # (server_env passes no NOUMENA_ variable of this process on: the served process is told RECORD itself)
+    process = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(home)],
+                               env=server_env(home, NOUMENA_BENCH_RECORD="1" if RECORD else ""),
                                stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300

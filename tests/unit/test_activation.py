@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from domain.activation import (
     DEFAULT_PARAMETERS as P,
@@ -19,6 +21,7 @@ from domain.activation import (
     demote,
     estimate_tokens,
     fan_share,
+    is_wide,
     source_share,
     spread_across,
 )
@@ -86,6 +89,12 @@ def test_chinese_counts_a_token_per_character_and_latin_one_per_four():
     assert estimate_tokens("合同 v3") == 3  # 2 wide + ceil(3 / 4)
     assert estimate_tokens("李总，好") == 4  # full-width comma is wide
     assert estimate_tokens("") == 0
+
+
+@given(st.text(alphabet=st.one_of(st.characters(), st.sampled_from("给李总，合同ｖ한글カナ—→·")), max_size=80))
+def test_the_token_estimate_counts_every_wide_character_as_the_character_by_character_rule_does(text):
+    wide = sum(1 for char in text if is_wide(char))
+    assert estimate_tokens(text) == wide + math.ceil((len(text) - wide) / 4)
 
 
 def _ranked(activations: list[float], neighbours: list[int]) -> list[Ranked]:
