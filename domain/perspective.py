@@ -224,4 +224,4 @@ def fit_to_budget(header: list[str], items: list[PerspectiveItem], groups: dict[
             continue
         lines = lines[: max(1, len(lines) - 1)]
         break
-    return items, groups, [ContextLine.model_construct(text=text, fact_ids=ids) for text, ids in lines]
+    return items, groups, [ContextLine(text=text, fact_ids=ids) for text, ids in lines]

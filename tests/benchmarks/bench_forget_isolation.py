@@ -8,8 +8,9 @@ load without the forget, in one run (issue 19).
 2. Baseline: GET /v1/perspectives in `reader` at NOUMENA_BENCH_API_RATE (default 200 requests/s, open loop, latency
    from each request's scheduled time) for NOUMENA_BENCH_API_SECONDS (default 10 s), with `/healthz` polled every
    10 ms beside it. As in bench_api.py, the served perspectives record no recall and keep no evidence
-   (NOUMENA_BENCH_RECORD=1: they do, the full path; each is then also an append to the log and a file written,
-   which this machine cannot do 200 times a second): the numbers are the serving path, beside a forget.
+   (NOUMENA_BENCH_RECORD=1: they do, the full path of `noumena serve`: each use held by the recall buffer and
+   each perspective's request kept as a row in evidence.sqlite; measured at about the same CPU per request):
+   the numbers are the serving path, beside a forget.
 3. The same load, starting half a second before `POST /v1/forget` in `busy` and lasting until the forget has
    answered: the percentiles are of the requests scheduled while the forget ran.
 
