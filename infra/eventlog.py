@@ -200,7 +200,7 @@ class EventsourcingLog:
         "events affected". Reads only each event's header (no decryption), and only `tenant`'s stream when named
         (a tenant's keys seal only its own events), so a forget in a small tenant never reads a large one's."""
         from infra.keys.derivation import derived_name
-        from infra.sealed_format import read_v2
+        from infra.sealed_format import read_sealed
 
         gone = set(deleted)
         if not gone:
@@ -210,7 +210,7 @@ class EventsourcingLog:
             for state in states:
                 if 0 not in state:
                     continue
-                name = read_v2(state).key_name
+                name = read_sealed(state).key_name
                 if name in gone:
                     count += 1
                     continue

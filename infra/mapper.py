@@ -4,8 +4,8 @@ eventsourcing's own mapper: topic, transcoder, optional cipher):
 1. the topic: the event class's stable topic and version (`event_json.topic_of`);
 2. the transcoder: the event's JSON (`infra/event_json.py`);
 3. the cipher, when a key store is configured and the event has content: its content fields are left out of the
-   JSON and sealed with their subject's data key (`infra/sealing.py`), laid out as the sealed format says
-   (`infra/sealed_format.py`: v2 written, v1 still read).
+   JSON and sealed together, as one record, with their subject's data key (`infra/sealing.py`), laid out as the
+   sealed format says (`infra/sealed_format.py`: v3 written, v2 and v1 still read).
 
 Reading runs the steps backwards. A field whose key has been deleted (the subject was forgotten) reads as
 `[forgotten]` (a list as empty); a field whose key exists but does not open raises `SealedFieldCorrupted`.
@@ -13,6 +13,7 @@ Reading runs the steps backwards. A field whose key has been deleted (the subjec
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from domain.events import DomainEvent, event_class_for
 from domain.forgetting import SubjectForgotten
 from domain.ports import KeyStore, Pending
 from infra import event_json
-from infra.sealed_format import V1_MARKER, SealedRecord, is_v2, read_v1, read_v2, write_v2
+from infra.sealed_format import NONCE_BYTES, V1_MARKER, SealedRecord, associated_data, is_sealed, read_sealed, read_v1
 from infra.sealing import FieldCipher, SealedFieldCorrupted
 
 __all__ = ["EventMapper", "SealedFieldCorrupted", "stream_id"]
@@ -67,22 +68,26 @@ class EventMapper:
             if wanted:
                 keys, ready = self.keys.keys_pending(wanted)
         stored = []
-        for p in pending:
-            sealing = keys[p.key.key_id] if p.key is not None and keys else None
-            state = event_json.encode(p.event) if sealing is None else self._sealed_state(p.event, sealing)
+        cipher = self.cipher if keys else None
+        if cipher is not None:
+            cipher.refresh()  # (after the keys: a key store that dropped keys dropped them before handing these)
+            nonces = os.urandom(NONCE_BYTES * len(pending))  # the batch's nonces, drawn at once
+        for i, p in enumerate(pending):
+            event = p.event
+            if p.key is None or cipher is None:
+                state = event_json.encode(event)
+            else:
+                fields = type(event).content_fields
+                content = [f for f in fields if getattr(event, f) not in _EMPTY]
+                if content:
+                    key_name, key = keys[p.key.key_id]
+                    state = cipher.seal_event(event, fields if len(content) == len(fields) else tuple(content),
+                                              key_name, key, nonces[i * NONCE_BYTES:(i + 1) * NONCE_BYTES])
+                else:
+                    state = event_json.encode(event)
             stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
-                                      topic=event_json.topic_of(p.event), state=state))
+                                      topic=event_json.topic_of(event), state=state))
         return stored, ready
-
-    def _sealed_state(self, event: DomainEvent, sealing: tuple[str, bytes]) -> bytes:
-        """The JSON without the event's content fields followed by their sealed records (just the JSON when the
-        event has no content to seal)."""
-        content = [field for field in type(event).content_fields if getattr(event, field) not in _EMPTY]
-        if not content or self.cipher is None:
-            return event_json.encode(event)
-        key_name, key = sealing
-        records = [self.cipher.seal(key_name, key, field, getattr(event, field)) for field in content]
-        return write_v2(event_json.encode(event, without=content), key_name, records)
 
     # ------------------------------------------------------------------ reading
 
@@ -90,7 +95,7 @@ class EventMapper:
         """The domain event a stored state holds, its content opened (or `[forgotten]`)."""
         if topic == _FORGOTTEN_TOPIC:
             self.evict()
-        if not is_v2(state) and _V1_BYTES not in state:
+        if not is_sealed(state) and _V1_BYTES not in state:
             return event_json.decode(topic, state)
         return event_json.decode_fields(topic, self._opened_fields(topic, state))
 
@@ -98,28 +103,29 @@ class EventMapper:
         """The stored JSON with its content opened (or `[forgotten]`), for readers that parse JSON themselves."""
         if topic == _FORGOTTEN_TOPIC:
             self.evict()
-        if not is_v2(state) and _V1_BYTES not in state:
+        if not is_sealed(state) and _V1_BYTES not in state:
             return state
         return event_json.dump(self._opened_fields(topic, state))
 
     def _opened_fields(self, topic: str, state: bytes) -> dict[str, Any]:
-        if is_v2(state):
-            parts = read_v2(state)
+        if is_sealed(state):
+            parts = read_sealed(state)
             data = event_json.parse(parts.clear_json)
             for record in parts.records:
-                data[record.field] = self._open(parts.key_name, record)
+                data.update(self._open(parts.key_name, record))
             return data
         data = event_json.parse(state)
         for field in event_class_for(topic)[0].content_fields:  # format v1: a sealed field is a marked string
             found = read_v1(data.get(field))
             if found is not None:
                 key_name, nonce, ciphertext = found
-                data[field] = self._open(key_name, SealedRecord(field, nonce, ciphertext))
+                data.update(self._open(key_name, SealedRecord((field,), nonce, ciphertext,
+                                                              associated_data(key_name, field), False)))
         return data
 
-    def _open(self, key_name: str, record: SealedRecord) -> Any:
+    def _open(self, key_name: str, record: SealedRecord) -> dict[str, Any]:
         if self.cipher is None:  # a store that seals nothing has no keys: whatever was sealed is unreadable
-            return FieldCipher.forgotten(record.field)
+            return {field: FieldCipher.forgotten(field) for field in record.fields}
         return self.cipher.open(key_name, record)
 
     def evict(self) -> None:

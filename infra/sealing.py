@@ -1,24 +1,30 @@
-"""The cipher step of the mapper: content fields sealed and opened with their subject's data key (AES-256-GCM,
-`cryptography`'s AESGCM), the keys coming from a key store (`infra/keys/`).
+"""The cipher step of the mapper: an event's content fields sealed and opened with their subject's data key
+(AES-256-GCM, `cryptography`'s AESGCM), the keys coming from a key store (`infra/keys/`).
+
+An event's sealed fields are sealed together, as one record (format v3, `infra/sealed_format.py`): one nonce,
+one tag and one serialization by pydantic per event, whatever the number of fields. Every field of one event is
+sealed under the one key the event's content belongs to (`domain.forgetting.content_key`), so sealing them
+apart could never let one be forgotten without the others.
 
 Opening tells two failures apart. A key that is gone (the subject was forgotten: crypto-shredding) makes the
-field read as `[forgotten]` (a list as empty). A key that exists but does not open the record (AES-GCM's
-`InvalidTag`: the ciphertext, its tag, its nonce or its associated data was changed) is an integrity error,
-`SealedFieldCorrupted`: the stored event was tampered with or damaged, and reading it must not pretend it was
-forgotten.
+fields read as `[forgotten]` (a list as empty). A key that exists but does not open the record (AES-GCM's
+`InvalidTag`: the ciphertext, its tag, its nonce or its associated data was changed; in v3 that is the whole
+stored event) is an integrity error, `SealedFieldCorrupted`: the stored event was tampered with or damaged, and
+reading it must not pretend it was forgotten.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pydantic_core import from_json
 
+from domain.events import DomainEvent
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN
 from domain.ports import KeyStore
-from infra.sealed_format import NONCE_BYTES, SealedRecord, associated_data, plaintext, value_of
+from infra.sealed_format import SEALED_V3, SealedRecord, recorded_fields, recorded_name, value_of
 
 
 class SealedFieldCorrupted(Exception):
@@ -39,25 +45,53 @@ class FieldCipher:
         self.keys = keys
         self._ciphers: dict[str, AESGCM | None] = {}
         """By key name; None: the key is gone."""
+        self._names: dict[str, bytes] = {}
+        """By key name (as `_ciphers`): the name as the v3 header records it."""
+        self._layouts: dict[tuple[str, ...], tuple[frozenset[str], bytes, str | None]] = {}
+        """By tuple of sealed fields: those fields as a set (for pydantic), as the v3 header records them, and the
+        field itself when there is one."""
         self._generation = getattr(keys, "generation", 0)
 
-    def seal(self, key_name: str, key: bytes, field: str, value: Any) -> SealedRecord:
-        """One field sealed under a fresh random nonce, bound to its key's name and to the field."""
-        cipher = self._cipher_for_sealing(key_name, key)
-        nonce = os.urandom(NONCE_BYTES)
-        return SealedRecord(field, nonce, cipher.encrypt(nonce, plaintext(value), associated_data(key_name, field)))
+    def seal_event(self, event: DomainEvent, fields: tuple[str, ...], key_name: str, key: bytes, nonce: bytes
+                   ) -> bytes:
+        """The stored state of `event` with `fields` sealed as one v3 record under `nonce` (fresh, random; see
+        `infra/sealed_format.py`). Call `refresh` first in every batch."""
+        cipher = self._ciphers.get(key_name)
+        if cipher is None:
+            cipher = AESGCM(key)
+            if "/fact/" not in key_name:  # a fact's key seals one fact: caching it would only grow memory
+                self._ciphers[key_name] = cipher
+        name = self._names.get(key_name)
+        if name is None:
+            name = recorded_name(key_name)
+            if "/fact/" not in key_name:
+                self._names[key_name] = name
+        layout = self._layouts.get(fields)
+        if layout is None:
+            layout = self._layouts[fields] = (frozenset(fields), recorded_fields(fields),
+                                              fields[0] if len(fields) == 1 else None)
+        serializer = type(event).__pydantic_serializer__
+        header = b"".join((serializer.to_json(event, exclude=layout[0]), SEALED_V3, name, layout[1]))
+        text = getattr(event, layout[2]) if layout[2] is not None else None
+        if type(text) is str:  # one text: sealed as its UTF-8
+            plain = b"s" + text.encode()
+        else:
+            plain = b"j" + serializer.to_json(event, include=layout[0])
+        return header + nonce + cipher.encrypt(nonce, plain, header)
 
-    def open(self, key_name: str, record: SealedRecord) -> Any:
-        """A field's value; `[forgotten]` (a list as empty) when its key is gone; `SealedFieldCorrupted` when
-        the key exists and the record does not open with it."""
+    def open(self, key_name: str, record: SealedRecord) -> dict[str, Any]:
+        """The record's fields with their values; `[forgotten]` (a list as empty) when its key is gone;
+        `SealedFieldCorrupted` when the key exists and the record does not open with it."""
         cipher = self._cipher_for_opening(key_name)
         if cipher is None:
-            return self.forgotten(record.field)
+            return {field: self.forgotten(field) for field in record.fields}
         try:
-            plain = cipher.decrypt(record.nonce, record.ciphertext, associated_data(key_name, record.field))
+            plain = cipher.decrypt(record.nonce, record.ciphertext, record.associated)
         except InvalidTag:
             raise SealedFieldCorrupted(key_name, record.field) from None
-        return value_of(plain)
+        if record.whole and plain[:1] == b"j":
+            return from_json(plain[1:])  # type: ignore[no-any-return]
+        return {record.fields[0]: value_of(plain)}
 
     @staticmethod
     def forgotten(field: str) -> Any:
@@ -67,24 +101,18 @@ class FieldCipher:
     def drop_cached(self) -> None:
         """Forget every cached cipher (a subject was forgotten, perhaps by another process)."""
         self._ciphers.clear()
+        self._names.clear()
 
-    def _fresh(self) -> None:
+    def refresh(self) -> None:
+        """Drop the cached ciphers if the key store dropped keys since (a subject was forgotten)."""
         generation = getattr(self.keys, "generation", 0)
-        if generation != self._generation:  # the key store dropped keys: so must we
+        if generation != self._generation:
             self._ciphers.clear()
+            self._names.clear()
             self._generation = generation
 
-    def _cipher_for_sealing(self, key_name: str, key: bytes) -> AESGCM:
-        self._fresh()
-        cipher = self._ciphers.get(key_name)
-        if cipher is None:
-            cipher = AESGCM(key)
-            if "/fact/" not in key_name:  # a fact's key seals one fact: caching it would only grow memory
-                self._ciphers[key_name] = cipher
-        return cipher
-
     def _cipher_for_opening(self, key_name: str) -> AESGCM | None:
-        self._fresh()
+        self.refresh()
         if key_name in self._ciphers:
             return self._ciphers[key_name]
         key = self.keys.get(key_name)  # type: ignore[attr-defined]

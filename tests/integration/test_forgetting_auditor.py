@@ -24,7 +24,7 @@ from consumers.file_import import import_file
 from domain import commands as c
 from infra.keys.derivation import derived_name
 from infra.keys.wrapping import WRAPPED_BYTES, KekFile
-from infra.sealed_format import associated_data, read_v2
+from infra.sealed_format import read_sealed
 from projections.export import export_parquet
 from projections.files import ProjectionFiles
 from projections.projector import Projector
@@ -185,7 +185,7 @@ def _sealed_fields_of(noumena, deleted: set[str]) -> list[tuple[str, object]]:  
     for n in noumena.log.recorder.select_notifications(start=0, limit=100_000):
         if 0 not in n.state:
             continue
-        parts = read_v2(n.state)
+        parts = read_sealed(n.state)
         derived = derived_name(parts.key_name)
         if parts.key_name in deleted or (derived is not None and derived[1] in deleted):
             found += [(parts.key_name, record) for record in parts.records]
@@ -220,11 +220,11 @@ def _candidates(files: list[Path], names: list[str], keks: list[bytes]) -> set[b
 
 def _opened(fields: list[tuple[str, object]], candidates: set[bytes]) -> int:
     opened = 0
-    for name, record in fields:
+    for _name, record in fields:
         for key in candidates:
             try:
                 AESGCM(key).decrypt(record.nonce, record.ciphertext,  # type: ignore[attr-defined]
-                                    associated_data(name, record.field))  # type: ignore[attr-defined]
+                                    record.associated)  # type: ignore[attr-defined]
                 opened += 1
                 break
             except InvalidTag:

@@ -1,6 +1,7 @@
-"""The sealed format in the log, as `infra/mapper.py` documents it: v2 written (the event's JSON without its content
-fields, a NUL, the format byte, the key's name, one AES-256-GCM record per field), v1 still read, and a damaged
-sealed part refused with an error that says what is wrong."""
+"""The sealed format in the log, as `infra/sealed_format.py` documents it: v3 written (the event's JSON without its
+content fields, a NUL, the format byte, the key's name, the sealed fields' names, then one AES-256-GCM record of
+all of them, whose tag covers the whole stored event), v2 and v1 still read, and a damaged sealed part refused with
+an error that says what is wrong."""
 
 from __future__ import annotations
 
@@ -38,36 +39,35 @@ def _entity(label: str = "Li 李总 MARKER", aliases: tuple[str, ...] = ("li", "
     return Pending("t", 1, event, ContentKey("t/entity/person:li", frozenset({"person:li"})))
 
 
-def _records(state: bytes) -> tuple[dict[str, Any], str, dict[str, bytes]]:
-    """Parse a v2 state by the documented layout, independently of the mapper: JSON, key name, records."""
+def _sealed_v3(state: bytes) -> tuple[dict[str, Any], str, list[str], bytes, bytes, bytes]:
+    """Parse a v3 state by the documented layout, independently of the mapper: the JSON in the clear, the key's
+    name, the sealed fields, the nonce, the ciphertext with its tag, and the associated data (all before the
+    nonce)."""
     cut = state.index(b"\x00")
-    head, rest = json.loads(state[:cut]), state[cut + 1:]
-    assert rest[0] == 2
-    size = int.from_bytes(rest[1:3], "big")
-    name, at = rest[3:3 + size].decode(), 3 + size
-    records = {}
-    while at < len(rest):
-        field = rest[at + 1:at + 1 + rest[at]].decode()
-        at += 1 + rest[at]
-        size = int.from_bytes(rest[at:at + 4], "big")
-        records[field] = rest[at + 4:at + 4 + size]
-        at += 4 + size
-    assert at == len(rest)
-    return head, name, records
+    head = json.loads(state[:cut])
+    assert state[cut + 1] == 3
+    size = int.from_bytes(state[cut + 2:cut + 4], "big")
+    name, at = state[cut + 4:cut + 4 + size].decode(), cut + 4 + size
+    fields = []
+    for _ in range(state[at]):
+        fields.append(state[at + 2:at + 2 + state[at + 1]].decode())
+        at += 1 + state[at + 1]
+    at += 1
+    return head, name, fields, state[at:at + 12], state[at + 12:], state[:at]
 
 
-def test_a_sealed_event_is_its_json_without_content_then_one_record_per_field() -> None:
+def test_a_sealed_event_is_its_json_without_content_then_one_record_of_every_sealed_field() -> None:
     store = MemoryKeyStore()
     pending = _entity()
     state = EventMapper(store).to_stored_batch([pending])[0].state
     assert b"MARKER" not in state and "李".encode() not in state
-    head, name, records = _records(state)
+    head, name, fields, nonce, sealed, header = _sealed_v3(state)
     assert head["ref"] == "person:li" and "label" not in head and "aliases" not in head
-    assert name == "t/entity/person:li" and set(records) == {"label", "aliases"}
-    cipher = AESGCM(store.get(name))  # type: ignore[arg-type]
-    opened = {field: cipher.decrypt(r[:12], r[12:], f"{name}|{field}".encode()) for field, r in records.items()}
-    assert opened == {"label": "sLi 李总 MARKER".encode(), "aliases": 'j["li","“别名”"]'.encode()}
-    assert records["label"][:12] != records["aliases"][:12]  # a nonce of its own for every field
+    assert name == "t/entity/person:li" and fields == ["label", "aliases"]
+    plain = AESGCM(store.get(name)).decrypt(nonce, sealed, header)  # type: ignore[arg-type]
+    assert plain[:1] == b"j" and json.loads(plain[1:]) == {"label": "Li 李总 MARKER", "aliases": ["li", "“别名”"]}
+    again = EventMapper(store).to_stored_batch([pending])[0].state
+    assert _sealed_v3(again)[3] != nonce  # a nonce of its own for every record
 
 
 def test_a_facts_record_opens_with_the_key_derived_from_its_groups(tmp_path: Path) -> None:
@@ -76,14 +76,12 @@ def test_a_facts_record_opens_with_the_key_derived_from_its_groups(tmp_path: Pat
                          object="person:wang", scope="person:li", reason="MARKER why", confidence=0.8, provenance={})
     key = ContentKey("t/fact/f1", frozenset({"person:li"}), "t/facts/person:li")
     state = EventMapper(store).to_stored_batch([Pending("t", 1, event, key)])[0].state
-    _head, name, records = _records(state)
+    _head, name, fields, nonce, sealed, header = _sealed_v3(state)
     group, member = name.rsplit("/", 3)[0], "t/fact/f1"
-    assert name == f"{group}/{member}"
+    assert name == f"{group}/{member}" and fields == ["reason"]
     group_key = store.get(group)
     assert group_key is not None
-    record = records["reason"]
-    assert AESGCM(derive(group_key, member)).decrypt(record[:12], record[12:], f"{name}|reason".encode()) == \
-        b"sMARKER why"
+    assert AESGCM(derive(group_key, member)).decrypt(nonce, sealed, header) == b"sMARKER why"  # one text: its UTF-8
     store.close()
 
 
@@ -134,23 +132,80 @@ def test_format_v1_is_still_read_and_still_forgotten() -> None:
     assert (forgotten.label, forgotten.aliases) == (FORGOTTEN, ())  # type: ignore[attr-defined]
 
 
+def _v2(store: MemoryKeyStore, pending: Pending) -> bytes:
+    """The event as format v2 wrote it: its JSON without the content fields, NUL, 2, the key's name, then per field
+    its name, the length of the rest, a nonce and the ciphertext of s + text or j + JSON, `<key>|<field>` bound."""
+    key_id = pending.key.key_id  # type: ignore[union-attr]
+    cipher = AESGCM(store.key_for(pending.key))  # type: ignore[arg-type]
+    data = json.loads(pending.event.__pydantic_serializer__.to_json(pending.event))
+    fields = type(pending.event).content_fields
+    out = json.dumps({k: v for k, v in data.items() if k not in fields}).encode()
+    out += b"\x00\x02" + len(key_id).to_bytes(2, "big") + key_id.encode()
+    for field in fields:
+        value = data[field]
+        plain = b"s" + value.encode() if isinstance(value, str) else b"j" + json.dumps(value).encode()
+        nonce = os.urandom(12)
+        record = nonce + cipher.encrypt(nonce, plain, f"{key_id}|{field}".encode())
+        out += bytes((len(field),)) + field.encode() + len(record).to_bytes(4, "big") + record
+    return out
+
+
+def test_format_v2_is_still_read_still_forgotten_and_still_checked() -> None:
+    store = MemoryKeyStore()
+    pending = _entity()
+    state = _v2(store, pending)
+    assert b"MARKER" not in state
+    topic = type(pending.event).stored_topic()
+    assert EventMapper(store).to_event(topic, state) == pending.event
+    assert json.loads(EventMapper(store).unsealed_state(topic, state))["aliases"] == ["li", "“别名”"]
+    tampered = bytearray(state)
+    tampered[-1] ^= 1  # the last record's tag (aliases): its key exists, so an integrity error
+    with pytest.raises(SealedFieldCorrupted, match="'aliases'.*integrity"):
+        EventMapper(store).to_event(topic, bytes(tampered))
+    with pytest.raises(ValueError, match="cut short"):
+        EventMapper(store).to_event(topic, state[:-20])
+    store.forget("t", "person:li")
+    forgotten = EventMapper(store).to_event(topic, state)
+    assert (forgotten.label, forgotten.aliases) == (FORGOTTEN, ())  # type: ignore[attr-defined]
+
+
 def test_a_damaged_sealed_part_is_refused_with_what_is_wrong() -> None:
     store = MemoryKeyStore()
     stored = EventMapper(store).to_stored_batch([_entity()])[0]
     reader = EventMapper(store)
     cut = stored.state.index(b"\x00")
+    nonce_at = len(_sealed_v3(stored.state)[5])
     with pytest.raises(ValueError, match="cut short"):
-        reader.to_event(stored.topic, stored.state[:-20])
+        reader.to_event(stored.topic, stored.state[:nonce_at + 27])  # (a nonce and a tag need 28 bytes)
     with pytest.raises(ValueError, match="cut short"):
         reader.to_event(stored.topic, stored.state[:cut + 6])
+    with pytest.raises(ValueError, match="cut short"):
+        reader.to_event(stored.topic, stored.state[:nonce_at - 3])  # (in the field list)
     with pytest.raises(ValueError, match="not sealed fields"):
         reader.unsealed_state(stored.topic, stored.state[:cut + 1] + b"\x07" + stored.state[cut + 2:])
     tampered = bytearray(stored.state)
-    tampered[-1] ^= 1  # the last tag no longer matches, and the key exists: an integrity error, not forgetting
-    with pytest.raises(SealedFieldCorrupted, match="'aliases'.*integrity"):
+    tampered[-1] ^= 1  # the tag no longer matches, and the key exists: an integrity error, not forgetting
+    with pytest.raises(SealedFieldCorrupted, match="'label,aliases'.*integrity"):
         reader.to_event(stored.topic, bytes(tampered))
-    with pytest.raises(SealedFieldCorrupted, match="'aliases'"):
+    with pytest.raises(SealedFieldCorrupted, match="'label,aliases'"):
         reader.unsealed_state(stored.topic, bytes(tampered))
+
+
+def test_the_tag_of_a_v3_record_covers_the_json_in_the_clear_too() -> None:
+    """A changed byte anywhere in a sealed event, the ids and refs in the clear included, is an integrity error:
+    a record cannot be moved onto another event sealed with the same key, nor its event's refs changed."""
+    store = MemoryKeyStore()
+    stored = EventMapper(store).to_stored_batch([_entity()])[0]
+    at = stored.state.index(b"person:li") + len("person:")
+    tampered = stored.state[:at] + b"L" + stored.state[at + 1:]  # person:Li
+    with pytest.raises(SealedFieldCorrupted, match="integrity"):
+        EventMapper(store).to_event(stored.topic, tampered)
+    event = EntityRegistered(tenant="t", recorded_at=AT, ref="person:li", label="Other", event_id="e2")
+    other = EventMapper(store).to_stored_batch([Pending("t", 2, event, _entity().key)])[0].state
+    moved = _sealed_v3(other)[5] + stored.state[len(_sealed_v3(stored.state)[5]):]  # this record, that header
+    assert _sealed_v3(moved)[1] == "t/entity/person:li"  # (the same key: only the tag tells them apart)
+    with pytest.raises(SealedFieldCorrupted, match="integrity"):
+        EventMapper(store).to_event(stored.topic, moved)
 
 
 @pytest.mark.parametrize("encrypt", [True, False])
@@ -171,3 +226,15 @@ def test_a_text_that_looks_like_a_v1_field_reads_as_written(tmp_path: Path, encr
     assert labels[:3] == texts[:3]
     # the limit: a text shaped exactly like a v1 field is taken for one, whose key does not exist
     assert labels[3] == FORGOTTEN
+
+
+def test_a_mapper_that_opened_an_event_seals_the_next_one_with_the_same_key() -> None:
+    """Opening and sealing share the mapper's ciphers by key name: a key first met when reading (a process that
+    folded the log) seals the next write of the same subject."""
+    store = MemoryKeyStore()
+    first = EventMapper(store).to_stored_batch([_entity()])[0]
+    mapper = EventMapper(store)
+    assert mapper.to_event(first.topic, first.state) == _entity().event
+    updated = _entity(label="Li again")
+    again = mapper.to_stored_batch([updated])[0]
+    assert mapper.to_event(again.topic, again.state) == updated.event
