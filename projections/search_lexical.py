@@ -45,7 +45,7 @@ SCORE_ALL_BELOW = 20_000
 FIRST_BLOCK = 512
 TF_GROUPS = 4
 """tf 1, 2, 3, and 4 or more."""
-DENSE_SHARE = 16
+DENSE_SHARE = 64
 """A term held by at least one document in this many also keeps its tf per document in a dense array (a byte per
 document, while no document holds it 255 times or more), so scoring a document read from another term's list looks
 it up directly instead of by a binary search through hundreds of thousands of postings."""

@@ -71,6 +71,7 @@ class Searches:
         self.analyzer = Analyzer()
         self._indexes: dict[str, SearchIndex] = {}
         self._masks: dict[tuple[int, int, int], tuple[tuple[int, int, int], np.ndarray]] = {}
+        self._parties: dict[tuple[int, int, int], tuple[tuple[int, int, int], np.ndarray]] = {}
         perspectives.followers.append(self)
 
     # ------------------------------------------------------------------------------------------ following
@@ -187,7 +188,8 @@ class Searches:
             def allowed(docs: np.ndarray) -> np.ndarray:
                 return mask[docs]
         else:  # many: what the viewer may see is asked of the candidates only
-            allowed = visible_among(pindex, agent_id, serving_id, n, ends)
+            blocked = self._blocked(pindex, agent_id, serving_id) if bool(pindex.hub.data[agent_id]) else None
+            allowed = visible_among(pindex, agent_id, serving_id, n, ends, blocked)
         terms = self.analyzer.terms(query)
         ranked_fully = max(40, RANKED_PER_RESULT * p.k)
         # beyond the exact limit, the best `ranked_fully` by words are exact, the rest of the lexical candidates
@@ -243,6 +245,20 @@ class Searches:
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=answered_by,
             semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=items,
             about=list(about))
+
+    def _blocked(self, pindex: PerspectiveIndex, agent: int, serving: int) -> np.ndarray:
+        """`blocked_parties` of a hub viewer, kept while the index has not moved (expanding a hub with a large fan
+        costs milliseconds)."""
+        key = (id(pindex), agent, serving)
+        stamp = (pindex.position, pindex.fact_count, -1)
+        cached = self._parties.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        blocked = blocked_parties(pindex, agent, serving)
+        if len(self._parties) >= MASKS_KEPT:
+            self._parties.pop(next(iter(self._parties)))
+        self._parties[key] = (stamp, blocked)
+        return blocked
 
     def _visible(self, pindex: PerspectiveIndex, agent: int, serving: int, n: int) -> np.ndarray:
         """`visible_facts` for this viewer, kept while the index has not moved (a viewer asks again and again; at
@@ -360,25 +376,36 @@ def _iso(epoch: float) -> str | None:
     return None if math.isnan(epoch) else datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
-def visible_among(pindex: PerspectiveIndex, agent: int, serving: int, n: int, about: Sequence[int] = ()
-                  ) -> Callable[[np.ndarray], np.ndarray]:
+def visible_among(pindex: PerspectiveIndex, agent: int, serving: int, n: int, about: Sequence[int] = (),
+                  blocked: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """`visible_facts`, asked of given documents only (no array over every fact): current, in a scope the
-    viewer sees, not touching a party a hub viewer must not reach, and touching one of `about` if given."""
+    viewer sees, not touching a party a hub viewer must not reach, and touching one of `about` if given.
+    `blocked`: the hub viewer's `blocked_parties` when the caller has them already."""
     scopes = pindex.visible_scopes(agent, serving)
-    blocked = blocked_parties(pindex, agent, serving) if agent >= 0 and bool(pindex.hub.data[agent]) else None
+    if blocked is None and agent >= 0 and bool(pindex.hub.data[agent]):
+        blocked = blocked_parties(pindex, agent, serving)
+    barred = _entity_mask(pindex, blocked) if blocked is not None and len(blocked) else None
+    wanted = _entity_mask(pindex, np.asarray(about, dtype=np.int64)) if about else None
     live, scope, src, dst = pindex.live.data, pindex.scope.data, pindex.src.data, pindex.dst.data
 
     def allowed(docs: np.ndarray) -> np.ndarray:
         ok = (docs < n) & (docs >= 0)
         docs = np.where(ok, docs, 0)
         ok &= (live[docs] != 0) & scopes[scope[docs]]
-        if blocked is not None and len(blocked):
-            ok &= ~(np.isin(src[docs], blocked) | np.isin(dst[docs], blocked))
-        if about:
-            ok &= np.isin(src[docs], about) | np.isin(dst[docs], about)
+        if barred is not None:
+            ok &= ~(barred[src[docs]] | barred[dst[docs]])
+        if wanted is not None:
+            ok &= wanted[src[docs]] | wanted[dst[docs]]
         return ok
 
     return allowed
+
+
+def _entity_mask(pindex: PerspectiveIndex, entities: np.ndarray) -> np.ndarray:
+    """A bool per entity of the index: is it one of `entities` (a lookup per fact end instead of a set test)."""
+    mask = np.zeros(len(pindex.refs), dtype=bool)
+    mask[entities] = True
+    return mask
 
 
 def visible_facts(pindex: PerspectiveIndex, agent: int, serving: int, n: int) -> np.ndarray:
@@ -391,8 +418,8 @@ def visible_facts(pindex: PerspectiveIndex, agent: int, serving: int, n: int) ->
     if agent >= 0 and bool(pindex.hub.data[agent]):
         blocked = blocked_parties(pindex, agent, serving)
         if len(blocked):
-            src, dst = pindex.src.data[:n], pindex.dst.data[:n]
-            visible &= ~(np.isin(src, blocked) | np.isin(dst, blocked))
+            barred = _entity_mask(pindex, blocked)
+            visible &= ~(barred[pindex.src.data[:n]] | barred[pindex.dst.data[:n]])
     return visible
 
 
