@@ -199,13 +199,13 @@ class Searches:
         lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
             if len(lex_docs) else {}
         walked = pindex.walk(Viewpoint(agent=agent, serving=serving), self.perspectives.parameters, now)
-        reached = dict(zip(walked.facts.tolist(), walked.activation.tolist(), strict=True))
         if exact:
             pool = np.flatnonzero(visible)
         else:  # the best lexical matches, the viewer's own tiers, and what its perspective reaches most strongly
             own = pindex.scope_facts(pindex.visible_codes(agent_id, serving_id))
             own = own[own < n]
-            nearest = np.array([d for d in reached if d < n][:WALKED_CANDIDATES], dtype=np.int64)  # by activation
+            reached = walked.facts[walked.facts < n]
+            nearest = reached[:WALKED_CANDIDATES].astype(np.int64)  # the walk ranks by activation
             pool = np.unique(np.concatenate([lex_docs, own, nearest]).astype(np.int64))
             pool = pool[allowed(pool)]
         semantic, mode = self._semantic(index, query, pool, "exact" if exact else "candidates", lex_docs,
@@ -214,15 +214,14 @@ class Searches:
         if len(docs) > ranked_fully:
             # only the best by content are ranked fully (activation and recency add at most their weights),
             # with every candidate of the viewer's own tiers (session and person scopes: few)
-            content = np.array([p.lexical_weight * lexical.get(d, 0.0) + p.semantic_weight * semantic.get(d, 0.0)
-                                for d in docs.tolist()])
+            content = p.lexical_weight * _looked_up(lexical, docs) + p.semantic_weight * _looked_up(semantic, docs)
             own = pindex.scope.data[docs] != 0
             best = np.zeros(len(docs), dtype=bool)
             best[np.argpartition(-content, ranked_fully - 1)[:ranked_fully]] = True
             docs = docs[best | own]
         if not len(docs):
             return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
-        activation = self._activation(pindex, agent_id, docs, reached, now)
+        activation = self._activation(pindex, agent_id, docs, walked.facts, walked.activation, now)
         ages = now - self._last_use(pindex, agent_id, docs)
         scope_kind = pindex.scopes.kind.data[pindex.scope.data[docs]]
         scopes = pindex.scope.data[docs]
@@ -306,15 +305,21 @@ class Searches:
         return {d: max(in_pool[d], 0.0) for d in chosen
                 if d in in_pool and (d in lexical or in_pool[d] >= p.minimum_semantic)}, mode
 
-    def _activation(self, pindex: PerspectiveIndex, agent: int, docs: np.ndarray, reached: dict[int, float],
-                    now: float) -> np.ndarray:
+    def _activation(self, pindex: PerspectiveIndex, agent: int, docs: np.ndarray, reached: np.ndarray,
+                    reached_activation: np.ndarray, now: float) -> np.ndarray:
         """The viewer's activation of each fact: the perspective's own where its walk reached the fact; else base
         level and confidence with the spread of a fact one hop beyond the walk's depth."""
         parameters = self.perspectives.parameters
         base = pindex.base_levels(agent, docs, now, parameters)
         far = np.log(parameters.hop_factor) * (parameters.depth + 1)
-        beyond = base + np.log(np.maximum(pindex.conf.data[docs], 1e-6)) + parameters.associative_strength + far
-        return np.array([reached.get(d, float(beyond[k])) for k, d in enumerate(docs.tolist())])
+        out = base + np.log(np.maximum(pindex.conf.data[docs], 1e-6)) + parameters.associative_strength + far
+        if len(reached):
+            by_fact = np.argsort(reached, kind="stable")
+            ordered = reached[by_fact]
+            at = np.minimum(np.searchsorted(ordered, docs), len(ordered) - 1)
+            hit = ordered[at] == docs
+            out[hit] = reached_activation[by_fact[at[hit]]]
+        return out
 
     @staticmethod
     def _last_use(pindex: PerspectiveIndex, agent: int, docs: np.ndarray) -> np.ndarray:
@@ -322,11 +327,11 @@ class Searches:
         last = pindex.asserted.data[docs].astype(np.float64).copy()
         uses = pindex.uses.by_agent.get(agent)
         if uses is not None and uses[0].size:
-            facts, times = uses[0].view, uses[1].view
-            hit = np.isin(facts, docs)
+            facts, times = uses[0].view, uses[1].view  # docs are sorted: each use is looked up among them
+            at = np.minimum(np.searchsorted(docs, facts), len(docs) - 1)
+            hit = docs[at] == facts
             if hit.any():
-                where = np.searchsorted(docs, facts[hit])
-                np.maximum.at(last, where, times[hit])
+                np.maximum.at(last, at[hit], times[hit])
         return last
 
     def _by_tier(self, ranked: list[Candidate], p: SearchParameters, index: SearchIndex
@@ -370,6 +375,18 @@ class Searches:
             doc = pindex.fact_index(fact_id)
             out.append(list(index.message_ids[doc]) if doc is not None and doc < len(index.message_ids) else [])
         return out
+
+
+def _looked_up(values: dict[int, float], docs: np.ndarray) -> np.ndarray:
+    """Each of `docs`' value in `values`, 0 where it has none."""
+    if not values:
+        return np.zeros(len(docs))
+    keys = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
+    found = np.fromiter(values.values(), dtype=np.float64, count=len(values))
+    order = np.argsort(keys)
+    keys, found = keys[order], found[order]
+    at = np.minimum(np.searchsorted(keys, docs), len(keys) - 1)
+    return np.where(keys[at] == docs, found[at], 0.0)
 
 
 def _iso(epoch: float) -> str | None:
