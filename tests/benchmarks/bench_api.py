@@ -16,7 +16,8 @@
 4. The same for search: in process `Application.search_for` (k = 10, two to four words of the facts' reasons, drawn
    as tests/benchmarks/bench_search.py draws them), then POST /v1/search at the same rate. Goal: p95 <= 20 ms at
    200 requests/s. The first search indexes and embeds the million facts (minutes); NOUMENA_BENCH_API_SEARCH=0
-   leaves search out.
+   leaves search out. Search is loaded again at each rate of NOUMENA_BENCH_API_SEARCH_RATES (default 100): what
+   one serving process sustains below the goal's rate.
 5. When `wrk` is installed: its closed-loop saturation throughput on the perspective route, for information.
 
 Printed: the distributions and the ratio HTTP p95 / in-process p95 of each.
@@ -47,6 +48,7 @@ SECONDS = float(os.environ.get("NOUMENA_BENCH_API_SECONDS", "20"))
 CONNECTIONS = int(os.environ.get("NOUMENA_BENCH_API_CONNECTIONS", "16"))
 VIEWPOINTS = int(os.environ.get("NOUMENA_BENCH_API_VIEWPOINTS", "300"))
 SEARCH = os.environ.get("NOUMENA_BENCH_API_SEARCH", "1") != "0"
+SEARCH_RATES = [float(r) for r in os.environ.get("NOUMENA_BENCH_API_SEARCH_RATES", "100").split(",") if r.strip()]
 TENANT = "bench"
 
 
@@ -199,7 +201,7 @@ async def _load(url: str, key: str, requests: list[Request], rate: float, second
     return {"latencies_ms": latencies, "statuses": statuses, "achieved_rate": total / elapsed}
 
 
-def load(url: str, setup: Path, out: Path, route: str) -> None:
+def load(url: str, setup: Path, out: Path, route: str, rate: float) -> None:
     data = json.loads(setup.read_text())
     try:
         import uvloop
@@ -208,7 +210,7 @@ def load(url: str, setup: Path, out: Path, route: str) -> None:
     except ImportError:
         pass
     build = search_request if route == "search" else perspective_request
-    result = asyncio.run(_load(url, data["key"], [build(v) for v in data["views"]], RATE, SECONDS))
+    result = asyncio.run(_load(url, data["key"], [build(v) for v in data["views"]], rate, SECONDS))
     out.write_text(json.dumps(result))
 
 
@@ -231,9 +233,9 @@ def wrk(url: str, key: str, paths: list[str], home: Path) -> str | None:
 # ---------------------------------------------------------------------------------------------- the run
 
 
-def report(route: str, label: str, local_ms: list[float], result: dict[str, Any]) -> None:
+def report(route: str, label: str, local_ms: list[float], result: dict[str, Any], rate: float) -> None:
     http_ms = result["latencies_ms"]
-    print(f"  {route}:")
+    print(f"  {route} at {rate:g} requests/s:")
     print(f"    {label:<40} p50 {pct(local_ms, 50):6.2f} ms   p95 {pct(local_ms, 95):6.2f} ms"
           f"   mean {statistics.fmean(local_ms):.2f} ms   ({len(local_ms)} calls, one at a time: at most"
           f" {1000 / statistics.fmean(local_ms):.0f}/s on one core)")
@@ -243,8 +245,11 @@ def report(route: str, label: str, local_ms: list[float], result: dict[str, Any]
           f" mean {statistics.fmean(http_ms):.2f} ms")
     print(f"    ratio HTTP p95 / in-process p95: {pct(http_ms, 95) / pct(local_ms, 95):.2f}x;"
           f" HTTP overhead at p50: {pct(http_ms, 50) - pct(local_ms, 50):.2f} ms")
-    goal = pct(http_ms, 95) <= 20 and result["achieved_rate"] >= 0.95 * RATE
-    print(f"    goal p95 <= 20 ms at {RATE:g} req/s: {'met' if goal else 'NOT met'}")
+    met = pct(http_ms, 95) <= 20 and result["achieved_rate"] >= 0.95 * rate
+    if rate == RATE:
+        print(f"    goal p95 <= 20 ms at {RATE:g} req/s: {'met' if met else 'NOT met'}")
+    else:
+        print(f"    p95 <= 20 ms at {rate:g} req/s (below the goal's rate, for information): {'yes' if met else 'no'}")
 
 
 def main() -> None:
@@ -277,15 +282,16 @@ def main() -> None:
         setup = json.loads((home / "setup.json").read_text())
         print(f"  organization: {setup['entities']} entities, {setup['facts']} facts; index built in"
               f" {setup['build_seconds']:.1f} s")
-        routes = [("perspective", "in process (Application.perspective)", setup["in_process_ms"])]
+        routes = [("perspective", "in process (Application.perspective)", setup["in_process_ms"], RATE)]
         if setup["search_ms"]:
             print(f"  search index built and embedded at the first search in {setup['search_index_seconds']:.0f} s")
-            routes.append(("search", "in process (Application.search_for)", setup["search_ms"]))
-        for route, label, local_ms in routes:
+            routes += [("search", "in process (Application.search_for)", setup["search_ms"], rate)
+                       for rate in [RATE, *SEARCH_RATES]]
+        for route, label, local_ms, rate in routes:
             out = home / f"load-{route}.json"
-            subprocess.run([sys.executable, __file__, "--load", url, str(home / "setup.json"), str(out), route],
-                           env=env, check=True)
-            report(route, label, local_ms, json.loads(out.read_text()))
+            subprocess.run([sys.executable, __file__, "--load", url, str(home / "setup.json"), str(out), route,
+                            str(rate)], env=env, check=True)
+            report(route, label, local_ms, json.loads(out.read_text()), rate)
         saturation = wrk(url, setup["key"], [query(v) for v in setup["views"]], home)
         if saturation:
             print(f"  wrk (closed loop, 8 connections, the same viewpoints): {saturation}")
@@ -299,6 +305,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve(int(sys.argv[2]), Path(sys.argv[3]))
     elif len(sys.argv) > 1 and sys.argv[1] == "--load":
-        load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5])
+        load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5], float(sys.argv[6]))
     else:
         main()
