@@ -20,6 +20,11 @@
    one serving process sustains below the goal's rate.
 5. When `wrk` is installed: its closed-loop saturation throughput on the perspective route, for information.
 
+NOUMENA_BENCH_API_REPLICAS (default 1): how many serving processes share the port (SO_REUSEPORT: the kernel spreads
+the connections), as replicas of one deployment would behind a balancer; each builds the same organization (the
+first measures in process before the others start, the others only warm up). One Python process serves one
+request at a time, so the rate one process sustains is about 1 / its mean service time.
+
 Printed: the distributions and the ratio HTTP p95 / in-process p95 of each.
 """
 
@@ -48,6 +53,7 @@ SECONDS = float(os.environ.get("NOUMENA_BENCH_API_SECONDS", "20"))
 CONNECTIONS = int(os.environ.get("NOUMENA_BENCH_API_CONNECTIONS", "16"))
 VIEWPOINTS = int(os.environ.get("NOUMENA_BENCH_API_VIEWPOINTS", "300"))
 SEARCH = os.environ.get("NOUMENA_BENCH_API_SEARCH", "1") != "0"
+REPLICAS = int(os.environ.get("NOUMENA_BENCH_API_REPLICAS", "1"))
 SEARCH_RATES = [float(r) for r in os.environ.get("NOUMENA_BENCH_API_SEARCH_RATES", "100").split(",") if r.strip()]
 TENANT = "bench"
 
@@ -82,8 +88,11 @@ def search_request(view: dict[str, Any]) -> Request:
 # ---------------------------------------------------------------------------------------------- the server
 
 
-def serve(port: int, home: Path) -> None:
-    """Build the organization, measure in process, then serve until terminated."""
+def serve(port: int, home: Path, keys_file: Path | None = None) -> None:
+    """Build the organization, measure in process, then serve until terminated. With `keys_file` (another
+    replica's API keys): a further replica, which only warms up, then says it is ready (`home/ready`)."""
+    import socket
+
     import numpy as np
     import polars as pl
     import uvicorn
@@ -106,13 +115,13 @@ def serve(port: int, home: Path) -> None:
     index = from_frames(TENANT, entities, facts, sessions, None, uses)
     built = time.perf_counter() - started
     settings = Settings(home=home, event_store="sqlite", admin_key="bench-admin-key-0123456789", kafka_bootstrap="",
-                        environment="production")
+                        environment="production", api_keys_file=keys_file)
     noumena = bootstrap(settings)
     clock = lambda: datetime.fromtimestamp(NOW, UTC)  # noqa: E731  (the organization's "now")
     perspectives = Perspectives(noumena.log, clock)
     perspectives.start_from({TENANT: index}, 0)
     engine = EnginePerspectives(lambda: perspectives)
-    key = ApiKeyStore(settings.api_keys_path()).create(TENANT, "bench").key
+    key = ApiKeyStore(settings.api_keys_path()).create(TENANT, "bench").key if keys_file is None else ""
 
     views = [{"agent": v.agent, "serving": v.serving, "focus": list(v.focus), "query": q}
              for v, q in zip(viewpoints(persons, agents, things, VIEWPOINTS), words(rng, VIEWPOINTS, 3), strict=True)]
@@ -120,7 +129,7 @@ def serve(port: int, home: Path) -> None:
     for view in views[:30]:  # warm up
         memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
     in_process = []
-    for view in views:
+    for view in views if keys_file is None else []:
         t0 = time.perf_counter()
         memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
         in_process.append((time.perf_counter() - t0) * 1000)
@@ -132,16 +141,27 @@ def serve(port: int, home: Path) -> None:
         search_index_seconds = time.perf_counter() - t0
         for view in views[:30]:  # warm up
             memory.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
-        for view in views:
+        for view in views if keys_file is None else []:
             t0 = time.perf_counter()
             memory.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
             search_ms.append((time.perf_counter() - t0) * 1000)
-    (home / "setup.json").write_text(json.dumps({
-        "key": key, "views": views, "in_process_ms": in_process, "build_seconds": built,
-        "facts": index.fact_count, "entities": len(index.refs), "search_ms": search_ms,
-        "search_index_seconds": search_index_seconds}))
+    if keys_file is None:
+        (home / "setup.json").write_text(json.dumps({
+            "key": key, "views": views, "in_process_ms": in_process, "build_seconds": built,
+            "facts": index.fact_count, "entities": len(index.refs), "search_ms": search_ms,
+            "search_index_seconds": search_index_seconds}))
     app = create_app(noumena, start_projector=False, start_kafka=False, perspective_engine=engine)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # the replicas share the port
+    listening.bind(("127.0.0.1", port))
+    listening.listen(1024)
+    if keys_file is not None:
+        (home / "ready").write_text("ready")
+    # keep-alive longer than uvicorn's 5 s: the load opens its connections one request at a time before it starts,
+    # and under load the first may idle that long
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=120)
+                   ).run(sockets=[listening])
 
 
 # ---------------------------------------------------------------------------------------------- the load
@@ -265,6 +285,7 @@ def main() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOUMENA_") or k.startswith("NOUMENA_BENCH")}
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(home)], env=env)
+    servers = [server]
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 900
@@ -280,6 +301,16 @@ def main() -> None:
                 raise SystemExit("the server did not start")
             time.sleep(0.5)
         setup = json.loads((home / "setup.json").read_text())
+        for replica in range(2, REPLICAS + 1):  # started after the first measured in process, alone
+            replica_home = home / f"replica-{replica}"
+            replica_home.mkdir(mode=0o700)
+            servers.append(subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(replica_home),
+                                             str(home / "api_keys.json")], env=env))
+            while not (replica_home / "ready").exists():
+                if servers[-1].poll() is not None:
+                    raise SystemExit(f"replica {replica} exited with {servers[-1].returncode}")
+                time.sleep(0.5)
+        print(f"  serving processes on the port: {REPLICAS}")
         print(f"  organization: {setup['entities']} entities, {setup['facts']} facts; index built in"
               f" {setup['build_seconds']:.1f} s")
         routes = [("perspective", "in process (Application.perspective)", setup["in_process_ms"], RATE)]
@@ -296,14 +327,16 @@ def main() -> None:
         if saturation:
             print(f"  wrk (closed loop, 8 connections, the same viewpoints): {saturation}")
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        for process in servers:
+            process.terminate()
+        for process in servers:
+            process.wait(timeout=60)
         shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        serve(int(sys.argv[2]), Path(sys.argv[3]))
+        serve(int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]) if len(sys.argv) > 4 else None)
     elif len(sys.argv) > 1 and sys.argv[1] == "--load":
         load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5], float(sys.argv[6]))
     else:
