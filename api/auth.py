@@ -59,7 +59,8 @@ class Caller:
                 session_id: str | None = None) -> None:
         """Refuse (403, naming the field) unless this key may ask as `agent` for `serving` (domain/access.py)."""
         if self.agents:
-            check_acts_as(memory.service.ontology(self.tenant), self.agents, agent, serving, session_id)
+            with memory.service.reading(self.tenant) as state:
+                check_acts_as(state, self.agents, agent, serving, session_id)
 
 
 async def current_caller(keys: KeysDep, credentials: Credentials) -> Caller:

@@ -84,7 +84,10 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     def acts_as(agent: str, serving: str | None = None, session_id: str | None = None) -> None:
         scoped = agents()
         if scoped:
-            _call(lambda: check_acts_as(memory.service.ontology(tenant), scoped, agent, serving, session_id))
+            def check() -> None:
+                with memory.service.reading(tenant) as state:
+                    check_acts_as(state, scoped, agent, serving, session_id)
+            _call(check)
 
     def checked(function: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(function)
@@ -133,10 +136,11 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         """Remember a relation `subject -relation-> object` with its reason and provenance."""
         def run() -> dict[str, Any]:
             check_may_assert(agents(), relation)
-            state = memory.service.ontology(tenant)
+            labels: dict[str, str | None] = {}
             for ref, label in ((subject, subject_label), (object, object_label)):
-                if label and ref not in state.entities:
-                    memory.register_entity(tenant, ref, label)
+                if label:
+                    labels.setdefault(ref, label)
+            memory.register_unknown(tenant, labels)
             source = Source(session_id=session_id, message_ids=tuple(message_ids or ()), actor=actor)
             written = memory.assert_fact(tenant, subject=subject, relation=relation, object=object, reason=reason,
                                          confidence=confidence, scope=scope, valid_from=valid_from, source=source)
@@ -208,7 +212,10 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """The context block for your main session, compiled for this request: hard constraints, relations in
         view, live workers, the rolling summary and the recent turns, within the budget."""
-        session = memory.service.ontology(tenant).sessions.get(session_id) if agents() else None
+        session = None
+        if agents():
+            with memory.service.reading(tenant) as state:
+                session = state.sessions.get(session_id)
         if session is not None:
             acts_as(session.agent, session.serving, session_id)
         served = _call(lambda: memory.context(tenant, session_id, message, budget_tokens))

@@ -66,10 +66,10 @@ class PerspectiveStory:
 
 
 def _fact_id(app: Noumena, subject: str, relation: str, obj: str) -> str:
-    state = app.service.ontology(TENANT)
-    for fact in state.current_facts():
-        if (fact.subject, fact.relation, fact.object) == (subject, relation, obj):
-            return fact.fact_id
+    with app.service.reading(TENANT) as state:
+        for fact in state.current_facts():
+            if (fact.subject, fact.relation, fact.object) == (subject, relation, obj):
+                return fact.fact_id
     raise LookupError(f"the story has no current fact {subject} {relation} {obj}")
 
 

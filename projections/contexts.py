@@ -137,24 +137,28 @@ class Contexts:
         budget = self.parameters.budget_tokens if budget_tokens is None else budget_tokens
         if budget < 1:
             raise InvalidInput("the budget must be at least 1 token", field="budget_tokens")
-        state = self._service.ontology(tenant)
-        indexes = self._indexes(tenant, state)
-        session = state.require_session(session_id)
-        inputs = _Inputs(state, indexes.mentions, indexes.constraints,
-                         {session_id: self._tree(tenant, state, session)})
-        moment = self._clock()
+        with self._service.reading(tenant) as state:
+            session = state.require_session(session_id)
+            agent, serving = session.agent, session.serving
 
         def perspective(agent: str, serving: str | None, focus: list[str], p_budget: int) -> Perspective:
             return self.perspectives.perspective_for(tenant, agent, serving, focus, budget_tokens=p_budget)
 
-        search = None
+        search = None  # (before the state is read whole: a search may embed the message, which may be remote)
         if message and message.strip() and self.searches is not None and self.parameters.recalled_facts:
-            search = self.searches.search_for(tenant, session.agent, message, serving=session.serving,
+            search = self.searches.search_for(tenant, agent, message, serving=serving,
                                               session_id=session_id, k=self.parameters.recalled_facts)
-        context = compose(inputs, tenant=tenant, session_id=session_id, message=message, budget=budget,
-                          moment=moment, parameters=self.parameters, perspective=perspective,
-                          context_id=CONTEXT_PREFIX + new_served_id(moment), folder=self.folder, search=search)
-        return context
+        # The state is read whole under the service's lock (also keeping this object's caches to one request at
+        # a time); the perspective it asks for is computed in memory from the perspective index meanwhile.
+        with self._service.reading(tenant) as state:
+            indexes = self._indexes(tenant, state)
+            session = state.require_session(session_id)
+            inputs = _Inputs(state, indexes.mentions, indexes.constraints,
+                             {session_id: self._tree(tenant, state, session)})
+            moment = self._clock()
+            return compose(inputs, tenant=tenant, session_id=session_id, message=message, budget=budget,
+                           moment=moment, parameters=self.parameters, perspective=perspective,
+                           context_id=CONTEXT_PREFIX + new_served_id(moment), folder=self.folder, search=search)
 
     # ------------------------------------------------------------------------------------------ reproducing
 

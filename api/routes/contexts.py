@@ -31,7 +31,8 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
     budget. Records the facts shown clearly as recalled (mode `pushed`); 422 if the hard constraints alone do
     not fit (they are never cut)."""
     if caller.agents:
-        session = memory.service.ontology(caller.tenant).sessions.get(session_id)
+        with memory.service.reading(caller.tenant) as state:
+            session = state.sessions.get(session_id)
         if session is not None:  # an unknown session is answered 404 below, as for any key
             caller.acts_as(memory, session.agent, session.serving, session_id)
     served = memory.context(caller.tenant, session_id, request.message, request.budget_tokens)

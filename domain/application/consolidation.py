@@ -127,24 +127,26 @@ def consolidate(service: OntologyService, tenant: str, compaction_id: str, extra
 
     Facts are written only from a valid extraction; an extractor failure stores no facts and never raw chat.
     A crash before the write leaves the compaction pending, to be run again: nothing half-done is ever seen.
+
+    The state is read under the service's lock (`reading`: the input, then the plan together with its write),
+    never while the extractor runs (an LLM may take seconds).
     """
-    state = service.ontology(tenant)
-    compaction = state.compactions.get(compaction_id)
-    if compaction is None:
-        raise InvalidInput(f"no compaction {compaction_id!r} in tenant {tenant!r}", field="compaction_id")
-    if compaction.status is ConsolidationStatus.COMPLETED:
-        raise InvalidInput(f"compaction {compaction_id} is already consolidated", field="compaction_id")
+    with service.reading(tenant) as state:  # (the input only: never while the extractor runs)
+        compaction = state.compactions.get(compaction_id)
+        if compaction is None:
+            raise InvalidInput(f"no compaction {compaction_id!r} in tenant {tenant!r}", field="compaction_id")
+        if compaction.status is ConsolidationStatus.COMPLETED:
+            raise InvalidInput(f"compaction {compaction_id} is already consolidated", field="compaction_id")
+        work = compaction_input(state, compaction)
     start = StartConsolidation(tenant=tenant, compaction_id=compaction_id, extractor=extractor.name)
     try:
-        extraction = extractor.extract(compaction_input(state, compaction))
+        extraction = extractor.extract(work)
     except (ExtractionFailed, ValidationError, ValueError) as error:
         reason = f"{extractor.name} extractor failed: {error}"
         _raise_first(service.execute_batch(
             [start, FailConsolidation(tenant=tenant, compaction_id=compaction_id, reason=reason[:5000])],
             all_or_nothing=True))
         return ConsolidationReport(compaction_id, ConsolidationStatus.FAILED, reason=reason)
-    state = service.ontology(tenant)
-    commands, resolutions = plan_consolidation(state, state.compactions[compaction_id], extraction, extractor.name)
     counts: dict[str, int] = {}
     rejections: list[str] = []
 
@@ -154,7 +156,10 @@ def consolidate(service: OntologyService, tenant: str, compaction_id: str, extra
         return CompleteConsolidation(tenant=tenant, compaction_id=compaction_id, counts=counts,
                                      rejections=tuple(r[:1000] for r in rejections[:100]))
 
-    batch = service.execute_batch([start, *commands], then=complete)
+    with service.reading(tenant) as state:  # (the plan and its write together)
+        commands, resolutions = plan_consolidation(state, state.compactions[compaction_id], extraction,
+                                                   extractor.name)
+        batch = service.execute_batch([start, *commands], then=complete)
     _raise_first(BatchResult([batch.outcomes[0], batch.outcomes[-1]], batch.positions))
     return ConsolidationReport(compaction_id, ConsolidationStatus.COMPLETED, counts, rejections, resolutions)
 
@@ -204,10 +209,9 @@ class ConsolidationWorker:
     def run_pending(self, tenant: str) -> list[ConsolidationReport]:
         """Consolidate every pending compaction of the tenant, oldest first."""
         with self._lock:
-            reports = []
-            for compaction in pending_compactions(self.service.ontology(tenant)):
-                reports.append(consolidate(self.service, tenant, compaction.compaction_id, self.extractor))
-            return reports
+            with self.service.reading(tenant) as state:
+                pending = [k.compaction_id for k in pending_compactions(state)]
+            return [consolidate(self.service, tenant, compaction_id, self.extractor) for compaction_id in pending]
 
     def retry(self, tenant: str, compaction_id: str) -> ConsolidationReport:
         with self._lock:

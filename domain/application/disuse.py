@@ -53,10 +53,11 @@ def disused_facts(state: Ontology, now: datetime, period: timedelta,
 def archive_disused(service: OntologyService, tenant: str, now: datetime, period: timedelta,
                     parameters: ActivationParameters = DEFAULT_PARAMETERS) -> list[str]:
     """Archive (hide, never delete) every disused fact; returns their ids."""
-    facts = disused_facts(service.ontology(tenant), now, period, parameters)
-    if facts:
+    with service.reading(tenant) as state:  # (the facts found and their archiving in one hold of the lock)
+        facts = disused_facts(state, now, period, parameters)
         result = service.execute_batch([c.ArchiveFact(tenant=tenant, fact_id=f.fact_id, cause=DISUSE_CAUSE)
-                                        for f in facts], all_or_nothing=True)
+                                        for f in facts], all_or_nothing=True) if facts else None
+    if result is not None:
         errors: Sequence[DomainError] = [o.error for o in result.outcomes if o.error is not None]
         if errors:
             raise errors[0]

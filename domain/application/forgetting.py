@@ -38,17 +38,18 @@ def forget(service: OntologyService, keys: KeyStore, tenant: str, subject: str) 
         check_subject(subject)
     except ValueError as error:
         raise InvalidInput(str(error), field="subject") from None
-    state = service.ontology(tenant)
-    if not state.exists:
-        raise UnknownTenant(tenant)
     receipt_id = f"fgt-{uuid.uuid4().hex[:20]}"
     probe = c.RecordForgetting(tenant=tenant, subject=subject, keys_deleted=0, receipt_id=receipt_id)
-    decide(state, probe, datetime.now(UTC))  # the subject must exist: checked before any key is deleted
+    with service.reading(tenant) as state:
+        if not state.exists:
+            raise UnknownTenant(tenant)
+        decide(state, probe, datetime.now(UTC))  # the subject must exist: checked before any key is deleted
     planned: list[ForgetPlan] = []
     outcomes: list[Outcome] = []
 
     def plan() -> ForgetPlan:
-        found = forget_plan(service.ontology(tenant), subject)
+        with service.reading(tenant) as state:  # (re-entered: the key store calls this under `exclusive`)
+            found = forget_plan(state, subject)
         # the tenant's state snapshots hold content too: their key goes (a new one seals the next snapshot)
         planned.append(replace(found, also=(*found.also, state_snapshot_key(tenant).key_id)))
         return planned[-1]

@@ -2,7 +2,8 @@
 
 It holds one folded `Ontology` per tenant, kept current by reading only the events it has not yet seen, so a
 command costs one short read and one append. Rules run under one lock per process; other processes are caught
-by optimistic concurrency on the tenant stream version and retried.
+by optimistic concurrency on the tenant stream version and retried. The states are live (writes apply in place),
+so the rest of the process reads one only inside `reading(tenant)`, which holds that lock while it reads.
 
 A tenant's state starts from its latest snapshot (`StateSnapshots`), when there is a usable one, plus the events
 after it; the snapshot's maps may be read on demand, and a record found damaged then (`SnapshotDamaged`) makes the
@@ -72,9 +73,26 @@ class OntologyService:
         with self._lock:
             yield
 
+    @contextmanager
+    def reading(self, tenant: str) -> Iterator[Ontology]:
+        """The tenant's state as of the latest event in the log, to read while the block runs: the one way the
+        rest of the process reads it. The state is live (writes apply to it in place, and a state loaded from a
+        snapshot reads its maps from the snapshot file on demand), so the block holds this service's lock: no
+        write of this process runs meanwhile, and iterating a map never meets one growing under it.
+
+        The lock is re-entrant: a write of this service inside the block (`execute`, `execute_batch`) runs, and
+        the block sees its result, so a read that decides a write can hold both together. Keep the block short:
+        every writer of the process waits for it, so nothing slow runs inside (no network, no extractor or LLM
+        call, no embedding). Nothing read should be kept past the block where a later write would matter: copy
+        out what is needed. A lookup in a state read from a snapshot may raise `SnapshotDamaged`; the next
+        block folds the whole log."""
+        with self._lock:
+            yield self._caught_up(tenant)
+
     def ontology(self, tenant: str) -> Ontology:
-        """The tenant's state as of the latest event in the log (read-only use, please). A state read on demand
-        from a snapshot may raise `SnapshotDamaged` on a lookup; the next call folds the whole log."""
+        """The tenant's live state object itself, returned without holding anything: only for a caller that
+        already holds the lock (`exclusive`, `reading`) or has the service to itself (tests, one-shot tools,
+        benchmarks). Anything served beside writer threads reads through `reading`."""
         with self._lock:
             return self._caught_up(tenant)
 

@@ -55,23 +55,25 @@ def recall(service: OntologyService, tenant: str, agent: str, serving: str | Non
                                ("session_id", session_id, check_identifier)):
         if value is not None:
             checked(check, value, name)
-    state = service.ontology(tenant)
-    state.require_entity(agent, "agent")
     wanted = {FactStatus.CURRENT, FactStatus.ARCHIVED} if deeper else {FactStatus.CURRENT}
-    for tier, scopes in _tier_scopes(state, agent, serving, session_id):
-        found = [f for f in state.facts.values()
-                 if f.scope in scopes and f.status in wanted and (f.subject == subject or f.object == subject)
-                 and (relation is None or f.relation == relation)
-                 and (f.status is FactStatus.CURRENT or f.ended_reason == DISUSE_CAUSE)]
-        if not found:
-            continue
-        found.sort(key=lambda f: f.asserted_at, reverse=True)
-        # (an archived value of a functional relation whose timeline moved on stays archived: restore_blocker)
-        restored = [f.fact_id for f in found if f.status is FactStatus.ARCHIVED and restore_blocker(state, f) is None]
-        commands: list[c.Command] = [c.RestoreFact(tenant=tenant, fact_id=fid, cause="recalled by a deeper look")
-                                     for fid in restored]
-        commands.append(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(f.fact_id for f in found),
-                                       mode=RecallMode.DEEPENED if deeper else RecallMode.LOOKED_UP))
-        service.execute_batch(commands, all_or_nothing=True)
-        return RecallAnswer(tier, found, restored)
+    # (the search and the recall it records in one hold of the lock: what is recorded is what was found)
+    with service.reading(tenant) as state:
+        state.require_entity(agent, "agent")
+        for tier, scopes in _tier_scopes(state, agent, serving, session_id):
+            found = [f for f in state.facts.values()
+                     if f.scope in scopes and f.status in wanted and (f.subject == subject or f.object == subject)
+                     and (relation is None or f.relation == relation)
+                     and (f.status is FactStatus.CURRENT or f.ended_reason == DISUSE_CAUSE)]
+            if not found:
+                continue
+            found.sort(key=lambda f: f.asserted_at, reverse=True)
+            # (an archived value of a functional relation whose timeline moved on stays archived: restore_blocker)
+            restored = [f.fact_id for f in found
+                        if f.status is FactStatus.ARCHIVED and restore_blocker(state, f) is None]
+            commands: list[c.Command] = [c.RestoreFact(tenant=tenant, fact_id=fid, cause="recalled by a deeper look")
+                                         for fid in restored]
+            commands.append(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(f.fact_id for f in found),
+                                           mode=RecallMode.DEEPENED if deeper else RecallMode.LOOKED_UP))
+            service.execute_batch(commands, all_or_nothing=True)
+            return RecallAnswer(tier, found, restored)
     return RecallAnswer(None, [])

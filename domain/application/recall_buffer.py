@@ -114,12 +114,13 @@ class RecallBuffer:
             positions: list[int] = []
             for tenant, uses in held.items():
                 try:
-                    state = self._service.ontology(tenant)
-                    known = tuple(u for u in uses.values() if u.agent in state.entities and u.fact_id in state.facts)
-                    if not known:
-                        continue
-                    result = self._service.execute_batch([c.RecordCoalescedRecalls(tenant=tenant, uses=known)],
-                                                         all_or_nothing=True)
+                    with self._service.reading(tenant) as state:  # (the filter and its write together)
+                        known = tuple(u for u in uses.values()
+                                      if u.agent in state.entities and u.fact_id in state.facts)
+                        if not known:
+                            continue
+                        result = self._service.execute_batch([c.RecordCoalescedRecalls(tenant=tenant, uses=known)],
+                                                             all_or_nothing=True)
                     error = result.outcomes[0].error
                     if error is not None:
                         raise error

@@ -210,7 +210,8 @@ class Application:
         return self._run(c.CreateTenant(tenant=tenant, display_name=display_name))
 
     def tenant_exists(self, tenant: str) -> bool:
-        return self.service.ontology(tenant).exists
+        with self.service.reading(tenant) as state:
+            return state.exists
 
     def register_entity(self, tenant: str, ref: str, label: str, aliases: Sequence[str] = (), hub: bool = False
                         ) -> Written:
@@ -219,10 +220,10 @@ class Application:
 
     def register_unknown(self, tenant: str, labels: dict[str, str | None]) -> None:
         """Register each ref that is not an entity yet with its label (refs without a label are left alone)."""
-        state = self.service.ontology(tenant)
-        for ref, label in labels.items():
-            if label and ref not in state.entities:
-                self.register_entity(tenant, ref, label)
+        with self.service.reading(tenant) as state:
+            new = [(ref, label) for ref, label in labels.items() if label and ref not in state.entities]
+        for ref, label in new:  # (a repeat with the same label, registered meanwhile, is a no-op)
+            self.register_entity(tenant, ref, label)
 
     def assert_fact(self, tenant: str, **fields: Any) -> Written:
         """Assert a fact (with provenance in `source`); a repeat corroborates it, a functional one supersedes."""
@@ -256,11 +257,11 @@ class Application:
     def mark_used(self, tenant: str, agent: str, fact_ids: Sequence[str], perspective_id: str | None = None,
                   mode: RecallMode = RecallMode.USED) -> Written:
         """Record that `agent` used these facts: they grow stronger for that agent."""
-        state = self.service.ontology(tenant)
-        state.require_entity(agent, "agent")
-        for index, fact_id in enumerate(fact_ids):
-            if fact_id not in state.facts:
-                raise UnknownEntityFact(fact_id, f"fact_ids[{index}]")
+        with self.service.reading(tenant) as state:
+            state.require_entity(agent, "agent")
+            for index, fact_id in enumerate(fact_ids):
+                if fact_id not in state.facts:
+                    raise UnknownEntityFact(fact_id, f"fact_ids[{index}]")
         return self._run(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(fact_ids), mode=mode,
                                         perspective_id=perspective_id))
 
@@ -317,10 +318,10 @@ class Application:
 
     def entities_to_review(self, tenant: str) -> list[ReviewItem]:
         """Entities marked needs_review (an ambiguous mention never merges silently), with their look-alikes."""
-        state = self.service.ontology(tenant)
-        names = NameIndex(state)
-        return [ReviewItem(entity, sorted((names.exact(entity.label) | names.fuzzy(entity.label)) - {entity.ref}))
-                for entity in state.entities.values() if entity.needs_review and entity.merged_into is None]
+        with self.service.reading(tenant) as state:
+            names = NameIndex(state)
+            return [ReviewItem(entity, sorted((names.exact(entity.label) | names.fuzzy(entity.label)) - {entity.ref}))
+                    for entity in state.entities.values() if entity.needs_review and entity.merged_into is None]
 
     def merge_entities(self, tenant: str, merged_ref: str, into_ref: str, reason: str = "reviewed: same entity"
                        ) -> int:
@@ -351,7 +352,8 @@ class Application:
         """Every compaction with its consolidation status, attempts, counts or failure reason."""
         if not self.tenant_exists(tenant):
             raise UnknownTenant(tenant)
-        return list(self.service.ontology(tenant).compactions.values())
+        with self.service.reading(tenant) as state:
+            return list(state.compactions.values())
 
     def consolidate_pending(self, tenant: str) -> list[ConsolidationReport]:
         """Consolidate every pending compaction now (the background worker does this on arrival)."""
@@ -371,13 +373,13 @@ class Application:
         any — the session, then the person served (episodic), then the org (semantic) — saying which tier
         answered. The facts found are recorded as recalled by `agent`; a deeper recall also brings back facts
         archived for disuse."""
-        state = self.service.ontology(tenant)
-        state.require_entity(agent, "agent")
-        state.require_entity(subject, "subject")
-        if serving is not None:
-            state.require_entity(serving, "serving")
-        if session_id is not None:
-            state.require_session(session_id)
+        with self.service.reading(tenant) as state:
+            state.require_entity(agent, "agent")
+            state.require_entity(subject, "subject")
+            if serving is not None:
+                state.require_entity(serving, "serving")
+            if session_id is not None:
+                state.require_session(session_id)
         answer = recall_by_tier(self.service, tenant, agent, serving, subject, relation, session_id, deeper)
         tiers = ["session"] + (["episodic"] if serving is not None else []) + ["semantic"]
         result = RecallResult(answered_by=answer.tier.value if answer.tier else None, tiers_checked=tiers,
@@ -391,7 +393,8 @@ class Application:
     def workers(self, tenant: str, session_id: str, about: str | None = None, live_only: bool = True
                 ) -> list[SessionState]:
         """The workers of a main session (the live ones by default), about `about` if given, newest first."""
-        return workers_for(self.service.ontology(tenant), session_id, about, live_only)
+        with self.service.reading(tenant) as state:
+            return workers_for(state, session_id, about, live_only)
 
     # ------------------------------------------------------------------ reads from the projection
 
