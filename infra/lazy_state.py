@@ -21,45 +21,53 @@ from typing import Any
 
 from domain.ports import SnapshotDamaged
 
-RecordReader = Callable[[int, object], tuple[bool, Any]]
-"""(map index, key) -> (found, value): reads one record from the snapshot."""
-AllReader = Callable[[int], Iterator[tuple[Any, Any]]]
-"""map index -> every (key, value) the snapshot holds for that map."""
+BucketOf = Callable[[int, object], int]
+"""(map index, key) -> the bucket of the snapshot that holds the key, if it holds it."""
+BucketReader = Callable[[int, int], dict[Any, Any]]
+"""(map index, bucket) -> the entries the snapshot holds in that bucket."""
+AllReader = Callable[[int], Iterator[dict[Any, Any]]]
+"""map index -> the entries of every bucket of that map, bucket by bucket."""
 
 
 class RecordSource:
-    """The snapshot a loaded state reads its records from, shared by that state's maps and sets."""
+    """The snapshot a loaded state reads its buckets from, shared by that state's maps and sets."""
 
-    def __init__(self, read: RecordReader, read_all: AllReader, name: str) -> None:
+    def __init__(self, bucket_of: BucketOf, read: BucketReader, read_all: AllReader, name: str) -> None:
+        self.bucket_of = bucket_of
         self._read = read
         self._read_all = read_all
         self.name = name
         self.lock = threading.RLock()
         self.loaded = 0
-        """Records read from the snapshot so far (tests and the benchmark read it)."""
+        """Entries read from the snapshot so far (tests and the benchmark read it)."""
+        self.buckets_read = 0
         self.damaged: str | None = None
-        """Why a record could not be read, once one could not (the state must then be folded afresh)."""
+        """Why a bucket could not be read, once one could not (the state must then be folded afresh)."""
         self.base: Any = None
         """What the snapshot store needs to know about the file to write a state's changes over it."""
 
-    def read(self, index: int, key: object) -> tuple[bool, Any]:
+    def _check(self) -> None:
         if self.damaged is not None:
             raise SnapshotDamaged(f"state snapshot {self.name} is damaged ({self.damaged})")
+
+    def read(self, index: int, bucket: int) -> dict[Any, Any]:
+        self._check()
         try:
-            found, value = self._read(index, key)
+            entries = self._read(index, bucket)
         except SnapshotDamaged as error:
             self.damaged = str(error)
             raise
-        self.loaded += found
-        return found, value
+        self.loaded += len(entries)
+        self.buckets_read += 1
+        return entries
 
-    def read_all(self, index: int) -> Iterator[tuple[Any, Any]]:
-        if self.damaged is not None:
-            raise SnapshotDamaged(f"state snapshot {self.name} is damaged ({self.damaged})")
+    def read_all(self, index: int) -> Iterator[dict[Any, Any]]:
+        self._check()
         try:
-            for key, value in self._read_all(index):
-                self.loaded += 1
-                yield key, value
+            for entries in self._read_all(index):
+                self.loaded += len(entries)
+                self.buckets_read += 1
+                yield entries
         except SnapshotDamaged as error:
             self.damaged = str(error)
             raise
@@ -68,34 +76,38 @@ class RecordSource:
 class LazyMap(MutableMapping[Any, Any]):
     """A dict whose entries are read from a snapshot on first use (see the module's docstring)."""
 
-    __slots__ = ("_mem", "_gone", "_absent", "source", "index", "complete")
+    __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
 
     def __init__(self, source: RecordSource, index: int) -> None:
         self._mem: dict[Any, Any] = {}
         self._gone: set[Any] = set()
         """Keys deleted since the snapshot: never read from it again."""
-        self._absent: set[Any] = set()
-        """Keys the snapshot was asked for and does not hold (not asked again)."""
+        self._buckets: set[int] = set()
+        """The snapshot's buckets read (every key of theirs not in memory is absent or deleted)."""
         self.source = source
         self.index = index
         self.complete = False
-        """Every record of the snapshot is in memory (after an iteration or a count)."""
+        """Every bucket of the snapshot is read (after an iteration or a count)."""
+
+    def _take(self, entries: dict[Any, Any]) -> None:
+        mem, gone = self._mem, self._gone
+        for key, value in entries.items():
+            if key not in mem and key not in gone:  # (one set since is newer, one deleted since is gone)
+                mem[key] = value
 
     def _fetch(self, key: object) -> tuple[bool, Any]:
         if self.complete:
             return False, None
         with self.source.lock:
             mem = self._mem
+            if key not in mem and key not in self._gone:
+                bucket = self.source.bucket_of(self.index, key)
+                if bucket not in self._buckets:
+                    self._take(self.source.read(self.index, bucket))
+                    self._buckets.add(bucket)
             if key in mem:
                 return True, mem[key]
-            if key in self._gone or key in self._absent:
-                return False, None
-            found, value = self.source.read(self.index, key)
-            if found:
-                mem[key] = value
-            else:
-                self._absent.add(key)
-            return found, value
+            return False, None
 
     def __getitem__(self, key: object) -> Any:
         try:
@@ -135,10 +147,8 @@ class LazyMap(MutableMapping[Any, Any]):
         with self.source.lock:
             if self.complete:
                 return
-            mem, gone = self._mem, self._gone
-            for key, value in self.source.read_all(self.index):
-                if key not in mem and key not in gone:
-                    mem[key] = value
+            for entries in self.source.read_all(self.index):
+                self._take(entries)
             self.complete = True
 
     def __iter__(self) -> Iterator[Any]:
@@ -175,24 +185,46 @@ class LazyMap(MutableMapping[Any, Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         return dict, (dict(self.items()),)  # (pickled whole, as the dict it stands for)
 
-    def in_memory(self) -> tuple[dict[Any, Any], set[Any]]:
-        """What a snapshot of this state must write over the one it was loaded from: the entries in memory (read,
-        and maybe changed in place, or new) and the keys deleted."""
-        return self._mem, self._gone
+    def changed_buckets(self) -> dict[int, dict[Any, Any]]:
+        """What a snapshot of this state must write over the one it was loaded from: every bucket with an entry
+        read, changed, added or deleted, whole (a bucket not read yet is read first). Under the source's lock."""
+        return _changed_buckets(self, self._mem)
+
+
+def _changed_buckets(held: LazyMap | LazySet, mem: Any) -> dict[int, dict[Any, Any]]:
+    bucket_of, index = held.source.bucket_of, held.index
+    of_key = {key: bucket_of(index, key) for key in mem}
+    touched = set(of_key.values()) | {bucket_of(index, key) for key in held._gone}  # noqa: SLF001
+    if not held.complete:
+        for bucket in touched - held._buckets:  # noqa: SLF001
+            entries = held.source.read(index, bucket)
+            held._take(entries)  # noqa: SLF001
+            held._buckets.add(bucket)  # noqa: SLF001
+            of_key.update((key, bucket) for key in entries if key in mem)
+    buckets: dict[int, dict[Any, Any]] = {bucket: {} for bucket in touched}
+    values = mem if isinstance(mem, dict) else dict.fromkeys(mem)
+    for key, bucket in of_key.items():
+        if key in values:
+            buckets[bucket][key] = values[key]
+    return buckets
 
 
 class LazySet(MutableSet[Any]):
     """A set whose members are looked up in a snapshot on first use (see the module's docstring)."""
 
-    __slots__ = ("_mem", "_gone", "_absent", "source", "index", "complete")
+    __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
 
     def __init__(self, source: RecordSource, index: int) -> None:
         self._mem: set[Any] = set()
         self._gone: set[Any] = set()
-        self._absent: set[Any] = set()
+        self._buckets: set[int] = set()
         self.source = source
         self.index = index
         self.complete = False
+
+    def _take(self, entries: dict[Any, Any]) -> None:
+        mem, gone = self._mem, self._gone
+        mem.update(item for item in entries if item not in gone)
 
     def __contains__(self, item: object) -> bool:
         if item in self._mem:
@@ -200,13 +232,12 @@ class LazySet(MutableSet[Any]):
         if self.complete:
             return False
         with self.source.lock:
-            if item in self._mem:
-                return True
-            if item in self._gone or item in self._absent:
-                return False
-            found, _ = self.source.read(self.index, item)
-            (self._mem if found else self._absent).add(item)
-            return found
+            if item not in self._mem and item not in self._gone:
+                bucket = self.source.bucket_of(self.index, item)
+                if bucket not in self._buckets:
+                    self._take(self.source.read(self.index, bucket))
+                    self._buckets.add(bucket)
+            return item in self._mem
 
     def add(self, item: Any) -> None:
         with self.source.lock:
@@ -224,10 +255,8 @@ class LazySet(MutableSet[Any]):
         with self.source.lock:
             if self.complete:
                 return
-            mem, gone = self._mem, self._gone
-            for item, _ in self.source.read_all(self.index):
-                if item not in gone:
-                    mem.add(item)
+            for entries in self.source.read_all(self.index):
+                self._take(entries)
             self.complete = True
 
     def __iter__(self) -> Iterator[Any]:
@@ -256,5 +285,5 @@ class LazySet(MutableSet[Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         return set, (set(self),)
 
-    def in_memory(self) -> tuple[dict[Any, Any], set[Any]]:
-        return dict.fromkeys(self._mem), self._gone
+    def changed_buckets(self) -> dict[int, dict[Any, Any]]:
+        return _changed_buckets(self, self._mem)

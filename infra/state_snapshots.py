@@ -5,29 +5,31 @@ big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenan
 
 - a `meta` table: the header (JSON: the format, a fingerprint of the code that folds events, the tenant, the stream
   version the state is at, a digest of the stored event at that version, the name of the data key that seals the
-  file, and the file's lineage, a random id its incremental successors keep) and the core (the state's small
+  file, the file's lineage (a random id its incremental successors keep) and its layout: the salt and the number
+  of buckets of each map) and the core (the state's small
   fields, sealed with the header as associated data, so a changed header does not open);
-- a `records` table, one row per entry of each big map or set (`LAZY`): `(map, name, sealed pickle of (key,
-  value))`, where `name` is a keyed digest of the key (no ref, relation or value appears in the file) and each
-  record is sealed with AES-256-GCM under the tenant's snapshot key, with the lineage, map and name as associated
-  data (a record moved to another place does not open).
+- a `records` table: each big map or set of the state (`LAZY`) spread over buckets by a salted digest of the key
+  (about 32 entries each when written whole), one row per bucket: the pickled entries sealed with AES-256-GCM under
+  the tenant's snapshot key, with the lineage and the row's id (map and bucket) as associated data (a bucket moved
+  to another place does not open). No ref, relation or value is readable in the file; every bucket is written,
+  empty or not.
 
 Loading checks the header as before (format, code, tenant, the log's event at that version, the key) and unseals
 only the core: the maps are `infra.lazy_state` read-through maps over the open file, so the first write after a
-restart reads the few records it looks up, whatever the size of the state. A record found damaged later raises
-`SnapshotDamaged`; the service then folds the whole log.
+restart reads the few buckets it looks keys up in, whatever the size of the state. A bucket found damaged later
+raises `SnapshotDamaged`; the service then folds the whole log.
 
 The snapshot key comes from the key store (`domain.forgetting.state_snapshot_key`): every forget in the tenant
 deletes it, so no copy of a snapshot taken before the forget opens again, in this home or any other. Without a key
 store (`NOUMENA_ENCRYPT_CONTENT=false`) records are plain pickles (the log is plain too).
 
 Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder) and run on a background thread. A
-state folded from the log is written whole; a state loaded from a snapshot writes only what it holds in memory (the
-records it read, changed or added) and its deletions over a copy of the file it was loaded from (or of a later one
-of the same lineage). A snapshot is stored only while the key store holds forgets off and no forget of the tenant is
-in the log after the snapshot's version, so a process that took a snapshot just before another process's forget
-never stores it. Anything unusable (missing, other format or code, corrupt, not of this log, key deleted) is ignored
-with a warning (an info line for a key deleted by a forget) and the caller folds the whole log.
+state folded from the log is written whole; a state loaded from a snapshot writes only the buckets it read, changed,
+added to or deleted from, over a copy of the file it was loaded from (or of a later one of the same lineage). A
+snapshot is stored only while the key store holds forgets off and no forget of the tenant is in the log after the
+snapshot's version, so a process that took a snapshot just before another process's forget never stores it.
+Anything unusable (missing, other format or code, corrupt, not of this log, key deleted) is ignored with a warning
+(an info line for a key deleted by a forget) and the caller folds the whole log.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from infra.mapper import stream_id
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2
+FORMAT = 3
 SQLITE_MAGIC = b"SQLite format 3\x00"
 OLD_MAGIC = b"noumena-state\n"
 """How format 1 (the whole state as one sealed pickle) began."""
@@ -79,8 +81,12 @@ CORE = ("tenant", "exists", "version", "relation_types", "forgotten_people", "re
 assert {f.name for f in fields(Ontology)} == {*LAZY, *CORE, "_journal", "_trim_on_commit"}, \
     "every field of the Ontology must be stored: add it to LAZY or CORE"
 _SCHEMA = ("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
-           "CREATE TABLE records (map INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL, "
-           "PRIMARY KEY (map, name)) WITHOUT ROWID")
+           "CREATE TABLE records (id INTEGER PRIMARY KEY, value BLOB NOT NULL)")
+BUCKET_BITS = 40
+"""A record's id: its map's index shifted by this many bits, plus its bucket."""
+PER_BUCKET = 32
+"""About how many entries a bucket holds when a snapshot is written whole (unpickled together: a bucket costs little
+more to read than one entry, and the classes and time zones its entries share are read once)."""
 
 
 @cache
@@ -104,15 +110,10 @@ class _Replaced(Exception):
 
 
 class _Seal:
-    """Sealing and naming of records under one data key (or none: plain)."""
+    """Sealing of records under one data key (or none: plain)."""
 
     def __init__(self, key: bytes | None) -> None:
         self._aead = AESGCM(key) if key is not None else None
-        self._name_key = hashlib.blake2b(b"record names", key=key, digest_size=32).digest() if key else b""
-
-    def name(self, key: object) -> bytes:
-        return hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), key=self._name_key,
-                               digest_size=16).digest()
 
     def seal(self, plain: bytes, aad: bytes) -> bytes:
         if self._aead is None:
@@ -126,8 +127,25 @@ class _Seal:
         return self._aead.decrypt(body[:12], body[12:], aad)
 
 
-def _record_aad(lineage: str, index: int, name: bytes) -> bytes:
-    return lineage.encode() + b"\0" + bytes([index]) + name
+class _Layout:
+    """How a snapshot's entries are spread over buckets: by a salted digest of the key, into a number of buckets
+    per map fixed when the snapshot is written whole (its successors written over it keep it)."""
+
+    def __init__(self, salt: bytes, buckets: list[int]) -> None:
+        self.salt = salt
+        self.buckets = buckets
+
+    @classmethod
+    def for_sizes(cls, sizes: list[int]) -> _Layout:
+        return cls(os.urandom(16), [1 << (size // PER_BUCKET).bit_length() for size in sizes])
+
+    def bucket_of(self, index: int, key: object) -> int:
+        digest = hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), key=self.salt, digest_size=8).digest()
+        return int.from_bytes(digest, "little") % self.buckets[index]
+
+
+def _record_aad(lineage: str, record_id: int) -> bytes:
+    return lineage.encode() + b"\0" + record_id.to_bytes(8, "little")
 
 
 class FileStateSnapshots:
@@ -186,8 +204,8 @@ class FileStateSnapshots:
             head = file.read(len(SQLITE_MAGIC))
             before = os.fstat(file.fileno())
         if head != SQLITE_MAGIC:
-            raise _Unusable("format 1 (the whole state pickled), this version reads 2" if head.startswith(OLD_MAGIC)
-                            else "not a snapshot")
+            raise _Unusable(f"format 1 (the whole state pickled), this version reads {FORMAT}"
+                            if head.startswith(OLD_MAGIC) else "not a snapshot")
         db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True, check_same_thread=False)
         try:
             # (the connection keeps the file it opened, also once a newer snapshot replaces it: a state loaded
@@ -238,8 +256,12 @@ class FileStateSnapshots:
         version = header.get("version")
         if not isinstance(version, int) or version < 1:
             return f"bad version {version!r}"
-        if not isinstance(header.get("lineage"), str):
-            return "no lineage"
+        if not isinstance(header.get("lineage"), str) or not isinstance(header.get("salt"), str):
+            return "no lineage or salt"
+        buckets = header.get("buckets")
+        if not isinstance(buckets, list) or len(buckets) != len(LAZY) or \
+                not all(isinstance(n, int) and 0 < n < 1 << BUCKET_BITS for n in buckets):
+            return f"bad buckets {buckets!r}"
         if self._anchor(tenant, version) != header.get("anchor"):
             return f"the log's event {version} of the tenant is not the one it was taken at (another log?)"
         if (header.get("key") is None) != (self._keys is None):
@@ -259,10 +281,11 @@ class FileStateSnapshots:
         return isinstance(source, RecordSource) and source.damaged is not None
 
     @staticmethod
-    def records_loaded(state: Ontology) -> int | None:
-        """How many records a state loaded from a snapshot has read from it (None: not loaded from one)."""
+    def reads(state: Ontology) -> tuple[int, int] | None:
+        """How many buckets, and entries in them, a state loaded from a snapshot has read from it (None: it was
+        not loaded from one)."""
         source = getattr(state.facts, "source", None)
-        return source.loaded if isinstance(source, RecordSource) else None
+        return (source.buckets_read, source.loaded) if isinstance(source, RecordSource) else None
 
     # ------------------------------------------------------------------ saving
 
@@ -272,35 +295,42 @@ class FileStateSnapshots:
         core = dumps({name: getattr(state, name) for name in CORE}, protocol=protocol)
         maps = [getattr(state, name) for name in LAZY]
         source = getattr(state.facts, "source", None)
-        base: _Base | None = None
+        rows: list[tuple[int, bytes]] = []
         if isinstance(source, RecordSource) and all(getattr(m, "source", None) is source for m in maps):
-            base = source.base
-            records, deleted = [], []
-            with source.lock:  # (readers on other threads may be adding records they read)
+            base: _Base | None = source.base
+            with source.lock:  # (readers on other threads may be reading buckets meanwhile)
                 for index, held in enumerate(maps):
-                    entries, gone = held.in_memory()
-                    records += [(index, key, dumps((key, value), protocol=protocol))
-                                for key, value in entries.items()]
-                    deleted += [(index, key) for key in gone]
+                    rows += [((index << BUCKET_BITS) | bucket, dumps(entries, protocol=protocol))
+                             for bucket, entries in sorted(held.changed_buckets().items())]
+            lineage, layout = base.lineage, base.layout  # type: ignore[union-attr]
         else:
-            records = [(index, key, dumps((key, None if isinstance(held, (set, LazySet)) else held[key]),
-                                          protocol=protocol))
-                       for index, held in enumerate(maps) for key in held]
-            deleted = []
+            base = None
+            lineage, layout = uuid.uuid4().hex, _Layout.for_sizes([len(m) for m in maps])
+            for index, held in enumerate(maps):
+                buckets: list[dict[Any, Any]] = [{} for _ in range(layout.buckets[index])]
+                bucket_of = layout.bucket_of
+                if isinstance(held, (set, LazySet)):
+                    for key in held:
+                        buckets[bucket_of(index, key)][key] = None
+                else:
+                    for key, value in held.items():
+                        buckets[bucket_of(index, key)][key] = value
+                rows += [((index << BUCKET_BITS) | bucket, dumps(entries, protocol=protocol))
+                         for bucket, entries in enumerate(buckets)]
         with self._lock:
             self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._writer.submit(self._store, tenant, state.version, core, records, deleted,
-                                                     base))
+            self._pending.append(self._writer.submit(self._store, tenant, state.version, core, rows, base, lineage,
+                                                     layout))
 
-    def _store(self, tenant: str, version: int, core: bytes, records: list[tuple[int, object, bytes]],
-               deleted: list[tuple[int, object]], base: _Base | None) -> None:
+    def _store(self, tenant: str, version: int, core: bytes, rows: list[tuple[int, bytes]], base: _Base | None,
+               lineage: str, layout: _Layout) -> None:
         try:
-            self._store_now(tenant, version, core, records, deleted, base)
+            self._store_now(tenant, version, core, rows, base, lineage, layout)
         except Exception:  # a snapshot is an optimisation: never let it break the process
             log.exception("state snapshot of tenant %s at version %s not stored", tenant, version)
 
-    def _store_now(self, tenant: str, version: int, core: bytes, records: list[tuple[int, object, bytes]],
-                   deleted: list[tuple[int, object]], base: _Base | None) -> None:
+    def _store_now(self, tenant: str, version: int, core: bytes, rows: list[tuple[int, bytes]], base: _Base | None,
+                   lineage: str, layout: _Layout) -> None:
         ready = None
         key_id, key = None, None
         if self._keys is not None:
@@ -311,10 +341,9 @@ class FileStateSnapshots:
             log.info("state snapshot of tenant %s at version %s not stored: its key changed since the state was "
                      "loaded (a forget)", tenant, version)
             return
-        lineage = base.lineage if base is not None else uuid.uuid4().hex
         header: dict[str, Any] = {"format": FORMAT, "code": code_fingerprint(), "tenant": tenant,
                                   "version": version, "anchor": self._anchor(tenant, version), "key": key_id,
-                                  "lineage": lineage}
+                                  "lineage": lineage, "salt": layout.salt.hex(), "buckets": layout.buckets}
         raw_header = json.dumps(header, sort_keys=True)
         seal = _Seal(key)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -342,17 +371,15 @@ class FileStateSnapshots:
                     if why is not None:
                         log.info("state snapshot of tenant %s at version %s not stored: %s", tenant, version, why)
                         return
-                    db.executemany("DELETE FROM records WHERE map = ? AND name = ?",
-                                   ((index, seal.name(k)) for index, k in deleted))
-                # (in the table's order: appending to the index is 4x faster than inserting at random places)
-                db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?)",
-                               sorted(_sealed(seal, lineage, records)))
+                db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
+                               ((record_id, seal.seal(plain, _record_aad(lineage, record_id)))
+                                for record_id, plain in rows))
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                [("header", raw_header), ("core", seal.seal(core, raw_header.encode()))])
                 db.execute("COMMIT")
             finally:
                 db.close()
-            del records
+            del rows
             with open(tmp, "rb+") as out:
                 os.fsync(out.fileno())
             if ready is not None:
@@ -397,6 +424,7 @@ class _Base:
         self.lineage: str = header["lineage"]
         self.version: int = header["version"]
         self.key_id: str | None = header["key"]
+        self.layout = _Layout(bytes.fromhex(header["salt"]), list(header["buckets"]))
 
     def why_not_over(self, meta: dict[str, Any], version: int) -> str | None:
         """Why the changes of a state loaded from this base, now at `version`, cannot be written over a file with
@@ -413,52 +441,55 @@ class _Base:
 
 
 class _FileSource:
-    """Reads a loaded state's records from its open snapshot file."""
+    """Reads a loaded state's buckets from its open snapshot file."""
 
     def __init__(self, db: sqlite3.Connection, seal: _Seal, header: dict[str, Any], name: str) -> None:
         self._db = db
         self._seal = seal
         self._lineage = header["lineage"]
-        self.records = RecordSource(self._read, self._read_all, name)
-        self.records.base = _Base(header)
+        base = _Base(header)
+        self._buckets = base.layout.buckets
+        self.records = RecordSource(base.layout.bucket_of, self._read, self._read_all, name)
+        self.records.base = base
+
+    def _open(self, index: int, record_id: int, body: bytes) -> dict[Any, Any]:
+        entries = pickle.loads(self._seal.open(body, _record_aad(self._lineage, record_id)))  # noqa: S301
+        if not isinstance(entries, dict):
+            raise TypeError(f"a bucket of {LAZY[index]} holds a {type(entries).__name__}")
+        return entries
 
     def _damaged(self, index: int, error: BaseException) -> SnapshotDamaged:
-        return SnapshotDamaged(f"a record of {LAZY[index]} does not read: "
+        return SnapshotDamaged(f"a bucket of {LAZY[index]} does not read: "
                                f"{type(error).__name__}{f': {error}' if str(error) else ''}")
 
-    def _read(self, index: int, key: object) -> tuple[bool, Any]:
-        name = self._seal.name(key)
+    def _read(self, index: int, bucket: int) -> dict[Any, Any]:
+        record_id = (index << BUCKET_BITS) | bucket
         try:
-            row = self._db.execute("SELECT value FROM records WHERE map = ? AND name = ?", (index, name)).fetchone()
+            row = self._db.execute("SELECT value FROM records WHERE id = ?", (record_id,)).fetchone()
             if row is None:
-                return False, None
-            stored, value = pickle.loads(self._seal.open(row[0], _record_aad(self._lineage, index, name)))  # noqa: S301
+                raise KeyError("missing")
+            return self._open(index, record_id, row[0])
         except (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-                ImportError, IndexError) as error:
+                ImportError, IndexError, KeyError) as error:
             raise self._damaged(index, error) from error
-        if stored != key:
-            raise SnapshotDamaged(f"a record of {LAZY[index]} holds another key")
-        return True, value
 
-    def _read_all(self, index: int) -> Iterator[tuple[Any, Any]]:
+    def _read_all(self, index: int) -> Iterator[dict[Any, Any]]:
         enabled = gc.isenabled()
         gc.disable()  # (many small objects, none garbage)
         try:
-            rows = self._db.execute("SELECT name, value FROM records WHERE map = ?", (index,)).fetchall()
-            for name, body in rows:
-                yield pickle.loads(self._seal.open(body, _record_aad(self._lineage, index, name)))  # noqa: S301
+            first = index << BUCKET_BITS
+            rows = self._db.execute("SELECT id, value FROM records WHERE id >= ? AND id < ?",
+                                    (first, first + self._buckets[index])).fetchall()
+            if len(rows) != self._buckets[index]:
+                raise KeyError(f"{self._buckets[index] - len(rows)} buckets missing")
+            for record_id, body in rows:
+                yield self._open(index, record_id, body)
         except (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-                ImportError, IndexError) as error:
+                ImportError, IndexError, KeyError) as error:
             raise self._damaged(index, error) from error
         finally:
             if enabled:
                 gc.enable()
-
-
-def _sealed(seal: _Seal, lineage: str, records: list[tuple[int, object, bytes]]) -> Iterator[tuple[int, bytes, bytes]]:
-    for index, key, plain in records:
-        name = seal.name(key)
-        yield index, name, seal.seal(plain, _record_aad(lineage, index, name))
 
 
 def _unpickle(plain: bytes) -> Any:

@@ -14,7 +14,7 @@ Then, each in a fresh process (spawned, so nothing is warm but the operating sys
 Times are measured inside each process from just before `bootstrap()` to the write's return (the interpreter's
 start and imports, the same for all, are printed apart). The ratio baseline / snapshot is the result; the goal is
 a first write within 1 s at 1M events. The rounds (NOUMENA_BENCH_ROUNDS, default 3) alternate 2 and 3; medians.
-A restart from the snapshot reads its records on demand: the benchmark prints how many the first write read, and
+A restart from the snapshot reads its buckets on demand: the benchmark prints how many the first write read, and
 how long the stop took to store the changes over the snapshot (the first start stores it whole).
 NOUMENA_BENCH_RESTART_HOME names a folder where the logs are kept and reused by the next run (writing 1M events
 takes minutes).
@@ -144,7 +144,7 @@ def _restart(home: str, every: int, out: str) -> None:
     assert outcome.events
     from infra.state_snapshots import FileStateSnapshots
 
-    loaded = FileStateSnapshots.records_loaded(noumena.service.ontology(TENANT))
+    loaded = FileStateSnapshots.reads(noumena.service.ontology(TENANT))
     noumena.close()
     stopped = time.perf_counter()
     snapshots = noumena.service._snapshots  # noqa: SLF001  (what the benchmark reports, nothing more)
@@ -188,7 +188,7 @@ def measure(n: int, root: Path) -> None:
           f"{min(baseline):.2f}-{max(baseline):.2f})")
     print(f"  from the snapshot: first write after {fast:.3f} s ({min(snapshotted):.3f}-{max(snapshotted):.3f}) "
           f"-> {full / fast:.0f}x faster; goal <= 1 s at 1M: {'met' if fast <= 1 else 'NOT met'}")
-    print(f"  records read from the snapshot by the first write: {[r['loaded'] for r in runs]}; its changes "
+    print(f"  (buckets, entries) read from the snapshot by the first write: {[r['loaded'] for r in runs]}; its changes "
           f"stored at the stop in {statistics.median(r['stop'] for r in runs):.2f} s (median; "
           f"{[kind for r in runs for *_, kind in r['stored']]})")
     behind = 10_000
