@@ -1,16 +1,18 @@
 """Read-through maps and sets for a tenant's state loaded from an indexed snapshot (infra/state_snapshots.py).
 
 The `Ontology` (domain/ontology.py) accepts any mutable mapping or set for its big indexes. A state loaded from a
-snapshot gets these instead of dicts and sets: a lookup that misses what is in memory reads that one record from
-the snapshot file (unsealing and unpickling it) and keeps it (a key it does not hold is remembered as absent); a
-deletion is remembered (a tombstone), so the record is never read again; iterating or counting a whole map reads
-every record not in memory yet, once. So a write that looks up a few keys costs a few records, whatever the size of
-the state.
+snapshot gets these instead of dicts and sets. The snapshot holds each map in buckets (a key's bucket follows from
+the key); a lookup that misses what is in memory reads that key's bucket from the snapshot file (unsealing and
+unpickling it) and keeps its entries, so the bucket is never read again (a key it does not hold is absent); a
+deletion is remembered (a tombstone), so a bucket read later never brings the entry back; iterating or counting a
+whole map reads every bucket of it once. So a write that looks up a few keys costs a few buckets, whatever the size
+of the state.
 
 Loaded values are kept for the life of the state (never evicted): the rules change them in place and journal the
-changes, so there is one object per key. Reads may run on other threads than the writer's (readers of
-`OntologyService.ontology` do not hold its lock): a record is read and kept, and every change made, under one lock
-per loaded state, so a record read on one thread never replaces an object another thread has changed or deleted.
+changes, so there is one object per key. Reads may run on other threads than the writer's (`OntologyService`'s
+readers hold its lock, but tests and tools may not): a bucket is read and kept, and every change made, under one
+lock per loaded state, so an entry read on one thread never replaces an object another thread has changed or
+deleted.
 """
 
 from __future__ import annotations
