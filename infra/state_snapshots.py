@@ -159,6 +159,7 @@ class FileStateSnapshots:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noumena-state-snapshot")
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
+        self._closed = False
         self.stored: list[tuple[str, int, str]] = []
         """(tenant, version, "whole" or "changes") of each snapshot this process stored, in order (tests and the
         benchmark read it)."""
@@ -318,6 +319,10 @@ class FileStateSnapshots:
                 rows += [((index << BUCKET_BITS) | bucket, dumps(entries, protocol=protocol))
                          for bucket, entries in enumerate(buckets)]
         with self._lock:
+            if self._closed:  # (a snapshot is only a faster start: none is taken after close)
+                log.info("state snapshot of tenant %s at version %s not stored: the store is closed", tenant,
+                         state.version)
+                return
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._writer.submit(self._store, tenant, state.version, core, rows, base, lineage,
                                                      layout))
@@ -389,6 +394,9 @@ class FileStateSnapshots:
                          version)
                 return
             os.replace(tmp, path)
+            if let_go is not None:  # in place: a forget may run (and discard it) from here; the rest is durability
+                let_go()
+                let_go = None
             _fsync_folder(self.folder)
             self.stored.append((tenant, version, "whole" if base is None else "changes"))
         except KeysForgotten:
@@ -413,8 +421,10 @@ class FileStateSnapshots:
     def close(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, []
+            self._closed = True
         for future in pending:
             future.result()
+        self._writer.shutdown(wait=True)  # (its thread ends with the store)
 
 
 class _Base:

@@ -55,6 +55,7 @@ class OntologyService:
         """Tenants whose state applied a forget as it was written: it still holds the forgotten content until it
         is folded afresh (`reload`), so it is never snapshotted."""
         self._snapshotter = ThreadPoolExecutor(1, thread_name_prefix="noumena-snapshot") if self._snapshots else None
+        self._closed = False
         self._queued: dict[str, Future[None]] = {}
         self._seal = seal_content
         self._clock = clock
@@ -232,6 +233,9 @@ class OntologyService:
             queued = list(self._queued.values())
         for job in queued:
             job.result()
+        if self._snapshotter is not None:
+            self._closed = True
+            self._snapshotter.shutdown(wait=True)  # (its thread ends with the service)
         self._snapshots.close()
 
     def _snapshot_if_behind(self, state: Ontology, lag: int, now: bool = False) -> None:
@@ -242,7 +246,7 @@ class OntologyService:
             return
         if now:
             self._snapshot(tenant)
-        elif tenant not in self._queued and self._snapshotter is not None:
+        elif tenant not in self._queued and self._snapshotter is not None and not self._closed:
             self._queued[tenant] = self._snapshotter.submit(self._snapshot, tenant)
 
     def _snapshot(self, tenant: str) -> None:

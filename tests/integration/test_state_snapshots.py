@@ -482,3 +482,24 @@ def test_a_fact_state_pickles_to_an_equal_one_with_every_field():
                      ended_reason="e", ranges=[(at, None)])
     assert len(fact.__reduce__()[1]) == len(fields(FactState))
     assert pickle.loads(pickle.dumps(fact)) == fact  # noqa: S301
+
+
+def test_a_closed_process_leaves_no_snapshot_thread_running_and_takes_no_snapshot_after(tmp_path):
+    """Each bootstrap starts the snapshotting threads; closing it ends them (a process that bootstraps again and
+    again, as a test suite does, must not gather idle threads), and a late write takes no snapshot."""
+    names = ("noumena-snapshot", "noumena-state-snapshot")
+
+    def snapshot_threads() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith(names)]
+
+    before = snapshot_threads()
+    noumena = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=1),
+                        clock=TickingClock())
+    noumena.application.create_tenant(T)
+    noumena.application.register_entity(T, "person:x", "X")
+    assert len(snapshot_threads()) > len(before)  # (the writes above made snapshots: the threads ran)
+    noumena.close()
+    assert snapshot_threads() == before
+    stored = list(noumena.service._snapshots.stored)  # type: ignore[union-attr]
+    noumena.service._snapshot_if_behind(noumena.service._states[T], 0, now=True)  # (the log is closed too)
+    assert noumena.service._snapshots.stored == stored  # type: ignore[union-attr]
