@@ -195,9 +195,10 @@ def estimate_tokens(text: str) -> int:
     return wide + math.ceil((len(text) - wide) / 4)
 
 
-_MAYBE_WIDE = re.compile("[\u2e80-\U0010ffff]")
-"""The characters `is_wide` may say yes to (none below U+2E80): found by the regex engine, not a Python loop over
-every character (a served perspective estimates each of its lines, ~20 per request)."""
+_MAYBE_WIDE = re.compile("[^\x00-\x7f]")
+"""The characters `is_wide` may say yes to (every non-ASCII one: east-asian width is W or F for some symbols far
+below U+2E80, e.g. U+231A), found by the regex engine, not a Python loop over every character (a served
+perspective estimates each of its lines, ~20 per request)."""
 
 
 # ---------------------------------------------------------------------------------------------- tiers
