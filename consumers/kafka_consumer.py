@@ -91,6 +91,9 @@ class SessionEventConsumer:
         """Per partition: the offset Kafka last confirmed as committed (the next to read)."""
         self._paused: dict[Any, int] = {}
         """Park partitions waiting for their next record's retry_at (ms since the epoch)."""
+        self._group = settings.kafka_group
+        self.waiting_for = "the first poll"
+        """With until_idle: what the consumer last found it still waits for before it is caught up."""
         self.instance_id, self._slot = instance_identity(settings)
         options = connection_options(settings) | {
             "group_id": settings.kafka_group,
@@ -402,24 +405,30 @@ class SessionEventConsumer:
             log.debug("lag not updated: %r", error)  # only a gauge; the next poll tries again
 
     def _caught_up(self) -> bool:
-        """Every assigned partition has been read and stored up to its current end."""
+        """Every assigned partition has been read and stored up to its current end. When not, `waiting_for`
+        says why (for a caller that gives up waiting: its message names what never came)."""
         from kafka.errors import KafkaError
 
         assignment = self._consumer.assignment()
         if not assignment:
+            self.waiting_for = f"the group {self._group!r} to assign partitions of {self.topic!r} (none yet)"
             return False
         try:
             ends = self._consumer.end_offsets(list(assignment), timeout_ms=5_000)
-        except KafkaError:
+        except KafkaError as error:
+            self.waiting_for = f"the end offsets of {_names(assignment)} ({error!r})"
             return False
-        for tp in assignment:
+        behind = []
+        for tp in sorted(assignment):
             stored = self._stored.get(tp, None)
             if tp not in self._stored:
-                return False  # assigned, not yet sought
+                behind.append(f"{tp.topic}/{tp.partition}: assigned, not yet sought")
+                continue
             next_offset = (stored + 1) if stored is not None else self._consumer.position(tp, timeout_ms=5_000)
             if next_offset is None or next_offset < ends.get(tp, 0):
-                return False
-        return True
+                behind.append(f"{tp.topic}/{tp.partition}: next offset {next_offset}, end {ends.get(tp, 0)}")
+        self.waiting_for = "; ".join(behind) if behind else "nothing (caught up)"
+        return not behind
 
     def close(self) -> None:
         """Commit the stored positions (synchronously), then close. A static member does not leave the group:
@@ -444,6 +453,10 @@ class SessionEventConsumer:
             finally:
                 if self._slot is not None:
                     self._slot.close()
+
+
+def _names(partitions: Any) -> str:
+    return ", ".join(f"{tp.topic}/{tp.partition}" for tp in sorted(partitions))
 
 
 class MissingTopic(InfrastructureError):

@@ -3,13 +3,17 @@ events with bad inputs mixed in, and a content digest of an event log that ignor
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import json
 import os
 import random
 import socket
+import sys
+import threading
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,3 +281,57 @@ def spawn_consumer(settings: Any, log_path: Any, *args: str) -> Any:
     return subprocess.Popen([sys.executable, "-m", "api", "consume", "-v", *args], env=consumer_env(settings),
                             stdout=handle, stderr=subprocess.STDOUT, cwd=os.path.dirname(os.path.dirname(
                                 os.path.abspath(__file__))))
+
+
+CONSUME_TIMEOUT_S = 180.0
+"""How long a test lets a consumer take to drain its topic (seconds on a quiet machine; minutes under load)."""
+
+
+def run_until_idle(consumer: Any, timeout: float = CONSUME_TIMEOUT_S) -> None:
+    """consumer.run(until_idle=True) on a thread of its own, failing (never hanging) if it has not returned within
+    `timeout`: the failure names what the consumer was still waiting for, and every thread's stack is printed
+    (captured with the test's output) so a stall explains itself."""
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            consumer.run(stop, until_idle=True)
+        except BaseException as error:  # noqa: BLE001 (re-raised below)
+            failure.append(error)
+
+    thread = threading.Thread(target=target, name="test-consumer", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    stalled = thread.is_alive()
+    if stalled:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    stop.set()
+    thread.join(30)
+    assert not stalled, (f"the consumer was not caught up within {timeout:.0f} s; it was waiting for "
+                         f"{consumer.waiting_for}" + (" (and did not stop within 30 s more)" if thread.is_alive()
+                                                      else ""))
+    if failure:
+        raise failure[0]
+
+
+def consume_all(noumena: Noumena, timeout: float = CONSUME_TIMEOUT_S, **kwargs: Any) -> Any:
+    """A SessionEventConsumer for `noumena` run until every assigned partition is stored (bounded: see
+    `run_until_idle`), then closed; returns it (for its metrics)."""
+    from consumers.kafka_consumer import SessionEventConsumer
+
+    consumer = SessionEventConsumer(noumena, **kwargs)
+    try:
+        run_until_idle(consumer, timeout)
+    finally:
+        consumer.close()
+    return consumer
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> None:
+    """Poll `condition` until it holds; an AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)

@@ -4,7 +4,9 @@ the log fold (projections.ontology_as_of) in the projection's shape, and content
 from __future__ import annotations
 
 import random
+import select
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -28,6 +30,14 @@ RELATIONS = ("stage", "knows", "likes")  # functional, symmetric, plain
 BASE = datetime(2026, 9, 1, tzinfo=UTC)
 VALID_TIMES: tuple[datetime | None, ...] = (None, BASE, BASE + timedelta(days=1), BASE + timedelta(days=2),
                                             BASE + timedelta(days=3))
+
+
+def first_line(process: Any, timeout: float = 120.0) -> bytes:
+    """The first line a child process writes to its stderr pipe, waiting at most `timeout` seconds for it (a child
+    that stalls before printing fails the test instead of hanging the run)."""
+    ready, _, _ = select.select([process.stderr], [], [], timeout)
+    assert ready, f"the process printed nothing within {timeout:.0f} s (exit status {process.poll()})"
+    return process.stderr.readline()  # type: ignore[no-any-return]
 
 
 class ManualClock:
@@ -80,6 +90,23 @@ def content_hashes(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str]]
             f"SELECT count(*), md5(coalesce(string_agg(CAST(t AS VARCHAR), chr(10) ORDER BY CAST(t AS VARCHAR)),"
             f" '')) FROM {table.name} AS t").fetchall()[0]
     return hashes
+
+
+def table_differences(con: duckdb.DuckDBPyConnection, other: Path, limit: int = 20) -> str:
+    """The rows that differ between the database of `con` and the DuckDB file `other`, per table (up to `limit`
+    each way): what an assertion on `content_hashes` prints, so a mismatch explains itself."""
+    con.execute(f"ATTACH '{str(other).replace(chr(39), chr(39) * 2)}' AS noumena_other (READ_ONLY)")
+    try:
+        lines = []
+        for table in ALL_TABLES:
+            for label, a, b in (("only here", table.name, f"noumena_other.{table.name}"),
+                                ("only in the other", f"noumena_other.{table.name}", table.name)):
+                rows = con.execute(f"SELECT * FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) AS t"
+                                   f" ORDER BY CAST(t AS VARCHAR) LIMIT {limit}").fetchall()
+                lines += [f"{table.name} {label}: {row}" for row in rows]
+        return "\n".join(lines) or "(no differing rows)"
+    finally:
+        con.execute("DETACH noumena_other")
 
 
 class Workload:

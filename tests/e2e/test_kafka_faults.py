@@ -9,7 +9,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,13 @@ import pytest
 from consumers.dead_letters.replay import read_dead_letters
 from consumers.dead_letters.sealing import unseal
 from consumers.kafka_config import connection_options
-from consumers.kafka_consumer import SessionEventConsumer
 from infra.bootstrap import Noumena
 from infra.settings import Settings
 from tests.conftest import postgres_settings
 from tests.kafka_support import (
     FAST_PARKING,
     caught_up,
+    consume_all,
     create_tenants,
     create_topic,
     end_offsets,
@@ -36,6 +36,7 @@ from tests.kafka_support import (
     stored_positions,
     story,
     unique_topic,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -79,20 +80,8 @@ def clean_run(noumena_for, base: Settings, bootstrap: str, topic: str, tenants: 
     settings = settings_for(base, bootstrap, topic, "clean", kafka_batch_size=500)
     noumena = noumena_for(settings)
     create_tenants(noumena, tenants)
-    consumer = SessionEventConsumer(noumena)
-    try:
-        consumer.run(until_idle=True)
-    finally:
-        consumer.close()
+    consume_all(noumena)
     return log_digest(noumena), dead_letter_inputs(settings)[1]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
 
 
 def stored_total(noumena: Noumena, topic: str, ends: dict[int, int]) -> int:

@@ -21,7 +21,7 @@ from projections.files import ProjectionFiles
 from projections.projector import Projector
 from projections.replay import replay
 from tests.conftest import TickingClock
-from tests.projection_support import Workload, content_hashes
+from tests.projection_support import Workload, content_hashes, first_line, table_differences
 
 pytestmark = pytest.mark.slow  # minutes, not seconds (`-m 'not slow'` for a quick loop)
 
@@ -66,7 +66,7 @@ def test_a_projector_killed_at_random_points_ends_equal_to_a_clean_rebuild(tmp_p
             process = subprocess.Popen([noumena, "project"], env=env, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE)
             assert process.stderr is not None
-            started = process.stderr.readline()  # "projecting into ...": imports and bootstrap are done
+            started = first_line(process)  # "projecting into ...": imports and bootstrap are done
             assert b"projecting into" in started, started + process.stderr.read()
             time.sleep(rng.uniform(0.2, 1.5))
             assert process.poll() is None, process.stderr.read().decode()
@@ -88,9 +88,11 @@ def test_a_projector_killed_at_random_points_ends_equal_to_a_clean_rebuild(tmp_p
         count, distinct = projector.con.execute(
             "SELECT count(*), count(DISTINCT position) FROM clock").fetchall()[0]
         assert count == distinct == app.log.max_position()
-    clean = replay(app.log, tmp_path / "clean.duckdb")
-    with duckdb.connect(str(clean.path), read_only=True) as con:
-        assert content_hashes(con) == live, f"seed {seed}"
+        clean = replay(app.log, tmp_path / "clean.duckdb")
+        with duckdb.connect(str(clean.path), read_only=True) as con:
+            rebuilt = content_hashes(con)
+        assert rebuilt == live, f"seed {seed}; rows that differ (here: the killed projector's):\n" + \
+            table_differences(projector.con, clean.path)
     if files.snapshot.exists():  # whatever was last published is a whole, usable database
         with duckdb.connect(str(files.snapshot), read_only=True) as con:
             con.execute("SELECT count(*) FROM facts_as_of(now())").fetchall()

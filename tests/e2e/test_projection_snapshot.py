@@ -19,7 +19,7 @@ from infra.bootstrap import bootstrap
 from infra.settings import Settings
 from projections.files import ProjectionFiles
 from tests.conftest import TickingClock
-from tests.projection_support import Workload
+from tests.projection_support import Workload, first_line
 
 READER = r"""
 import json, sys, time
@@ -75,7 +75,7 @@ def test_a_reader_process_runs_the_macros_on_the_snapshot_while_the_projector_wr
     projector = subprocess.Popen([str(bin_dir / "noumena"), "project"], env=env, stderr=subprocess.PIPE)
     try:
         assert projector.stderr is not None
-        assert b"projecting into" in projector.stderr.readline()  # imports and bootstrap are done
+        assert b"projecting into" in first_line(projector)  # imports and bootstrap are done
         writer.start()
         reader = subprocess.run([sys.executable, "-c", READER, str(files.snapshot), "4"], capture_output=True,
                                 text=True, timeout=60, check=True)

@@ -180,8 +180,11 @@ def test_a_forget_in_one_process_never_erases_facts_another_process_writes_meanw
                      reason="seed"))
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "300"],
                               cwd=Path(__file__).resolve().parents[2])
-    forgotten = 0
+    forgotten, deadline = 0, time.monotonic() + 300
     while writer.poll() is None:
+        if time.monotonic() > deadline:  # (bounded: a writer that stalls fails the test instead of the run)
+            writer.kill()
+            raise AssertionError("the writer process did not finish its 300 facts within 300 s")
         facts = sorted(app.service.ontology(T).facts)
         app.application.forget(T, f"fact:{facts[len(facts) // 2]}")
         forgotten += 1

@@ -62,7 +62,10 @@ def test_nothing_written_before_a_forget_event_stays_readable_while_three_writer
     for name in ("a", "b", "c"):  # (one after the other: two processes opening a new schema at once race on its DDL)
         writers.append(subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), settings.pg_schema, name,
                                          "300", backend], cwd=root))
-        while facts() < 20 * len(writers):
+        deadline = time.monotonic() + 120
+        while facts() < 20 * len(writers):  # (bounded: a writer that died or stalls fails the test, saying so)
+            assert all(w.poll() in (None, 0) for w in writers), [w.returncode for w in writers]
+            assert time.monotonic() < deadline, f"writer {name} wrote no 20 facts within 120 s"
             time.sleep(0.05)
     receipts = {}
     for person in PEOPLE:

@@ -14,8 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,10 +35,12 @@ from tests.kafka_support import (
     create_topic,
     kafka_bootstrap,
     log_rows,
+    run_until_idle,
     spawn_consumer,
     stored_event_ids,
     stored_positions,
     unique_topic,
+    wait_until,
 )
 
 pytestmark = pytest.mark.kafka
@@ -86,36 +86,6 @@ def send(bootstrap: str, topic: str, records: list[tuple[int, bytes | None, byte
         producer.send(topic, value=value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp)
     producer.flush(timeout=60)
     producer.close()
-
-
-def run_until_idle(consumer: SessionEventConsumer, timeout: float = 120) -> None:
-    """consumer.run(until_idle=True), failing (not hanging) if it does not return within `timeout`."""
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            consumer.run(stop, until_idle=True)
-        except BaseException as error:  # noqa: BLE001 (reported below)
-            failure.append(error)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join(timeout)
-    stalled = thread.is_alive()
-    stop.set()
-    thread.join(30)
-    assert not stalled, f"--until-idle did not return within {timeout} s"
-    if failure:
-        raise failure[0]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------------- nothing stops it
@@ -427,7 +397,7 @@ def test_replay_goes_by_original_timestamp_across_partitions_to_a_fixpoint_and_r
     # the CLI prints what it could not open, and says why
     env = consumer_env(settings)
     again = subprocess.run([sys.executable, "-m", "api", "dlq", "replay"], env=env, capture_output=True, text=True,
-                           cwd=REPO)
+                           cwd=REPO, timeout=120)
     assert again.returncode == 1
     assert "replayed 1: stored 0, still failing 1, not opened 1" in again.stdout
     said = " ".join(again.stderr.split())
@@ -435,14 +405,15 @@ def test_replay_goes_by_original_timestamp_across_partitions_to_a_fixpoint_and_r
 
     # discarded: kept visible with its reason, never replayed again
     discarded = subprocess.run([sys.executable, "-m", "api", "dlq", "discard", garbage.id, "--reason",
-                                "a test's garbage"], env=env, capture_output=True, text=True, cwd=REPO)
+                                "a test's garbage"], env=env, capture_output=True, text=True, cwd=REPO,
+                               timeout=120)
     assert discarded.returncode == 0, discarded.stderr
     assert dead_letters(noumena) == []
     (kept,) = [v for v in dead_letters(noumena, include_replayed=True) if v.discarded]
     assert kept.id == garbage.id and kept.status == "discarded: a test's garbage"
     assert kept.letter.letter.value == b"\x00 not json"
     listed = subprocess.run([sys.executable, "-m", "api", "dlq", "list", "--all", "--json"], env=env,
-                            capture_output=True, text=True, check=True, cwd=REPO)
+                            capture_output=True, text=True, check=True, cwd=REPO, timeout=120)
     rows = {row["id"]: row for row in map(json.loads, listed.stdout.splitlines())}
     assert rows[garbage.id]["discarded"] == "a test's garbage" and not rows[garbage.id]["pending"]
     assert replay(noumena).replayed == 0

@@ -34,6 +34,7 @@ from tests.kafka_support import (
     FAST_PARKING,
     Message,
     Story,
+    consume_all,
     consumer_env,
     create_park_topic,
     create_tenants,
@@ -41,6 +42,7 @@ from tests.kafka_support import (
     kafka_bootstrap,
     log_digest,
     produce,
+    run_until_idle,
     stored_event_ids,
     story,
     unique_topic,
@@ -61,15 +63,6 @@ def kafka_settings(bootstrap: str, tmp_path: Path) -> Settings:
     create_park_topic(bootstrap, topic)
     return Settings(home=tmp_path / "home", kafka_bootstrap=bootstrap, kafka_topic=topic, kafka_dlq_topic=dlq,
                     kafka_group=f"g-{topic}", kafka_batch_size=100, kafka_session_timeout_ms=6_000, **FAST_PARKING)
-
-
-def consume_all(noumena, **kwargs) -> SessionEventConsumer:  # type: ignore[no-untyped-def]
-    consumer = SessionEventConsumer(noumena, **kwargs)
-    try:
-        consumer.run(until_idle=True)
-    finally:
-        consumer.close()
-    return consumer
 
 
 def offsets_of(messages: list[Message], partitions: int) -> list[SourceCoordinates | None]:
@@ -187,17 +180,17 @@ def test_dead_letters_are_listed_and_replayed_after_the_fix(kafka_settings, noum
     env = consumer_env(kafka_settings)
 
     listed = subprocess.run([sys.executable, "-m", "api", "dlq", "list", "--json"], env=env, capture_output=True,
-                            text=True, check=True)
+                            text=True, check=True, timeout=120)
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
     assert [(r["source_offset"], r["field"], r["pending"]) for r in rows] == [
         (0, "payload.session_id", True), (1, "envelope", True)]
     table = subprocess.run([sys.executable, "-m", "api", "dlq", "list"], env=env, capture_output=True, text=True,
-                           check=True)
+                           check=True, timeout=120)
     assert "not known" in table.stdout and "pending" in table.stdout
 
     noumena.service.execute(StartSession(tenant="acme", session_id="s9", agent="agent:sales"))  # the fix
     replayed = subprocess.run([sys.executable, "-m", "api", "dlq", "replay"], env=env, capture_output=True,
-                              text=True)
+                              text=True, timeout=120)
 
     assert replayed.returncode == 1, replayed.stderr
     assert "replayed 2: stored 1, still failing 1" in replayed.stdout
@@ -205,7 +198,8 @@ def test_dead_letters_are_listed_and_replayed_after_the_fix(kafka_settings, noum
     pending = dead_letters(noumena)
     assert [(v.letter.letter.source.offset, v.letter.letter.attempt) for v in pending] == [(1, 2)]
     assert len(dead_letters(noumena, include_replayed=True)) == 2
-    again = subprocess.run([sys.executable, "-m", "api", "dlq", "replay"], env=env, capture_output=True, text=True)
+    again = subprocess.run([sys.executable, "-m", "api", "dlq", "replay"], env=env, capture_output=True, text=True,
+                           timeout=120)
     assert "replayed 1: stored 0, still failing 1" in again.stdout
     assert stored_event_ids(noumena).count("m1") == 1
 
@@ -242,7 +236,7 @@ def test_metrics_are_prometheus_text_over_http(kafka_settings, noumena_for):
     consumer = SessionEventConsumer(noumena)
     server = serve_metrics(0)  # prometheus_client's server of the process's one registry
     try:
-        consumer.run(until_idle=True)
+        run_until_idle(consumer)
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             content_type, text = response.headers["Content-Type"], response.read().decode()
@@ -302,7 +296,8 @@ def test_the_producer_helper_validates_and_keys_by_main_session(kafka_settings):
 
 
 def test_the_schema_command_documents_the_envelope_for_other_languages():
-    printed = subprocess.run([sys.executable, "-m", "api", "schema"], capture_output=True, text=True, check=True)
+    printed = subprocess.run([sys.executable, "-m", "api", "schema"], capture_output=True, text=True, check=True,
+                             timeout=120)
     schema = json.loads(printed.stdout)
     assert schema["$schema"].endswith("2020-12/schema") and "session.compacted" in printed.stdout
 
