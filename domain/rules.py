@@ -220,7 +220,7 @@ def _assert_value(state: Ontology, cmd: c.Command, now: datetime, key: tuple[str
                   ) -> tuple[list[DomainEvent], FactAsserted, bool]:
     """Assert a new value; under a functional relation, place it into its timeline (domain/timelines.py).
     Returns the events, the new fact's assertion, and whether it is current."""
-    new_id = fact_id_for(cmd.tenant, key, state.generations.get(key, 0))
+    new_id = _new_fact_id(state, cmd.tenant, key)
     if not functional:
         asserted = validated(FactAsserted, {**fields, "fact_id": new_id, "valid_from": start, "valid_to": end})
         return [asserted], asserted, True
@@ -228,7 +228,7 @@ def _assert_value(state: Ontology, cmd: c.Command, now: datetime, key: tuple[str
     if reachable is None:
         reachable = _reachable(state, slot, start)
     plan = timelines.place(reachable, new_id, start, end, placed_is_new=True, placed_current=False)
-    remainder_id = _remainder_id(state, cmd, plan, key)
+    remainder_id = _remainder_id(state, cmd, plan, taken=new_id)
     events = _neighbour_events(state, cmd, now, plan, remainder_id, provenance, fields)
     events += _remainder_events(state, cmd, now, plan, remainder_id, new_id, provenance)
     placed = plan.placed
@@ -253,13 +253,23 @@ def _real(fact_id: str | None, remainder_id: str | None) -> str | None:
     return remainder_id if fact_id == timelines.REMAINDER else fact_id
 
 
-def _remainder_id(state: Ontology, cmd: c.Command, plan: timelines.Plan, placed_key: tuple[str, str, str, str]
-                  ) -> str | None:
+def _new_fact_id(state: Ontology, tenant: str, key: tuple[str, str, str, str], taken: str | None = None) -> str:
+    """The id of the next fact asserted anew for `key`: numbered by how many were asserted for it before, past any
+    id the tenant already holds (a log written before remainders of corrections were numbered this way has
+    some) and past `taken` (an id the same write asserts first)."""
+    generation = state.generations.get(key, 0)
+    while (fact_id := fact_id_for(tenant, key, generation)) in state.facts or fact_id == taken:
+        generation += 1
+    return fact_id
+
+
+def _remainder_id(state: Ontology, cmd: c.Command, plan: timelines.Plan, taken: str | None = None) -> str | None:
+    """The id of the new fact that continues a neighbour split by a placed or corrected value. `taken`: the id of a
+    value the same write asserts anew (a corrected fact takes none: it keeps its own)."""
     if plan.remainder is None:
         return None
     split = state.facts[str(plan.remainder.split_from)]
-    key = state.key_for(*split.key)
-    return fact_id_for(cmd.tenant, key, state.generations.get(key, 0) + (1 if key == placed_key else 0))
+    return _new_fact_id(state, cmd.tenant, state.key_for(*split.key), taken)
 
 
 def _neighbour_events(state: Ontology, cmd: c.Command, now: datetime, plan: timelines.Plan,
@@ -467,8 +477,7 @@ def correct_fact(cmd: c.CorrectFact, state: Ontology, now: datetime) -> list[Dom
     plan = timelines.place(timelines.timeline(state.facts, state.slots.get(slot, []), exclude=fact.fact_id),
                            fact.fact_id, start, end, placed_is_new=False,
                            placed_current=fact.status is FactStatus.CURRENT)
-    key = state.key_for(*fact.key)
-    remainder_id = _remainder_id(state, cmd, plan, key)
+    remainder_id = _remainder_id(state, cmd, plan)
     fields = {"relation": fact.relation, "object": fact.object}
     events = _neighbour_events(state, cmd, now, plan, remainder_id, provenance, fields)
     placed = plan.placed

@@ -310,3 +310,25 @@ def test_a_log_holding_a_v1_corroboration_still_folds_and_projects(app, tmp_path
         projector.catch_up()
         assert projector.con.execute("SELECT change, valid_from FROM fact_changes ORDER BY position").fetchall() \
             == [("asserted", day(10)), ("corroborated", None)]
+
+
+def test_a_correction_that_splits_a_value_of_the_same_key_gives_its_remainder_an_id_no_later_fact_takes(app) -> None:
+    """A corrected fact moved inside a later value of its own key splits it; the remainder is a new fact. It was
+    numbered as if the corrected fact had been asserted anew, so the next assertion of that key took the same
+    id and overwrote it (seen as a projection that differed from its rebuild, depending on batch boundaries)."""
+    first = stage(app, "draft", day(1), day(2))[-1].fact_id
+    stage(app, "review", day(2), day(3))
+    stage(app, "draft", day(3))  # the draft again: a second fact of the same key
+    corrected = app.service.execute(c.CorrectFact(tenant=T, fact_id=first, reason="moved", valid_from=day(5),
+                                                  valid_to=day(6))).events
+    (remainder,) = [e for e in corrected if type(e).__name__ == "FactAsserted"]
+    assert (remainder.valid_from, remainder.valid_to) == (day(6), None)
+    state = app.service.ontology(T)
+    for fact in [f for f in state.facts.values() if f.object == "stage:draft" and f.status is FactStatus.CURRENT]:
+        app.service.execute(c.InvalidateFact(tenant=T, fact_id=fact.fact_id, reason="no draft any more"))
+    again = stage(app, "draft", day(-10), day(-5))[-1]  # asserted anew: no draft is current
+
+    asserted = [x.event.fact_id for x in app.log.read(0, 10_000) if type(x.event).__name__ == "FactAsserted"]
+    assert len(asserted) == len(set(asserted)) == 5
+    assert again.fact_id != remainder.fact_id
+    assert app.service.ontology(T).facts[remainder.fact_id].valid_from == day(6)  # not overwritten
