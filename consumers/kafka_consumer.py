@@ -58,6 +58,13 @@ def _listener_base() -> type:
     return ConsumerRebalanceListener  # type: ignore[no-any-return]
 
 
+METADATA_MAX_AGE_MS = 5_000
+"""kafka-python 3's network thread waits in select() without a timeout when it has no timer due, and a task handed
+to it from another thread can miss its wake-up: a poll then waited until the next timer, the metadata refresh
+(every 5 minutes by default), and `--until-idle` runs stalled for minutes (the clean-clone CI hang). Refreshing
+the metadata every 5 s keeps a timer due, so such a poll goes on within 5 s; it costs one small request."""
+
+
 class _BatchesFailed(Exception):
     """Some batches of a poll failed transiently; they are read again."""
 
@@ -92,6 +99,9 @@ class SessionEventConsumer:
         self._paused: dict[Any, int] = {}
         """Park partitions waiting for their next record's retry_at (ms since the epoch)."""
         self._group = settings.kafka_group
+        self._rebalanced: list[tuple[str, list[Any]]] = []
+        """Partitions revoked and assigned, in order, noted by the rebalance listener for `_apply_rebalance`."""
+        self._rebalanced_lock = threading.Lock()
         self.waiting_for = "the first poll"
         """With until_idle: what the consumer last found it still waits for before it is caught up."""
         self.instance_id, self._slot = instance_identity(settings)
@@ -107,6 +117,7 @@ class SessionEventConsumer:
             "heartbeat_interval_ms": max(100, min(3_000, settings.kafka_session_timeout_ms // 3)),
             "fetch_max_wait_ms": min(500, settings.kafka_poll_timeout_ms),
             "max_partition_fetch_bytes": 8 * 1024 * 1024,
+            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
         } | (consumer_options or {})
         try:
             try:
@@ -160,21 +171,43 @@ class SessionEventConsumer:
     # ------------------------------------------------------------------ assignment
 
     def _rebalance_listener(self) -> Any:
+        """kafka-python 3 calls a rebalance listener on its network thread, while this consumer's thread may be
+        inside a poll: the listener only notes what changed (and pauses what it was given, so nothing of it is
+        fetched before it is sought); the consumer's own thread applies it before its next poll
+        (`_apply_rebalance`). Reading the event log there, or changing this consumer's state under a running round,
+        would block the network loop (heartbeats too) and race with the round."""
         consumer = self
 
         class Listener(_listener_base()):  # type: ignore[misc]
             def on_partitions_revoked(self, revoked: Any) -> None:
-                for tp in revoked:
-                    consumer._stored.pop(tp, None)
-                    consumer._acked.pop(tp, None)
-                    consumer._paused.pop(tp, None)
-                    consumer.metrics.forget_partition((tp.topic, tp.partition))
-                consumer._processor.forget_heads()
+                with consumer._rebalanced_lock:
+                    consumer._rebalanced.append(("revoked", list(revoked)))
 
             def on_partitions_assigned(self, assigned: Any) -> None:
-                consumer._seek_to_stored(assigned)
+                consumer._consumer.pause(*assigned)
+                with consumer._rebalanced_lock:
+                    consumer._rebalanced.append(("assigned", list(assigned)))
 
         return Listener()
+
+    def _apply_rebalance(self) -> None:
+        """What the listener noted, in order, on this consumer's thread: forget revoked partitions; resume assigned
+        ones right after the offset stored in the event log (or at their beginning)."""
+        with self._rebalanced_lock:
+            changes, self._rebalanced = self._rebalanced, []
+        for change, partitions in changes:
+            if change == "revoked":
+                for tp in partitions:
+                    self._stored.pop(tp, None)
+                    self._acked.pop(tp, None)
+                    self._paused.pop(tp, None)
+                    self.metrics.forget_partition((tp.topic, tp.partition))
+                self._processor.forget_heads()
+                continue
+            assigned = self._consumer.assignment()
+            mine = [tp for tp in partitions if tp in assigned]
+            self._seek_to_stored(mine)
+            self._consumer.resume(*mine)
 
     def _seek_to_stored(self, partitions: Any) -> None:
         """Resume each partition right after the last offset stored in the event log (or at its beginning)."""
@@ -215,6 +248,7 @@ class SessionEventConsumer:
     def _round(self, until_idle: bool, exit_if_poll_stalls_s: float | None) -> bool:
         """One poll and the batches it brought; True when, with until_idle, every assigned partition is stored.
         Raises `KafkaError` when the poll fails, `_BatchesFailed` when a batch failed and will be read again."""
+        self._apply_rebalance()
         self._resume_due()
         if exit_if_poll_stalls_s:
             faulthandler.dump_traceback_later(exit_if_poll_stalls_s, exit=True)

@@ -20,7 +20,7 @@ from tests.conftest import TickingClock
 from tests.projection_support import Workload, content_hashes, table_differences
 from tests.properties import examples
 
-COMMANDS = 700
+COMMANDS = 500
 
 
 class LogUntil:
@@ -54,7 +54,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Noumena,
     app.close()
 
 
-@settings(max_examples=examples(0.1))
+@settings(max_examples=examples(0.03))
 @given(stops=st.lists(st.integers(1, 2_000), min_size=1, max_size=8),
        sizes=st.lists(st.sampled_from([1, 2, 3, 7, 40, 300, 2_000]), min_size=1, max_size=9))
 def test_a_projector_stopped_at_any_positions_and_resumed_ends_equal_to_a_clean_rebuild(
