@@ -177,7 +177,7 @@ class OntologyService:
                 if self._snapshots is not None:
                     self._forgot.update(p.tenant for p in pending if isinstance(p.event, SubjectForgotten))
                     for state in states.values():  # (as the state grows: a snapshot costs time as its size)
-                        self._snapshot_if_behind(state, max(self._snapshots.every, state.version // 2))
+                        self._snapshot_if_behind(state, max(self._snapshots.every, state.version))
                 if positions:
                     self.last_position = positions[-1]
                 return BatchResult(outcomes, positions)
@@ -299,7 +299,7 @@ class OntologyService:
         if self._snapshots is not None:
             # after a long fold at once (a start), so the next start is short; otherwise as the state grows
             every = self._snapshots.every
-            self._snapshot_if_behind(state, every if len(events) >= every else max(every, state.version // 2))
+            self._snapshot_if_behind(state, every if len(events) >= every else max(every, state.version))
         return state
 
     def _now(self) -> datetime:
