@@ -197,28 +197,74 @@ class EventsourcingLog:
     def count_sealed_with(self, deleted: Iterable[str], page: int = 5000, tenant: str | None = None) -> int:
         """How many stored events have content sealed with one of the `deleted` keys (by name; a member of a
         deleted group key counts unless its own key was stored when the group was split): a forget receipt's
-        "events affected". Reads only each event's header (no decryption), and only `tenant`'s stream when named
-        (a tenant's keys seal only its own events), so a forget in a small tenant never reads a large one's."""
+        "events affected". Reads only each event's key name (no decryption), and only `tenant`'s stream when
+        named (a tenant's keys seal only its own events), so a forget in a small tenant never reads a large one's.
+
+        The store counts the events per key name itself (`key_name_counts`: one SQL query on SQLite and
+        PostgreSQL), so this process's interpreter only sees each distinct key name once, with one key lookup
+        each: a forget in a busy tenant does not hold the interpreter lock for a pass over its events."""
         from infra.keys.derivation import derived_name
-        from infra.sealed_format import read_sealed
 
         gone = set(deleted)
         if not gone:
             return 0
         count = 0
-        for states in self._pages(page, tenant):
-            for state in states:
-                if 0 not in state:
-                    continue
-                name = read_sealed(state).key_name
-                if name in gone:
-                    count += 1
-                    continue
-                derived = derived_name(name)
-                if derived is not None and derived[1] in gone and self.keys is not None and \
-                        self.keys.get(name) is None:
-                    count += 1
+        for name, events in self.key_name_counts(tenant, page).items():
+            if name in gone:
+                count += events
+                continue
+            derived = derived_name(name)
+            if derived is not None and derived[1] in gone and self.keys is not None and self.keys.get(name) is None:
+                count += events
         return count
+
+    def key_name_counts(self, tenant: str | None = None, page: int = 5000) -> dict[str, int]:
+        """Key name -> how many stored events (of `tenant`'s stream, or of the whole log) are sealed with it.
+        SQLite and PostgreSQL count in the store from each state's header (infra/sealed_format.py: the byte 0
+        after the JSON, a format byte, the key name's length in two bytes, the key name); another recorder is
+        read a page at a time."""
+        with store_failures("counting the events sealed with each key"):
+            if isinstance(self.recorder, SQLiteProcessRecorder):
+                rows = self._sqlite_key_name_counts(tenant)
+            elif type(self.recorder).__module__ == "eventsourcing.postgres":
+                rows = self._postgres_key_name_counts(tenant)
+            else:
+                from infra.sealed_format import read_sealed
+
+                counts: dict[str, int] = {}
+                for states in self._pages(page, tenant):
+                    for state in states:
+                        if 0 in state:
+                            name = read_sealed(state).key_name
+                            counts[name] = counts.get(name, 0) + 1
+                return counts
+        return {bytes(name).decode(): int(events) for name, events in rows}
+
+    def _sqlite_key_name_counts(self, tenant: str | None) -> list[tuple[bytes, int]]:
+        recorder: Any = self.recorder
+        # SQLite has no function for a byte's value; instr() of the one-byte blob in the 256 bytes 00..ff is it + 1.
+        byte_at = "(instr(x'" + bytes(range(256)).hex() + "', substr(state, {}, 1)) - 1)"
+        statement = (f"SELECT substr(state, cut + 4, {byte_at.format('cut + 2')} * 256 + {byte_at.format('cut + 3')})"
+                     f" AS name, count(*) FROM (SELECT state, instr(state, x'00') AS cut FROM "
+                     f"{recorder.events_table_name}{' WHERE originator_id = ?' if tenant is not None else ''}) "
+                     "WHERE cut > 0 GROUP BY name")
+        with recorder.datastore.transaction(commit=False) as c:
+            c.execute(statement, [stream_id(tenant)] if tenant is not None else [])
+            return [(row[0], row[1]) for row in c.fetchall()]
+
+    def _postgres_key_name_counts(self, tenant: str | None) -> list[tuple[bytes, int]]:
+        from psycopg.sql import SQL, Identifier
+
+        recorder: Any = self.recorder
+        statement = SQL(
+            "SELECT substring(state from cut + 4 for get_byte(state, cut + 1) * 256 + get_byte(state, cut + 2)) "
+            "AS name, count(*) AS events FROM (SELECT state, position('\\x00'::bytea in state) AS cut "
+            "FROM {schema}.{table}" + (" WHERE originator_id = %s" if tenant is not None else "") + ") AS sealed "
+            "WHERE cut > 0 GROUP BY name"
+        ).format(schema=Identifier(recorder.datastore.schema), table=Identifier(recorder.events_table_name))
+        with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, [stream_id(tenant)] if tenant is not None else [])
+            return [(row["name"], row["events"]) for row in curs.fetchall()]
 
     def _pages(self, page: int, tenant: str | None) -> Iterator[list[bytes]]:
         """The stored states of the whole log (or of `tenant`'s stream), a page at a time."""

@@ -93,3 +93,29 @@ def test_forgetting_redacts_the_rejected_lines_that_name_the_subject_in_every_re
     assert b"MARKER-X" not in data and b"KEEP-Y" in data and b"KEEP-OTHER" in data
     rows = [json.loads(line) for line in data.splitlines()]
     assert [r["line"] for r in rows] == [1, 2, 3, 4] and [r["input"] for r in rows][:2] == ["[forgotten]"] * 2
+
+
+def test_the_store_counts_events_per_key_name_as_reading_each_events_header_does(make_noumena, backend):
+    from infra.keys.derivation import derived_name
+    from infra.sealed_format import read_sealed
+
+    noumena = make_noumena(backend, clock=TickingClock())
+    _plant(noumena)
+    noumena.service.execute(c.CreateTenant(tenant="other"))
+    noumena.service.execute(c.RegisterEntity(tenant="other", ref="person:z", label="z's label"))
+    noumena.application.forget(T, "person:y")
+    by_header: dict[str | None, dict[str, int]] = {None: {}, T: {}, "other": {}}
+    for logged in noumena.log.recorder.select_notifications(start=0, limit=10_000):
+        if 0 in logged.state:
+            name = read_sealed(logged.state).key_name
+            for where in (None, logged.originator_id.removeprefix("tenant:")):
+                by_header[where][name] = by_header[where].get(name, 0) + 1
+    assert len(by_header[T]) >= 3 and by_header["other"]
+    for tenant, expected in by_header.items():
+        assert noumena.log.key_name_counts(tenant) == expected
+    # the receipt's rule, event by event: sealed with a deleted key, or with a member of a deleted group key
+    # whose own key was not kept
+    deleted, keys = set(getattr(noumena.log.keys, "deleted", ())), noumena.log.keys
+    affected = sum(count for name, count in by_header[T].items() if name in deleted or (
+        (member := derived_name(name)) is not None and member[1] in deleted and keys.get(name) is None))
+    assert noumena.log.count_sealed_with(deleted, tenant=T) == affected > 0
