@@ -209,13 +209,17 @@ class EventsourcingLog:
         if not gone:
             return 0
         count = 0
+        members: dict[str, int] = {}  # sealed with a member of a deleted group key: counts unless kept on its own
         for name, events in self.key_name_counts(tenant, page).items():
             if name in gone:
                 count += events
-                continue
-            derived = derived_name(name)
-            if derived is not None and derived[1] in gone and self.keys is not None and self.keys.get(name) is None:
-                count += events
+            elif (derived := derived_name(name)) is not None and derived[1] in gone and self.keys is not None:
+                members[name] = events
+        if members:
+            stored_among = getattr(self.keys, "stored_among", None)
+            kept = (stored_among(members) if stored_among is not None else
+                    {name for name in members if self.keys is not None and self.keys.get(name) is not None})
+            count += sum(events for name, events in members.items() if name not in kept)
         return count
 
     def key_name_counts(self, tenant: str | None = None, page: int = 5000) -> dict[str, int]:

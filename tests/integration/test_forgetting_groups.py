@@ -121,6 +121,8 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
     (doomed,) = [f for f in state.facts.values() if f.object == "file:b"]
     report = app.application.forget(T, f"fact:{doomed.fact_id}")
     assert report.keys_deleted == 1  # the group's key; the other two members' keys are now stored on their own
+    # only the forgotten fact's event: its siblings' events were sealed with the same group, but their keys stay
+    assert report.receipt is not None and report.receipt.events_affected == 1
     assert keys._db.execute("SELECT count(*) FROM data_keys").fetchone()[0] == rows_before + 1  # noqa: SLF001
     assert group_key not in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
     reasons = {f.object: f.reason for f in app.service.ontology(T).facts.values()}
