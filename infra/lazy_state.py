@@ -75,7 +75,39 @@ class RecordSource:
             raise
 
 
-class LazyMap(MutableMapping[Any, Any]):
+class _OnDemand:
+    """What a map and a set read on demand share: reading every bucket the first time the whole is asked for (an
+    iteration, a length), then working from memory. `_mem` holds what was read; `_take` adds one bucket's entries."""
+
+    __slots__ = ()
+    source: RecordSource
+    index: int
+    complete: bool
+    _mem: Any
+
+    def _take(self, entries: dict[Any, Any]) -> None:
+        raise NotImplementedError
+
+    def load_all(self) -> None:
+        if self.complete:
+            return
+        with self.source.lock:
+            if self.complete:
+                return
+            for entries in self.source.read_all(self.index):
+                self._take(entries)
+            self.complete = True
+
+    def __iter__(self) -> Iterator[Any]:
+        self.load_all()
+        return iter(self._mem)
+
+    def __len__(self) -> int:
+        self.load_all()
+        return len(self._mem)
+
+
+class LazyMap(_OnDemand, MutableMapping[Any, Any]):
     """A dict whose entries are read from a snapshot on first use (see the module's docstring)."""
 
     __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
@@ -143,24 +175,6 @@ class LazyMap(MutableMapping[Any, Any]):
             del self._mem[key]
             self._gone.add(key)
 
-    def load_all(self) -> None:
-        if self.complete:
-            return
-        with self.source.lock:
-            if self.complete:
-                return
-            for entries in self.source.read_all(self.index):
-                self._take(entries)
-            self.complete = True
-
-    def __iter__(self) -> Iterator[Any]:
-        self.load_all()
-        return iter(self._mem)
-
-    def __len__(self) -> int:
-        self.load_all()
-        return len(self._mem)
-
     def keys(self) -> KeysView[Any]:
         self.load_all()
         return self._mem.keys()
@@ -211,7 +225,7 @@ def _changed_buckets(held: LazyMap | LazySet, mem: Any) -> dict[int, dict[Any, A
     return buckets
 
 
-class LazySet(MutableSet[Any]):
+class LazySet(_OnDemand, MutableSet[Any]):
     """A set whose members are looked up in a snapshot on first use (see the module's docstring)."""
 
     __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
@@ -250,24 +264,6 @@ class LazySet(MutableSet[Any]):
         with self.source.lock:
             self._mem.discard(item)
             self._gone.add(item)
-
-    def load_all(self) -> None:
-        if self.complete:
-            return
-        with self.source.lock:
-            if self.complete:
-                return
-            for entries in self.source.read_all(self.index):
-                self._take(entries)
-            self.complete = True
-
-    def __iter__(self) -> Iterator[Any]:
-        self.load_all()
-        return iter(self._mem)
-
-    def __len__(self) -> int:
-        self.load_all()
-        return len(self._mem)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, (set, frozenset, LazySet)):
