@@ -76,17 +76,35 @@ class RecordSource:
 
 
 class _OnDemand:
-    """What a map and a set read on demand share: reading every bucket the first time the whole is asked for (an
-    iteration, a length), then working from memory. `_mem` holds what was read; `_take` adds one bucket's entries."""
+    """What a map and a set read on demand share: what was read (`_mem`), what was deleted since the snapshot
+    (`_gone`), which buckets were read; reading a key's bucket on a miss, every bucket the first time the whole is
+    asked for (an iteration, a length), and the buckets a snapshot of changes must write. `_take` adds one bucket's
+    entries to `_mem`."""
 
-    __slots__ = ()
-    source: RecordSource
-    index: int
-    complete: bool
+    __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
     _mem: Any
+
+    def __init__(self, source: RecordSource, index: int) -> None:
+        self._gone: set[Any] = set()
+        """Keys deleted since the snapshot: never read from it again."""
+        self._buckets: set[int] = set()
+        """The snapshot's buckets read (every key of theirs not in memory is absent or deleted)."""
+        self.source = source
+        self.index = index
+        self.complete = False
+        """Every bucket of the snapshot is read (after an iteration or a count)."""
 
     def _take(self, entries: dict[Any, Any]) -> None:
         raise NotImplementedError
+
+    def _read_bucket_of(self, key: object) -> None:
+        """Read the bucket that would hold `key`, unless it is in memory, deleted, or its bucket was read. Under
+        the source's lock."""
+        if key not in self._mem and key not in self._gone:
+            bucket = self.source.bucket_of(self.index, key)
+            if bucket not in self._buckets:
+                self._take(self.source.read(self.index, bucket))
+                self._buckets.add(bucket)
 
     def load_all(self) -> None:
         if self.complete:
@@ -106,22 +124,34 @@ class _OnDemand:
         self.load_all()
         return len(self._mem)
 
+    def changed_buckets(self) -> dict[int, dict[Any, Any]]:
+        """What a snapshot of this state must write over the one it was loaded from: every bucket with an entry
+        read, changed, added or deleted, whole (a bucket not read yet is read first). Under the source's lock."""
+        bucket_of, index, mem = self.source.bucket_of, self.index, self._mem
+        of_key = {key: bucket_of(index, key) for key in mem}
+        touched = set(of_key.values()) | {bucket_of(index, key) for key in self._gone}
+        if not self.complete:
+            for bucket in touched - self._buckets:
+                entries = self.source.read(index, bucket)
+                self._take(entries)
+                self._buckets.add(bucket)
+                of_key.update((key, bucket) for key in entries if key in mem)
+        buckets: dict[int, dict[Any, Any]] = {bucket: {} for bucket in touched}
+        values = mem if isinstance(mem, dict) else dict.fromkeys(mem)
+        for key, bucket in of_key.items():
+            if key in values:
+                buckets[bucket][key] = values[key]
+        return buckets
+
 
 class LazyMap(_OnDemand, MutableMapping[Any, Any]):
     """A dict whose entries are read from a snapshot on first use (see the module's docstring)."""
 
-    __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
+    __slots__ = ()
 
     def __init__(self, source: RecordSource, index: int) -> None:
+        super().__init__(source, index)
         self._mem: dict[Any, Any] = {}
-        self._gone: set[Any] = set()
-        """Keys deleted since the snapshot: never read from it again."""
-        self._buckets: set[int] = set()
-        """The snapshot's buckets read (every key of theirs not in memory is absent or deleted)."""
-        self.source = source
-        self.index = index
-        self.complete = False
-        """Every bucket of the snapshot is read (after an iteration or a count)."""
 
     def _take(self, entries: dict[Any, Any]) -> None:
         mem, gone = self._mem, self._gone
@@ -133,12 +163,8 @@ class LazyMap(_OnDemand, MutableMapping[Any, Any]):
         if self.complete:
             return False, None
         with self.source.lock:
+            self._read_bucket_of(key)
             mem = self._mem
-            if key not in mem and key not in self._gone:
-                bucket = self.source.bucket_of(self.index, key)
-                if bucket not in self._buckets:
-                    self._take(self.source.read(self.index, bucket))
-                    self._buckets.add(bucket)
             if key in mem:
                 return True, mem[key]
             return False, None
@@ -201,42 +227,14 @@ class LazyMap(_OnDemand, MutableMapping[Any, Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         return dict, (dict(self.items()),)  # (pickled whole, as the dict it stands for)
 
-    def changed_buckets(self) -> dict[int, dict[Any, Any]]:
-        """What a snapshot of this state must write over the one it was loaded from: every bucket with an entry
-        read, changed, added or deleted, whole (a bucket not read yet is read first). Under the source's lock."""
-        return _changed_buckets(self, self._mem)
-
-
-def _changed_buckets(held: LazyMap | LazySet, mem: Any) -> dict[int, dict[Any, Any]]:
-    bucket_of, index = held.source.bucket_of, held.index
-    of_key = {key: bucket_of(index, key) for key in mem}
-    touched = set(of_key.values()) | {bucket_of(index, key) for key in held._gone}  # noqa: SLF001
-    if not held.complete:
-        for bucket in touched - held._buckets:  # noqa: SLF001
-            entries = held.source.read(index, bucket)
-            held._take(entries)  # noqa: SLF001
-            held._buckets.add(bucket)  # noqa: SLF001
-            of_key.update((key, bucket) for key in entries if key in mem)
-    buckets: dict[int, dict[Any, Any]] = {bucket: {} for bucket in touched}
-    values = mem if isinstance(mem, dict) else dict.fromkeys(mem)
-    for key, bucket in of_key.items():
-        if key in values:
-            buckets[bucket][key] = values[key]
-    return buckets
-
-
 class LazySet(_OnDemand, MutableSet[Any]):
     """A set whose members are looked up in a snapshot on first use (see the module's docstring)."""
 
-    __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
+    __slots__ = ()
 
     def __init__(self, source: RecordSource, index: int) -> None:
+        super().__init__(source, index)
         self._mem: set[Any] = set()
-        self._gone: set[Any] = set()
-        self._buckets: set[int] = set()
-        self.source = source
-        self.index = index
-        self.complete = False
 
     def _take(self, entries: dict[Any, Any]) -> None:
         mem, gone = self._mem, self._gone
@@ -248,11 +246,7 @@ class LazySet(_OnDemand, MutableSet[Any]):
         if self.complete:
             return False
         with self.source.lock:
-            if item not in self._mem and item not in self._gone:
-                bucket = self.source.bucket_of(self.index, item)
-                if bucket not in self._buckets:
-                    self._take(self.source.read(self.index, bucket))
-                    self._buckets.add(bucket)
+            self._read_bucket_of(item)
             return item in self._mem
 
     def add(self, item: Any) -> None:
@@ -283,5 +277,3 @@ class LazySet(_OnDemand, MutableSet[Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         return set, (set(self),)
 
-    def changed_buckets(self) -> dict[int, dict[Any, Any]]:
-        return _changed_buckets(self, self._mem)

@@ -242,31 +242,20 @@ def test_consolidation_reads_a_whole_state_while_ingestion_writes_the_tenant_on_
     ingestion applies events to it on other threads. It reads under the service's lock, so it never meets a
     dict that changes size as it iterates ("dictionary changed size during iteration" killed the background
     consolidation thread before), and every compaction is consolidated."""
-    import sys
-    import threading
+    from tests.race_support import writer_beside
 
     n = make_noumena("popo")
     _org(n)
     n.service.execute_batch([c.RegisterEntity(tenant=T, ref=f"person:p{i}", label=f"Person {i}")
                              for i in range(3_000)], all_or_nothing=True)
-    stop, written, failures = threading.Event(), [0], []
 
-    def ingest() -> None:  # another writer: a new entity and a message, as fast as the service takes them
-        try:
-            while not stop.is_set():
-                i = written[0] = written[0] + 1
-                n.service.execute_batch([
-                    c.RegisterEntity(tenant=T, ref=f"person:new{i}", label=f"Newcomer {i}"),
-                    c.AppendMessage(tenant=T, session_id="wang-main", message_id=f"w{i}", role="user",
-                                    content=f"message {i}")])
-        except Exception as error:  # (seen by the assertion below)
-            failures.append(error)
+    def ingest(i: int) -> None:  # another writer: a new entity and a message, as fast as the service takes them
+        n.service.execute_batch([
+            c.RegisterEntity(tenant=T, ref=f"person:new{i}", label=f"Newcomer {i}"),
+            c.AppendMessage(tenant=T, session_id="wang-main", message_id=f"w{i}", role="user",
+                            content=f"message {i}")])
 
-    switching = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # threads take turns often: the race shows in a few rounds when it is there
-    writer = threading.Thread(target=ingest, daemon=True)
-    writer.start()
-    try:
+    with writer_beside(ingest) as writer:
         for k in range(25):
             n.service.execute(c.CompactSession(tenant=T, session_id="wang-main", through_message_id=f"k{k}",
                                                mentions=({"ref": "person:li", "label": "李总"},
@@ -275,12 +264,8 @@ def test_consolidation_reads_a_whole_state_while_ingestion_writes_the_tenant_on_
                                                        "object": f"person:p{k}"},)))
             reports = n.consolidation.run_pending(T)
             assert [r.status for r in reports] == [ConsolidationStatus.COMPLETED], reports
-    finally:
-        stop.set()
-        writer.join(30)
-        sys.setswitchinterval(switching)
 
-    assert not failures and written[0] > 25
+    assert not writer.failures and writer.written > 25
     state = n.service.ontology(T)
     assert len(state.compactions) == 25
     assert {k.status for k in state.compactions.values()} == {ConsolidationStatus.COMPLETED}

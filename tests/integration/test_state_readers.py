@@ -8,8 +8,6 @@ it met "dictionary changed size during iteration" (a 500 for a request); every r
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,6 +18,7 @@ import pytest
 from api.auth import Caller
 from domain import commands as c
 from infra.bootstrap import Noumena
+from tests.race_support import writer_beside
 
 T = "acme"
 AGENT = "agent:wang-assistant"
@@ -61,45 +60,30 @@ def test_a_reader_that_walks_the_state_never_meets_a_map_another_thread_grows(ma
     n = make_noumena("sqlite")
     _seeded(n)
     read = READERS[reader]
-    stop, written, failures = threading.Event(), [0], []
 
-    def write() -> None:
-        try:
-            while not stop.is_set():
-                i = written[0] + 1
-                n.service.execute_batch([
-                    c.RegisterEntity(tenant=T, ref=f"person:new{i}", label=f"Newcomer {i}", needs_review=i % 2 == 0),
-                    c.DispatchWorker(tenant=T, session_id="wang-main", worker_session_id=f"w{i}",
-                                     task=f"task {i}", about=("person:li",)),
-                    c.AssertFact(tenant=T, subject="person:li", relation="knows", object=f"person:new{i}"),
-                    c.AssertFact(tenant=T, subject=AGENT, relation="serves", object=f"person:new{i}"),
-                ], all_or_nothing=True)
-                written[0] = i
-        except Exception as error:  # (seen by the assertion below)
-            failures.append(error)
+    def write(i: int) -> None:
+        n.service.execute_batch([
+            c.RegisterEntity(tenant=T, ref=f"person:new{i}", label=f"Newcomer {i}", needs_review=i % 2 == 0),
+            c.DispatchWorker(tenant=T, session_id="wang-main", worker_session_id=f"w{i}",
+                             task=f"task {i}", about=("person:li",)),
+            c.AssertFact(tenant=T, subject="person:li", relation="knows", object=f"person:new{i}"),
+            c.AssertFact(tenant=T, subject=AGENT, relation="serves", object=f"person:new{i}"),
+        ], all_or_nothing=True)
 
-    switching = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # threads take turns often: a race shows within a few reads when it is there
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
     reads, errors = 0, []
-    try:
+    with writer_beside(write) as writer:
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline or written[0] < 5:
+        while time.monotonic() < deadline or writer.written < 5:
             try:
                 read(n)
             except RuntimeError as error:
                 errors.append(error)
             reads += 1
-            if not writer.is_alive():
+            if writer.failures:
                 break
-    finally:
-        stop.set()
-        writer.join(30)
-        sys.setswitchinterval(switching)
 
-    assert not failures, failures
+    assert not writer.failures, writer.failures
     assert not errors, f"{len(errors)} of {reads} reads failed while the writer wrote; first: {errors[0]!r}"
-    assert written[0] >= 5 and reads >= 5
+    assert writer.written >= 5 and reads >= 5
     with n.service.reading(T) as state:  # (and what was written is all there)
-        assert f"person:new{written[0]}" in state.entities and f"w{written[0]}" in state.sessions
+        assert f"person:new{writer.written}" in state.entities and f"w{writer.written}" in state.sessions
