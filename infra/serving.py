@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -202,13 +200,9 @@ class ProjectionFollower:
             self._wake.set()
 
     def _build_in_worker(self, rebuilt: Path) -> int:
-        from infra.purge_worker import settings_as_json
+        from infra.purge_worker import run_worker
 
-        done = subprocess.run([sys.executable, "-m", "infra.purge_worker"], input=settings_as_json(
-            self._settings, rebuilt), capture_output=True, text=True, timeout=3600, check=False)
-        if done.returncode != 0:
-            raise InfrastructureError(f"purge worker exited with {done.returncode}: {done.stderr[-2000:]}")
-        return int(json.loads(done.stdout.strip().splitlines()[-1])["position"])
+        return int(run_worker(self._settings, out=rebuilt)["position"])
 
     def _finish_purge(self) -> None:
         """In the follower's thread: catch the rebuilt file up, swap it in, let the covered tenants through."""

@@ -12,6 +12,7 @@ from consumers.file_import import import_file, rejects_path_for
 from domain import commands as c
 from domain.errors import SubjectWasForgotten
 from domain.forgetting import SubjectForgotten
+from infra.bootstrap import serve
 from tests.conftest import TickingClock
 
 T = "acme"
@@ -43,6 +44,25 @@ def test_the_receipt_names_what_was_erased_and_its_id_is_in_the_log(make_noumena
     assert (event.receipt_id, event.subject, event.keys_deleted, event.erased_with) == (
         report.receipt_id, "person:x", report.keys_deleted, ("session:s-x",))
     assert event.recorded_at == report.recorded_at
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_serving_process_counts_the_events_affected_in_a_worker_process_and_gets_the_same_receipt(
+        make_noumena, store, caplog):
+    """A process serving requests leaves the count (a pass over the deleted keys' events) to the purge worker's
+    process, so a forget does not hold the interpreter other tenants' requests need: the receipt is the same."""
+    noumena = make_noumena(store, clock=TickingClock())
+    _plant(noumena)
+    served = serve(noumena, kafka=False)
+    try:
+        assert served.application.copies.count_in_worker is not None  # (the path under test)
+        report = served.application.forget(T, "person:x").receipt
+    finally:
+        served.stop()
+    assert report.events_affected == 5 and report.keys_deleted >= 2
+    assert not [r for r in caplog.records if "failed to count" in r.getMessage()]  # (counted there, not here)
+    # the same count made in this process, from the same deleted keys
+    assert noumena.log.count_sealed_with(noumena.log.keys.deleted, tenant=T) == 5
 
 
 def test_a_forgotten_person_cannot_be_written_about_until_registered_anew(make_noumena, backend):
