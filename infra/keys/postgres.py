@@ -104,6 +104,17 @@ class PostgresKeyStore:
     # ---------------------------------------------------------------- opening
 
     def _open(self) -> None:
+        # Under the exclusive advisory lock a forget holds from writing the next KEK to wiping it: a `.next` file
+        # found here is then a crash's leftover, never a rotation another process is in the middle of (before,
+        # a process starting during a forget could read the file while it was being wiped, and fail, or wipe a
+        # live rotation's file). Taken before the transaction: a forget takes the lock, then the row.
+        self._db.execute("SELECT pg_advisory_lock(%s)", (self._lock_id,))
+        try:
+            self._open_locked()
+        finally:
+            self._db.execute("SELECT pg_advisory_unlock(%s)", (self._lock_id,))
+
+    def _open_locked(self) -> None:
         db = self._db
         db.execute(f"CREATE TABLE IF NOT EXISTS {self._meta} (one BOOLEAN PRIMARY KEY DEFAULT TRUE "
                    "CHECK (one), kek_id TEXT, epoch BIGINT NOT NULL DEFAULT 0)")

@@ -145,8 +145,14 @@ class KekFile:
         _sync_dir(self.path.parent)
 
     def recover(self, recorded: str | None) -> None:
-        """On open: finish or undo a rotation a crash interrupted, by the KEK id the database records."""
-        pending = self.read(self.next_path)
+        """On open (with no rotation running: the caller holds the lock a forget holds): finish or undo a rotation
+        a crash interrupted, by the KEK id the database records. A `.next` file that does not parse was cut short
+        while being written (before its rotation's transaction) or wiped (after it): wiped."""
+        try:
+            pending = self.read(self.next_path)
+        except (ValueError, KeyError):
+            self.discard()
+            return
         if pending is None:
             return
         if pending.kek_id == recorded:

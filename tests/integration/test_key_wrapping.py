@@ -185,3 +185,52 @@ def test_a_process_that_reads_the_kek_file_while_a_rotation_writes_it_over_waits
     writer.join()
     first.close()
     second.close()
+
+
+def test_a_next_kek_file_cut_short_or_half_wiped_by_a_crash_is_wiped_on_open(tmp_path):
+    store, schema = _open(tmp_path)
+    keys = store.keys_for([_key(1, "person:y")])
+    store.close()
+    kek_file = KekFile(tmp_path / "keys.kek")
+    for leftover in (b'{"id": "ab', b"\0" * 60):  # cut short while written; crashed while wiped
+        kek_file.next_path.write_bytes(leftover)
+        reopened, _ = _open(tmp_path, schema)
+        assert not kek_file.next_path.exists()
+        assert reopened.get(f"{T}/entity/memory:1") == keys[f"{T}/entity/memory:1"]
+        reopened.close()
+
+
+def test_a_store_opened_while_another_connection_forgets_waits_for_the_forget_to_end(tmp_path):
+    """A process starting during a forget never reads the rotation's `.next` file while it is written or wiped,
+    nor takes a live rotation's file for a crash's leftover: it opens once the forget is over."""
+    import threading
+    import time
+
+    from domain.forgetting import ForgetPlan
+
+    first, schema = _open(tmp_path)
+    keys = first.keys_for([_key(1, "person:y"), _key(2, "person:x")])
+    planning = threading.Event()
+
+    def slow_plan() -> ForgetPlan:
+        planning.set()
+        time.sleep(0.5)
+        return ForgetPlan()
+
+    ended: dict[str, float] = {}
+
+    def forget() -> None:
+        first.forget(T, "person:x", slow_plan)
+        ended["forget"] = time.monotonic()
+
+    forgetting = threading.Thread(target=forget)
+    forgetting.start()
+    assert planning.wait(10)
+    second, _ = _open(tmp_path, schema)
+    ended["open"] = time.monotonic()
+    forgetting.join()
+    assert ended["open"] >= ended["forget"]
+    assert second.get(f"{T}/entity/memory:1") == keys[f"{T}/entity/memory:1"]
+    assert second.get(f"{T}/entity/memory:2") is None
+    first.close()
+    second.close()
