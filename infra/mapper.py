@@ -30,7 +30,6 @@ __all__ = ["EventMapper", "SealedFieldCorrupted", "stream_id"]
 
 _FORGOTTEN_TOPIC = SubjectForgotten.stored_topic()
 _V1_BYTES = V1_MARKER.encode()
-_EMPTY = (None, "", (), {})
 
 
 def stream_id(tenant: str) -> str:
@@ -77,14 +76,7 @@ class EventMapper:
             if p.key is None or cipher is None:
                 state = event_json.encode(event)
             else:
-                fields = type(event).content_fields
-                content = [f for f in fields if getattr(event, f) not in _EMPTY]
-                if content:
-                    key_name, key = keys[p.key.key_id]
-                    state = cipher.seal_event(event, fields if len(content) == len(fields) else tuple(content),
-                                              key_name, key, nonces[i * NONCE_BYTES:(i + 1) * NONCE_BYTES])
-                else:
-                    state = event_json.encode(event)
+                state = cipher.seal_event(event, keys[p.key.key_id], nonces[i * NONCE_BYTES:(i + 1) * NONCE_BYTES])
             stored.append(StoredEvent(originator_id=stream_id(p.tenant), originator_version=p.version,
                                       topic=event_json.topic_of(event), state=state))
         return stored, ready

@@ -15,7 +15,7 @@ reading it must not pretend it was forgotten.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -25,6 +25,9 @@ from domain.events import DomainEvent
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN
 from domain.ports import KeyStore
 from infra.sealed_format import SEALED_V3, SealedRecord, recorded_fields, recorded_name, value_of
+
+_EMPTY = (None, "", (), {})
+"""Values with nothing to seal: a content field holding one is left in the clear."""
 
 
 class SealedFieldCorrupted(Exception):
@@ -37,48 +40,71 @@ class SealedFieldCorrupted(Exception):
         self.field = field
 
 
+class _Layout(NamedTuple):
+    """How the content fields of one class of event (or one subset of them) are sealed: their names as a set (for
+    pydantic's `exclude` and `include`: a set is the type it documents; a frozenset costs about 1 us more a call),
+    as the v3 header records them, and the one field when there is only one (it is read once, and sealed as its
+    UTF-8 when it is a text)."""
+
+    fields: tuple[str, ...]
+    names: set[str]
+    recorded: bytes
+    single: str | None
+
+
+def _layout(fields: tuple[str, ...]) -> _Layout:
+    return _Layout(fields, set(fields), recorded_fields(fields), fields[0] if len(fields) == 1 else None)
+
+
 class FieldCipher:
-    """Seals and opens content fields. Ciphers are cached by key name (a fact's own key, used for one fact
-    only, is not), and dropped whenever the key store's generation moves (a subject was forgotten)."""
+    """Seals and opens content fields. What seals with a key (its cipher and its name as the v3 header records
+    it) and what opens with it are cached by key name (a fact's own key, used for one fact only, is not), and
+    dropped whenever the key store's generation moves (a subject was forgotten)."""
 
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
         self._ciphers: dict[str, AESGCM | None] = {}
-        """By key name; None: the key is gone."""
-        self._names: dict[str, bytes] = {}
-        """By key name (as `_ciphers`): the name as the v3 header records it."""
-        self._layouts: dict[tuple[str, ...], tuple[set[str], bytes, str | None]] = {}
-        """By tuple of sealed fields: those fields as a set (pydantic's `exclude` takes a set: a frozenset, not
-        one of the types it documents, costs about 1 us more a call), as the v3 header records them, and the field
-        itself when there is one."""
+        """For opening, by key name; None: the key is gone."""
+        self._sealers: dict[str, tuple[AESGCM, bytes]] = {}
+        """For sealing, by key name: the cipher, and the name as the v3 header records it."""
+        self._layouts: dict[type[DomainEvent], _Layout] = {}
+        """By class of event: its content fields' layout."""
+        self._subsets: dict[tuple[str, ...], _Layout] = {}
+        """By tuple of fields: the layout of some of a class's content fields (the others empty)."""
         self._generation = getattr(keys, "generation", 0)
 
-    def seal_event(self, event: DomainEvent, fields: tuple[str, ...], key_name: str, key: bytes, nonce: bytes
-                   ) -> bytes:
-        """The stored state of `event` with `fields` sealed as one v3 record under `nonce` (fresh, random; see
-        `infra/sealed_format.py`). Call `refresh` first in every batch."""
-        cipher = self._ciphers.get(key_name)
-        if cipher is None:
-            cipher = AESGCM(key)
-            if "/fact/" not in key_name:  # a fact's key seals one fact: caching it would only grow memory
-                self._ciphers[key_name] = cipher
-        name = self._names.get(key_name)
-        if name is None:
-            name = recorded_name(key_name)
-            if "/fact/" not in key_name:
-                self._names[key_name] = name
-        layout = self._layouts.get(fields)
+    def seal_event(self, event: DomainEvent, sealing: tuple[str, bytes], nonce: bytes) -> bytes:
+        """The stored state of `event`: its content fields that are not empty sealed as one v3 record with
+        `sealing` (the key's name and bytes) under `nonce` (fresh, random; see `infra/sealed_format.py`), or its
+        JSON as it is when every content field is empty. Call `refresh` first in every batch."""
+        cls = type(event)
+        layout = self._layouts.get(cls)
         if layout is None:
-            layout = self._layouts[fields] = (set(fields), recorded_fields(fields),
-                                              fields[0] if len(fields) == 1 else None)
-        serializer = type(event).__pydantic_serializer__
-        header = b"".join((serializer.to_json(event, exclude=layout[0]), SEALED_V3, name, layout[1]))
-        text = getattr(event, layout[2]) if layout[2] is not None else None
-        if type(text) is str:  # one text: sealed as its UTF-8
-            plain = b"s" + text.encode()
+            layout = self._layouts[cls] = _layout(cls.content_fields)
+        if layout.single is not None:  # (most events: a message, a reason, a task, a summary)
+            value = getattr(event, layout.single)
+            if value in _EMPTY:
+                return cls.__pydantic_serializer__.to_json(event)
         else:
-            plain = b"j" + serializer.to_json(event, include=layout[0])
-        return header + nonce + cipher.encrypt(nonce, plain, header)
+            value = None
+            content = tuple(f for f in layout.fields if getattr(event, f) not in _EMPTY)
+            if not content:
+                return cls.__pydantic_serializer__.to_json(event)
+            if len(content) < len(layout.fields):
+                layout = self._subsets.get(content) or self._subsets.setdefault(content, _layout(content))
+        key_name = sealing[0]
+        sealer = self._sealers.get(key_name)
+        if sealer is None:
+            sealer = (AESGCM(sealing[1]), recorded_name(key_name))
+            if "/fact/" not in key_name:  # a fact's key seals one fact: caching it would only grow memory
+                self._sealers[key_name] = sealer
+        serializer = cls.__pydantic_serializer__
+        header = serializer.to_json(event, exclude=layout.names) + SEALED_V3 + sealer[1] + layout.recorded
+        if type(value) is str:  # one text: sealed as its UTF-8
+            plain = b"s" + value.encode()
+        else:
+            plain = b"j" + serializer.to_json(event, include=layout.names)
+        return header + nonce + sealer[0].encrypt(nonce, plain, header)
 
     def open(self, key_name: str, record: SealedRecord) -> dict[str, Any]:
         """The record's fields with their values; `[forgotten]` (a list as empty) when its key is gone;
@@ -102,14 +128,13 @@ class FieldCipher:
     def drop_cached(self) -> None:
         """Forget every cached cipher (a subject was forgotten, perhaps by another process)."""
         self._ciphers.clear()
-        self._names.clear()
+        self._sealers.clear()
 
     def refresh(self) -> None:
         """Drop the cached ciphers if the key store dropped keys since (a subject was forgotten)."""
         generation = getattr(self.keys, "generation", 0)
         if generation != self._generation:
-            self._ciphers.clear()
-            self._names.clear()
+            self.drop_cached()
             self._generation = generation
 
     def _cipher_for_opening(self, key_name: str) -> AESGCM | None:
