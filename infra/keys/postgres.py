@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from domain.forgetting import ContentKey, ForgetPlan, own_owners
 from domain.ports import KeysForgotten
-from infra.keys.cache import CACHE_LIMIT, KeyCache
+from infra.keys.cache import CACHE_LIMIT, NO_OWNERS, KeyCache
 from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
 from infra.keys.wrapping import Kek, KekFile, KekMissing, unwrap, wrap
 
@@ -285,6 +285,7 @@ class PostgresKeyStore:
                   ) -> tuple[dict[str, Sealing], list[ContentKey], dict[str, frozenset[str]]]:
         """What the cache answers, and what must be stored or read: keys on their own, and groups."""
         cache = self._cache
+        verified = cache.verified
         result: dict[str, Sealing] = {}
         singles: dict[str, ContentKey] = {}
         groups: dict[str, frozenset[str]] = {}
@@ -296,9 +297,14 @@ class PostgresKeyStore:
                 else:
                     result[k.key_id] = member_sealing(found, k.key_id)
                 continue
+            hit = verified.get(k.key_id)  # (the domain hands out one object per session key: one identity check)
+            if hit is not None and hit[0] is k:
+                result[k.key_id] = hit[1]
+                continue
             key = cache.keys.get(k.key_id)
-            if key is not None and k.owners <= cache.owners.get(k.key_id, frozenset()):
-                result[k.key_id] = (self._names[k.key_id], key)
+            if key is not None and k.owners <= cache.owners.get(k.key_id, NO_OWNERS):
+                sealing = result[k.key_id] = (self._names[k.key_id], key)
+                verified[k.key_id] = (k, sealing)
                 continue
             known = singles.get(k.key_id)
             singles[k.key_id] = k if known is None else known._replace(owners=known.owners | k.owners)
@@ -362,10 +368,16 @@ class PostgresKeyStore:
                 for name, key, bucket, bucket_key, kek_id in rows}
 
     def _hold(self, epoch: int) -> Callable[[], None]:
+        """Take the shared advisory lock and read the forget epoch, in one round trip (a pipeline): the server
+        runs the read once the lock is granted and takes its snapshot then (READ COMMITTED: one a statement), so
+        a forget committed while the lock was awaited is seen. (One statement doing both would not: its snapshot
+        is taken before it waits for the lock.)"""
         with self._lock:
-            self._db.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_id,))
             try:
-                now = self._db.execute(f"SELECT epoch FROM {self._meta}").fetchone()[0]
+                with self._db.pipeline():
+                    self._db.execute("SELECT pg_advisory_lock_shared(%s)", (self._lock_id,))
+                    read = self._db.execute(f"SELECT epoch FROM {self._meta}")
+                now = read.fetchone()[0]  # type: ignore[index]
             except BaseException:
                 self._db.execute("SELECT pg_advisory_unlock_shared(%s)", (self._lock_id,))
                 raise
