@@ -94,8 +94,19 @@ class StateSnapshots(Protocol):
         ...
 
     def save(self, tenant: str, state: Ontology) -> None:
-        """Take a snapshot of `state` now (the caller holds it still meanwhile); it may be stored later. It is
-        never stored once a forget of the tenant is in the log after it."""
+        """Take a snapshot of `state` now, in this process (the caller holds it still meanwhile; a process that
+        stops does, when no write waits); it may be stored later. It is never stored once a forget of the tenant
+        is in the log after it."""
+        ...
+
+    def request(self, tenant: str) -> None:
+        """Have the tenant's snapshot brought up to the end of the log off this process's writes (by a process
+        of its own that folds the log from the last snapshot); returns at once. Best effort: a snapshot is only
+        a faster start, and one that is never taken leaves the older one in use."""
+        ...
+
+    def stored_version(self, tenant: str) -> int:
+        """The version of the tenant's snapshot in this process's home (0: none, or unreadable)."""
         ...
 
     def discard(self, tenant: str) -> None:
@@ -108,7 +119,8 @@ class StateSnapshots(Protocol):
         ...
 
     def close(self) -> None:
-        """Wait for snapshots still being stored."""
+        """Stop taking snapshots from the log (a snapshot being taken so is not stored) and wait for those `save`
+        is still storing."""
         ...
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -101,9 +102,11 @@ class SessionEnded(DomainEvent):
 
 
 def message_fingerprint(role: str, content: str) -> int:
-    """What tells a message sent again from another message under the same id (stable within a process: the
-    folded state lives in one process)."""
-    return hash((role, content))
+    """What tells a message sent again from another message under the same id: a digest of its role and content,
+    the same in every process (the folded state moves between processes in state snapshots: `hash()` of a string
+    differs from one interpreter to the next)."""
+    digest = hashlib.blake2b(f"{role}\0{content}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ runs beside the HTTP API: the projector (and reads by query through it) and the 
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import random
 import time
@@ -30,7 +31,7 @@ from infra.evidence import EvidenceStore
 from infra.perspective_engine import EnginePerspectives, build_perspective_engine
 from infra.private import make_private
 from infra.search_engine import EngineSearches
-from infra.settings import Settings
+from infra.settings import Settings, for_another_process
 from infra.state_snapshots import FileStateSnapshots
 
 if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
@@ -122,7 +123,9 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     gc.set_threshold(5_000, 10, 100)
     keys = settings.key_store()
     log = EventsourcingLog(settings.event_store_env(), keys)
-    snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every)
+    snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every,
+                                   snapshotter=None if settings.event_store == "popo" else  # (no one else reads it)
+                                   json.dumps({"settings": for_another_process(settings)}))
     service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff, snapshots=snapshots)
     consolidation = ConsolidationWorker(service, extractor_from(settings), log.tenants)
     perspectives = build_perspective_engine(log, settings.home, clock)

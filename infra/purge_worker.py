@@ -28,14 +28,10 @@ if TYPE_CHECKING:
 def settings_as_json(settings: Settings, out: Path | None = None, count: dict[str, Any] | None = None) -> str:
     """What the worker needs to open the same stores as `settings` (secrets included: it goes through a pipe), and
     its job: the file to rebuild into (`out`), or what to count (`count`)."""
-    from pydantic import SecretStr
+    from infra.settings import for_another_process
 
-    values: dict[str, Any] = {}
-    for name in type(settings).model_fields:
-        value = getattr(settings, name)
-        values[name] = (value.get_secret_value() if isinstance(value, SecretStr)
-                        else str(value) if isinstance(value, Path) else value)
-    return json.dumps({"settings": values, "out": str(out) if out is not None else None, "count": count})
+    return json.dumps({"settings": for_another_process(settings), "out": str(out) if out is not None else None,
+                       "count": count})
 
 
 def run_worker(settings: Settings, out: Path | None = None, count: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -33,10 +33,11 @@ class Settings(BaseSettings):
                                             " the log has nothing new.")
     snapshot_interval: float = Field(default=5.0, ge=0, description="Seconds between snapshot publications"
                                      " (only when changed; 0: only on request).")
-    state_snapshot_every: int = Field(default=10_000, ge=0, description="A writing process snapshots a tenant's"
-                                      " folded state (what its rules decide on) into <home>/state/ once it is this"
-                                      " many events ahead of its snapshot, so a restart folds only the log's tail"
-                                      " (0: no snapshots; see docs/operations.md#restarting-fast).")
+    state_snapshot_every: int = Field(default=10_000, ge=0, description="A writing process has a tenant's"
+                                      " folded state (what its rules decide on) snapshotted into <home>/state/, by"
+                                      " a snapshotter process of its own, once it is this many events (and the"
+                                      " last snapshot's size) ahead of its snapshot, so a restart folds only the"
+                                      " log's tail (0: no snapshots; see docs/operations.md#restarting-fast).")
 
     # Kafka ingestion (docs/kafka.md); empty bootstrap = Kafka not configured.
     kafka_bootstrap: str = Field(default="", description="Kafka bootstrap servers, host:port[,host:port...].")
@@ -200,3 +201,14 @@ def admin_key_bits(key: str) -> float:
     if len(steps) <= 2:
         return 0.0
     return len(key) * math.log2(len(set(key)))
+
+
+def for_another_process(settings: Settings) -> dict[str, object]:
+    """`settings` as JSON values, secrets included, for a worker process that opens the same stores (it is handed
+    them through a pipe: infra/purge_worker.py, infra/state_snapshotter.py)."""
+    values: dict[str, object] = {}
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        values[name] = (value.get_secret_value() if isinstance(value, SecretStr)
+                        else str(value) if isinstance(value, Path) else value)
+    return values

@@ -23,17 +23,22 @@ The snapshot key comes from the key store (`domain.forgetting.state_snapshot_key
 deletes it, so no copy of a snapshot taken before the forget opens again, in this home or any other. Without a key
 store (`NOUMENA_ENCRYPT_CONTENT=false`) records are plain pickles (the log is plain too).
 
-Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder) and run on a background thread. A
+Snapshots are taken in two places. While a process writes, its snapshots are taken by a process of its own, the
+snapshotter (infra/state_snapshotter.py, started on the first `request`), which folds the log from the last snapshot
+(`take_from_log`), so the writers never serialize a state; when a process stops, it snapshots its states in place
+(`save`, on a background thread). Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder). A
 state folded from the log is written whole; a state loaded from a snapshot writes only the buckets it read, changed,
 added to or deleted from, over a copy of the file it was loaded from (or of a later one of the same lineage). A
 snapshot is stored only while the key store holds forgets off and no forget of the tenant is in the log after the
-snapshot's version, so a process that took a snapshot just before another process's forget never stores it.
+snapshot's version, so a process that took a snapshot just before another process's forget never stores it (the
+snapshotter takes that fence before it reads the log, so a forget while it folds stops it too).
 Anything unusable (missing, other format or code, corrupt, not of this log, key deleted) is ignored with a warning
 (an info line for a key deleted by a forget) and the caller folds the whole log.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import hashlib
 import json
@@ -45,9 +50,11 @@ import sqlite3
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing, contextmanager
 from dataclasses import fields
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -62,6 +69,7 @@ from domain.ports import KeysForgotten, KeyStore, SnapshotDamaged
 from infra.eventlog import store_failures
 from infra.lazy_state import LazyMap, LazySet, RecordSource
 from infra.mapper import stream_id
+from infra.state_snapshotter import SnapshotterProcess
 
 log = logging.getLogger(__name__)
 
@@ -151,18 +159,24 @@ def _record_aad(lineage: str, record_id: int) -> bytes:
 class FileStateSnapshots:
     """Implements domain.ports.StateSnapshots with an indexed file per tenant in `<home>/state/`."""
 
-    def __init__(self, home: Path, log_: Any, keys: KeyStore | None, every: int) -> None:
+    def __init__(self, home: Path, log_: Any, keys: KeyStore | None, every: int,
+                 snapshotter: str | None = None) -> None:
+        """`snapshotter`: the settings (JSON, as `infra.settings.for_another_process` gives them) a snapshotter
+        process opens the same log, keys and home with (infra/state_snapshotter.py); None (an in-memory log, which
+        another process cannot read, or the snapshotter itself): `request` does nothing."""
         self.folder = Path(home) / "state"
         self.every = every
         self._log = log_
         self._keys = keys
+        self._snapshotter = SnapshotterProcess(snapshotter, self._stored_by_snapshotter) \
+            if snapshotter is not None and every > 0 else None
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noumena-state-snapshot")
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
         self._closed = False
         self.stored: list[tuple[str, int, str]] = []
-        """(tenant, version, "whole" or "changes") of each snapshot this process stored, in order (tests and the
-        benchmark read it)."""
+        """(tenant, version, "whole" or "changes") of each snapshot this process stored, or its snapshotter did,
+        in order (tests and the benchmark read it)."""
         self._remove_stale_temporaries()
 
     def _remove_stale_temporaries(self) -> None:
@@ -292,6 +306,80 @@ class FileStateSnapshots:
 
     def save(self, tenant: str, state: Ontology) -> None:
         # (now: the caller holds the state still; pickled values are what the file will hold)
+        serialized = self._serialized(state)
+        with self._lock:
+            if self._closed:  # (a snapshot is only a faster start: none is taken after close)
+                log.info("state snapshot of tenant %s at version %s not stored: the store is closed", tenant,
+                         state.version)
+                return
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._writer.submit(self._store, tenant, state.version, *serialized))
+
+    def request(self, tenant: str) -> None:
+        if self._snapshotter is not None:
+            self._snapshotter.request(tenant)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the snapshotter has answered every request so far (tests, benchmarks); False on timeout."""
+        return self._snapshotter.wait(timeout) if self._snapshotter is not None else True
+
+    @property
+    def snapshotter_pid(self) -> int | None:
+        """The snapshotter process's id while one runs."""
+        return self._snapshotter.pid if self._snapshotter is not None else None
+
+    def _stored_by_snapshotter(self, tenant: str, version: int, kind: str) -> None:
+        self.stored.append((tenant, version, kind))
+
+    def stored_version(self, tenant: str) -> int:
+        path = self.path(tenant)
+        try:
+            with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as db:
+                header = json.loads(db.execute("SELECT value FROM meta WHERE name = 'header'").fetchone()[0])
+            if not isinstance(header, dict) or self._unusable(tenant, header) is not None or \
+                    (self._keys is not None and self._keys.get(header["key"]) is None):
+                return 0
+            return int(header["version"])
+        except Exception:  # noqa: BLE001  (missing, or not a snapshot: none to count on)
+            return 0
+
+    def take_from_log(self, tenant: str) -> tuple[int, str] | None:
+        """In the snapshotter process: fold the tenant's log from its snapshot (or from the start, if it has no
+        usable one) and store the result: only the buckets the events since changed, over a copy of that snapshot
+        (or the whole state). Returns (version, "whole" or "changes") if it stored one; None if the snapshot is
+        current, or another snapshotter is taking this tenant's, or a forget ran meanwhile.
+
+        The key store's forget fence is taken first and the cached keys dropped before the log is read: the
+        content a forget that ran before deleted the keys of folds as forgotten (no key is read from a cache that
+        predates it), and a forget that runs while the log is folded makes the fence refuse the snapshot. A
+        snapshot is a fold of the log up to its version (the same fold `OntologyService` makes: from the snapshot,
+        or afresh when the events after it hold a forget)."""
+        from domain.application.ontology_service import OntologyService
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with _exclusively(self.folder / f".{tenant}.lock") as mine:
+            if not mine:
+                log.info("state snapshot of tenant %s not taken here: another snapshotter is taking it", tenant)
+                return None
+            fence = self._keys.keys_pending([state_snapshot_key(tenant)]) if self._keys is not None else None
+            self._log.mapper.evict()
+            service = OntologyService(self._log, clock=lambda: datetime.now(UTC), seal_content=self._keys is not None,
+                                      snapshots=self)
+            state = service.ontology(tenant)
+            source = getattr(state.facts, "source", None)
+            if not state.version or (isinstance(source, RecordSource) and source.base.version == state.version):
+                return None  # (the fence holds nothing until its `ready` is called)
+            try:
+                serialized = self._serialized(state)
+            except SnapshotDamaged:  # (a bucket it had to copy does not read: that snapshot goes, the next is whole)
+                self.discard(tenant)
+                return None
+            kind = self._store_now(tenant, state.version, *serialized, fence=fence)
+            return (state.version, kind) if kind is not None else None
+
+    def _serialized(self, state: Ontology) -> tuple[bytes, list[tuple[int, bytes]], _Base | None, str, _Layout]:
+        """What a snapshot of `state` stores: its core, its rows (every bucket, or those it changed over the
+        snapshot it was loaded from), that snapshot, the lineage and the layout."""
         dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
         core = dumps({name: getattr(state, name) for name in CORE}, protocol=protocol)
         maps = [getattr(state, name) for name in LAZY]
@@ -318,14 +406,7 @@ class FileStateSnapshots:
                         buckets[bucket_of(index, key)][key] = value
                 rows += [((index << BUCKET_BITS) | bucket, dumps(entries, protocol=protocol))
                          for bucket, entries in enumerate(buckets)]
-        with self._lock:
-            if self._closed:  # (a snapshot is only a faster start: none is taken after close)
-                log.info("state snapshot of tenant %s at version %s not stored: the store is closed", tenant,
-                         state.version)
-                return
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._writer.submit(self._store, tenant, state.version, core, rows, base, lineage,
-                                                     layout))
+        return core, rows, base, lineage, layout
 
     def _store(self, tenant: str, version: int, core: bytes, rows: list[tuple[int, bytes]], base: _Base | None,
                lineage: str, layout: _Layout) -> None:
@@ -335,17 +416,21 @@ class FileStateSnapshots:
             log.exception("state snapshot of tenant %s at version %s not stored", tenant, version)
 
     def _store_now(self, tenant: str, version: int, core: bytes, rows: list[tuple[int, bytes]], base: _Base | None,
-                   lineage: str, layout: _Layout) -> None:
+                   lineage: str, layout: _Layout, fence: Fence | None = None) -> str | None:
+        """Store a snapshot; return "whole" or "changes" if it is in place. `fence`: the snapshot key and the
+        forget fence, taken before the state was folded (by default, now)."""
         ready = None
         key_id, key = None, None
         if self._keys is not None:
-            sealings, ready = self._keys.keys_pending([state_snapshot_key(tenant)])
+            sealings, ready = fence or self._keys.keys_pending([state_snapshot_key(tenant)])
             key_id, key = sealings[state_snapshot_key(tenant).key_id]
+        elif fence is not None:
+            raise ValueError("a fence without a key store")
         path = self.path(tenant)
         if base is not None and base.key_id != key_id:
             log.info("state snapshot of tenant %s at version %s not stored: its key changed since the state was "
                      "loaded (a forget)", tenant, version)
-            return
+            return None
         header: dict[str, Any] = {"format": FORMAT, "code": code_fingerprint(), "tenant": tenant,
                                   "version": version, "anchor": self._anchor(tenant, version), "key": key_id,
                                   "lineage": lineage, "salt": layout.salt.hex(), "buckets": layout.buckets}
@@ -362,7 +447,7 @@ class FileStateSnapshots:
                 except FileNotFoundError:
                     log.info("state snapshot of tenant %s at version %s not stored: the one it was loaded from is "
                              "gone (discarded after a forget)", tenant, version)
-                    return
+                    return None
             db = sqlite3.connect(tmp, isolation_level=None)
             try:
                 db.execute("PRAGMA journal_mode=OFF")  # (a temporary: fsynced below, then moved in place whole)
@@ -375,7 +460,7 @@ class FileStateSnapshots:
                     why = base.why_not_over(dict(db.execute("SELECT name, value FROM meta")), version)
                     if why is not None:
                         log.info("state snapshot of tenant %s at version %s not stored: %s", tenant, version, why)
-                        return
+                        return None
                 db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
                                ((record_id, seal.seal(plain, _record_aad(lineage, record_id)))
                                 for record_id, plain in rows))
@@ -392,15 +477,18 @@ class FileStateSnapshots:
             if self._forgotten_after(tenant, version):
                 log.info("state snapshot of tenant %s at version %s not stored: a forget followed it", tenant,
                          version)
-                return
+                return None
             os.replace(tmp, path)
             if let_go is not None:  # in place: a forget may run (and discard it) from here; the rest is durability
                 let_go()
                 let_go = None
             _fsync_folder(self.folder)
-            self.stored.append((tenant, version, "whole" if base is None else "changes"))
+            kind = "whole" if base is None else "changes"
+            self.stored.append((tenant, version, kind))
+            return kind
         except KeysForgotten:
             log.info("state snapshot of tenant %s at version %s not stored: a forget ran meanwhile", tenant, version)
+            return None
         finally:
             if let_go is not None:
                 let_go()
@@ -422,6 +510,8 @@ class FileStateSnapshots:
         with self._lock:
             pending, self._pending = self._pending, []
             self._closed = True
+        if self._snapshotter is not None:
+            self._snapshotter.close()  # (the process ends with the store)
         for future in pending:
             future.result()
         self._writer.shutdown(wait=True)  # (its thread ends with the store)
@@ -500,6 +590,26 @@ class _FileSource:
         finally:
             if enabled:
                 gc.enable()
+
+
+Fence = tuple[dict[str, tuple[str, bytes]], Callable[[], Callable[[], None]]]
+"""What `KeyStore.keys_pending` hands out: the sealings by key id, and `ready` (the forget fence)."""
+
+
+@contextmanager
+def _exclusively(path: Path) -> Iterator[bool]:
+    """Whether this process holds the lock file `path` (an advisory lock, let go when the block ends or the
+    process dies); False at once if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def _unpickle(plain: bytes) -> Any:

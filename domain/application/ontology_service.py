@@ -7,16 +7,17 @@ so the rest of the process reads one only inside `reading(tenant)`, which holds 
 
 A tenant's state starts from its latest snapshot (`StateSnapshots`), when there is a usable one, plus the events
 after it; the snapshot's maps may be read on demand, and a record found damaged then (`SnapshotDamaged`) makes the
-state be folded afresh from the whole log (a write is decided again on it). A snapshot is taken after a long fold
-and as the state grows, on a thread of its own once the write that made it due is done (it holds this service's
-writes off while it serializes the state), and when the process stops (docs/operations.md#restarting-fast).
+state be folded afresh from the whole log (a write is decided again on it). While the service writes, it only asks
+for snapshots (`StateSnapshots.request`: after a long fold, and each time the state has doubled since the last one
+asked for); they are taken off its path, by a process that folds the log itself, so a write never waits for one.
+When the process stops, it snapshots in place each state far enough ahead of the snapshot on disk
+(docs/operations.md#restarting-fast).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -50,13 +51,12 @@ class OntologyService:
         self._log = log
         self._snapshots = snapshots if snapshots is not None and snapshots.every > 0 else None
         self._snapshotted: dict[str, int] = {}
-        """By tenant: the version of the snapshot its state was loaded from or last saved (0: none)."""
+        """By tenant: the version of the snapshot its state was loaded from, or the version it had when a snapshot
+        was last asked for (0: none)."""
         self._forgot: set[str] = set()
         """Tenants whose state applied a forget as it was written: it still holds the forgotten content until it
-        is folded afresh (`reload`), so it is never snapshotted."""
-        self._snapshotter = ThreadPoolExecutor(1, thread_name_prefix="noumena-snapshot") if self._snapshots else None
+        is folded afresh (`reload`), so it is never snapshotted in this process."""
         self._closed = False
-        self._queued: dict[str, Future[None]] = {}
         self._seal = seal_content
         self._clock = clock
         self._backoff = backoff
@@ -176,8 +176,8 @@ class OntologyService:
                     state.commit()
                 if self._snapshots is not None:
                     self._forgot.update(p.tenant for p in pending if isinstance(p.event, SubjectForgotten))
-                    for state in states.values():  # (as the state grows: a snapshot costs time as its size)
-                        self._snapshot_if_behind(state, max(self._snapshots.every, state.version))
+                    for state in states.values():  # (each time the state doubles: one costs as much as its size)
+                        self._ask_for_snapshot(state, self._doubled(state.tenant))
                 if positions:
                     self.last_position = positions[-1]
                 return BatchResult(outcomes, positions)
@@ -223,41 +223,34 @@ class OntologyService:
                 self._snapshotted.pop(tenant, None)
 
     def close(self) -> None:
-        """Snapshot every tenant whose state is at least `every` events ahead of its snapshot, and wait until the
-        snapshots are stored (a process that stops gracefully restarts from them)."""
+        """Snapshot in place every tenant whose state is at least `every` events ahead of the snapshot on disk
+        (no write waits any more), stop taking snapshots from the log, and wait until the snapshots are stored (a
+        process that stops gracefully restarts from them)."""
         if self._snapshots is None:
             return
         with self._lock:
-            for state in self._states.values():
-                self._snapshot_if_behind(state, self._snapshots.every, now=True)
-            queued = list(self._queued.values())
-        for job in queued:
-            job.result()
-        if self._snapshotter is not None:
             self._closed = True
-            self._snapshotter.shutdown(wait=True)  # (its thread ends with the service)
+            for tenant, state in self._states.items():
+                if tenant not in self._forgot and \
+                        state.version - self._snapshots.stored_version(tenant) >= self._snapshots.every:
+                    self._snapshots.save(tenant, state)
+                    self._snapshotted[tenant] = state.version
         self._snapshots.close()
 
-    def _snapshot_if_behind(self, state: Ontology, lag: int, now: bool = False) -> None:
-        """Snapshot `state` if it is `lag` events or more ahead of its snapshot: `now`, or once the lock is free
-        (after the write that called this returned)."""
-        tenant = self._snapshots is not None and state.tenant
-        if not tenant or tenant in self._forgot or state.version - self._snapshotted.get(tenant, 0) < lag:
-            return
-        if now:
-            self._snapshot(tenant)
-        elif tenant not in self._queued and self._snapshotter is not None and not self._closed:
-            self._queued[tenant] = self._snapshotter.submit(self._snapshot, tenant)
+    def _doubled(self, tenant: str) -> int:
+        """How far a state must be ahead of its last snapshot for the next: `every`, and at least that
+        snapshot's version (so the log folded for snapshots stays in proportion to the log)."""
+        assert self._snapshots is not None
+        return max(self._snapshots.every, self._snapshotted.get(tenant, 0))
 
-    def _snapshot(self, tenant: str) -> None:
-        with self._lock:
-            self._queued.pop(tenant, None)
-            state = self._states.get(tenant)
-            if self._snapshots is None or state is None or tenant in self._forgot or \
-                    state.version == self._snapshotted.get(tenant, 0):
-                return
-            self._snapshots.save(tenant, state)
-            self._snapshotted[tenant] = state.version
+    def _ask_for_snapshot(self, state: Ontology, lag: int) -> None:
+        """Ask for a snapshot of the tenant (taken off this process's path) if `state` is `lag` events or more
+        ahead of the last one."""
+        tenant = state.tenant
+        if self._snapshots is None or self._closed or state.version - self._snapshotted.get(tenant, 0) < lag:
+            return
+        self._snapshots.request(tenant)
+        self._snapshotted[tenant] = state.version
 
     def _drop(self, tenant: str) -> None:
         """Forget a state loaded from a snapshot that turned out damaged, and the snapshot."""
@@ -298,8 +291,8 @@ class OntologyService:
             state.apply(event)
         if self._snapshots is not None:
             # after a long fold at once (a start), so the next start is short; otherwise as the state grows
-            every = self._snapshots.every
-            self._snapshot_if_behind(state, every if len(events) >= every else max(every, state.version))
+            self._ask_for_snapshot(state, self._snapshots.every if len(events) >= self._snapshots.every
+                                   else self._doubled(tenant))
         return state
 
     def _now(self) -> datetime:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import random
 import shutil
+import signal
 import sqlite3
+import subprocess
 import threading
+import time
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +28,7 @@ from domain import commands as c
 from domain.application.forgetting import forget
 from domain.application.ontology_service import OntologyService
 from domain.errors import DomainError
+from domain.ontology import Ontology
 from domain.ports import SnapshotDamaged
 from infra.bootstrap import Noumena, bootstrap
 from infra.settings import Settings
@@ -484,10 +489,19 @@ def test_a_fact_state_pickles_to_an_equal_one_with_every_field():
     assert pickle.loads(pickle.dumps(fact)) == fact  # noqa: S301
 
 
-def test_a_closed_process_leaves_no_snapshot_thread_running_and_takes_no_snapshot_after(tmp_path):
-    """Each bootstrap starts the snapshotting threads; closing it ends them (a process that bootstraps again and
-    again, as a test suite does, must not gather idle threads), and a late write takes no snapshot."""
-    names = ("noumena-snapshot", "noumena-state-snapshot")
+def _snapshotters() -> list[str]:
+    """The command lines of this process's children that are state snapshotters (`ps`)."""
+    listed = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())], capture_output=True, text=True,
+                            check=False).stdout
+    return [line.strip() for line in listed.splitlines() if "infra.state_snapshotter" in line]
+
+
+def test_a_closed_process_leaves_no_snapshot_thread_or_snapshotter_process_running_and_takes_no_snapshot_after(
+        tmp_path):
+    """Each bootstrap may start the snapshotter (a process) and the threads that feed it and store snapshots in
+    place; closing it ends them (a process that bootstraps again and again, as a test suite does, must not gather
+    idle threads or processes), and a late write takes no snapshot."""
+    names = ("noumena-snapshotter", "noumena-state-snapshot")
 
     def snapshot_threads() -> list[str]:
         return [t.name for t in threading.enumerate() if t.name.startswith(names)]
@@ -497,9 +511,157 @@ def test_a_closed_process_leaves_no_snapshot_thread_running_and_takes_no_snapsho
                         clock=TickingClock())
     noumena.application.create_tenant(T)
     noumena.application.register_entity(T, "person:x", "X")
-    assert len(snapshot_threads()) > len(before)  # (the writes above made snapshots: the threads ran)
+    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    assert store.wait(60)
+    pid = store.snapshotter_pid
+    assert pid is not None and any(line.startswith(f"{pid} ") for line in _snapshotters())
+    assert len(snapshot_threads()) > len(before)  # (the writes above asked for snapshots: the threads ran)
+    assert store.stored and {kind for _, _, kind in store.stored} <= {"whole", "changes"}
     noumena.close()
     assert snapshot_threads() == before
-    stored = list(noumena.service._snapshots.stored)  # type: ignore[union-attr]
-    noumena.service._snapshot_if_behind(noumena.service._states[T], 0, now=True)  # (the log is closed too)
-    assert noumena.service._snapshots.stored == stored  # type: ignore[union-attr]
+    assert _snapshotters() == []
+    stored = list(store.stored)
+    store.request(T)  # (closed: nothing starts)
+    noumena.service._ask_for_snapshot(noumena.service._states[T], 0)  # noqa: SLF001
+    assert store.snapshotter_pid is None and _snapshotters() == []
+    assert store.stored == stored
+
+
+def _fold_up_to(noumena: Noumena, tenant: str, version: int) -> Ontology:
+    state = Ontology(tenant=tenant)
+    for event in list(noumena.log.read_stream(tenant))[:version]:
+        state.apply(event)
+    return state
+
+
+def _check_snapshotter_races_writes(tmp_path: Path, backend: str, seed: int, steps: int, forgets: float) -> None:
+    """A process writes a random workload (with forgets) while its snapshotter takes snapshots; every snapshot
+    seen on disk meanwhile (copied as it appears) is the fold of the log up to its version, and so is the one a
+    last request leaves at the log's end."""
+    rng = random.Random(seed)
+    schema_of: dict[str, Settings] = {}
+    workload = Workload(rng)
+    noumena = _process(tmp_path / "home", backend, 2, schema_of)  # (asked for at 2, 4, 8, 16, ... events)
+    store = noumena.service._snapshots  # noqa: SLF001
+    assert isinstance(store, FileStateSnapshots)
+    seen: dict[str, int] = {}
+    copies = iter(range(10**9))
+    checked = 0
+
+    def check_new_snapshots() -> None:
+        nonlocal checked
+        for tenant in workload.tenants:
+            path = store.path(tenant)
+            copy = tmp_path / f"copy{next(copies)}" / "state" / path.name
+            copy.parent.mkdir(parents=True)
+            try:
+                shutil.copyfile(path, copy)
+            except FileNotFoundError:
+                continue
+            version = _header(copy)["version"]
+            if seen.get(tenant) == version:
+                continue
+            seen[tenant] = version
+            reader = FileStateSnapshots(copy.parent.parent, noumena.log, noumena.log.keys, 1)
+            loaded = reader.load(tenant)
+            assert loaded is not None and loaded.version == version
+            assert loaded == _fold_up_to(noumena, tenant, version)
+            reader.close()
+            checked += 1
+
+    try:
+        for command in workload.setup():
+            noumena.service.execute(command)
+        assert store.wait(120)  # (the snapshotter runs: from here on its snapshots race the writes)
+        for _ in range(steps):
+            _run(noumena, workload, rng, 1, forgets)
+            for tenant in workload.tenants:  # (asked for far more often than a process asks: more races)
+                store.request(tenant)
+            check_new_snapshots()
+        assert store._pending == []  # (the writing process serialized no state: the snapshotter did)  # noqa: SLF001
+        assert store.wait(120)  # (what was asked for while writing)
+        for tenant in workload.tenants:  # a last request, answered: a snapshot at the log's end
+            store.request(tenant)
+        assert store.wait(120)
+        for tenant in workload.tenants:
+            end = noumena.service.ontology(tenant).version
+            assert store.stored_version(tenant) == end, (tenant, end, store.stored)
+        seen.clear()
+        check_new_snapshots()
+        assert checked >= len(workload.tenants)
+    finally:
+        noumena.close()
+
+
+@hsettings(max_examples=examples(0.05), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(20, 120), forgets=st.sampled_from([0.0, 0.05, 0.2]))
+def test_snapshots_the_snapshotter_process_takes_while_writes_race_it_are_the_fold_of_the_log_up_to_them(
+        tmp_path_factory, seed, steps, forgets):
+    _check_snapshotter_races_writes(tmp_path_factory.mktemp("snapper"), "sqlite", seed, steps, forgets)
+
+
+@pytest.mark.postgres
+@hsettings(max_examples=examples(0.04), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(20, 80), forgets=st.sampled_from([0.0, 0.1]))
+def test_on_postgresql_the_snapshotter_process_takes_snapshots_equal_to_the_fold_while_writes_race_it(
+        tmp_path_factory, seed, steps, forgets):
+    _check_snapshotter_races_writes(tmp_path_factory.mktemp("snapper"), "postgres", seed, steps, forgets)
+
+
+def test_a_killed_snapshotter_never_holds_writes_up_they_go_on_with_the_snapshot_on_disk(snapshotted, caplog):
+    path, settings = snapshotted
+    noumena = bootstrap(settings, clock=TickingClock())
+    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    try:
+        run = noumena.service.execute
+        for i in range(4):  # (from version 4 to 8: the state doubled, a snapshot is asked for)
+            run(c.RegisterEntity(tenant=T, ref=f"thing:k{i}", label=f"k{i}"))
+        assert store.wait(60)
+        pid = store.snapshotter_pid
+        assert pid is not None and _header(path)["version"] == 8
+        with caplog.at_level(logging.WARNING, logger="infra.state_snapshotter"):
+            os.kill(pid, signal.SIGKILL)
+            for _ in range(200):  # (the reader notices the exit)
+                if store.snapshotter_pid is None and caplog.records:
+                    break
+                time.sleep(0.05)
+            for i in range(4, 12):  # past the next doubling: asked for, with no snapshotter (not started again
+                run(c.RegisterEntity(tenant=T, ref=f"thing:k{i}", label=f"k{i}"))  # within the minute)
+            assert store.wait(60)
+        assert any("exited with -9" in r.getMessage() and "writes go on" in r.getMessage()
+                   for r in caplog.records), caplog.text
+        assert _header(path)["version"] == 8  # (the older snapshot stays, and is used)
+        assert noumena.service.ontology(T).version == 16
+        assert _snapshotters() == []
+    finally:
+        noumena.close()
+    assert _snapshotters() == []
+    assert _starts_from_snapshot(settings) == (True, 16)  # (the stop snapshotted in place)
+
+
+def test_a_stop_while_the_snapshotter_folds_leaves_no_process_no_temporary_file_and_a_snapshot_to_start_from(
+        tmp_path):
+    """A first start folds the whole log and asks for a snapshot; the snapshotter folds the log too. A stop
+    meanwhile ends the snapshotter (a snapshot it is taking is not stored, its temporary file deleted) and
+    snapshots in place."""
+    settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=0)
+    writer = bootstrap(settings, clock=TickingClock())
+    writer.service.execute(c.CreateTenant(tenant=T))
+    for start in range(0, 3000, 500):
+        writer.service.execute_batch([c.RegisterEntity(tenant=T, ref=f"thing:e{i}", label=f"e{i}")
+                                      for i in range(start, start + 500)])
+    writer.close()
+    settings = settings.model_copy(update={"state_snapshot_every": 1000})
+    noumena = bootstrap(settings, clock=TickingClock())
+    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    noumena.service.ontology(T)  # (3,001 events folded: a snapshot asked for)
+    for _ in range(200):
+        if store.snapshotter_pid is not None:
+            break
+        time.sleep(0.01)
+    assert store.snapshotter_pid is not None
+    noumena.close()
+    assert _snapshotters() == []
+    assert [kind for _, _, kind in store.stored][-1:] == ["whole"]
+    assert not list((settings.home / "state").glob(".*.tmp"))
+    assert _starts_from_snapshot(settings) == (True, 3001)

@@ -114,3 +114,22 @@ def test_a_repeated_event_id_is_a_no_op() -> None:
                   c.AssertFact(tenant=T, event_id="e-1", subject="person:li", relation="knows", object="person:wang"))
     assert when(state, c.AssertFact(tenant=T, event_id="e-1", subject="person:li", relation="knows",
                                     object="person:wang", reason="the same input again")) == []
+
+
+def test_a_messages_fingerprint_is_the_same_in_every_interpreter_whatever_its_hash_seed():
+    """The folded state moves between processes in state snapshots (a restart, the snapshotter): a message sent
+    again after a restart must still be known as the same message, not refused as a conflict."""
+    import os
+    import subprocess
+    import sys
+
+    from domain.sessions import message_fingerprint
+
+    script = ("from domain.sessions import message_fingerprint as f\n"
+              "print(f('user', 'tea? \\u00e9'), f('assistant', ''))")
+    printed = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split()
+               for seed in ("1", "2", "random")]
+    fingerprints = [str(message_fingerprint("user", "tea? \u00e9")), str(message_fingerprint("assistant", ""))]
+    assert printed == [fingerprints] * 3
+    assert fingerprints[0] != str(message_fingerprint("assistant", "tea? \u00e9"))

@@ -1,0 +1,238 @@
+"""Taking the tenants' state snapshots in a process of its own (`python -m infra.state_snapshotter`), so that a
+process that writes never pays for them.
+
+A snapshot is the tenant's folded state written to `<home>/state/<tenant>.snapshot` (infra/state_snapshots.py).
+Serializing a state costs about 10 µs per event of state; in the writing process it ran under the write lock, and a
+thread of its own would not help (the interpreter lock). The snapshotter instead folds the log itself: the log is
+append-only, so from the last snapshot (opened on demand) it folds only the events after it and writes only the
+buckets they changed, over a copy of that snapshot (the whole state when there is none: a first snapshot, or one
+after a forget). It competes with the writers for a core only, at a lower priority (`nice` 10), as the purge worker
+does (infra/purge_worker.py).
+
+- **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
+  makes after a long fold and as the state doubles), with the process's settings as JSON on its stdin's first
+  line; then one line per request: `{"tenant": ...}`. It answers each on stdout: `{"tenant": ..., "stored": [version,
+  "whole" | "changes"] or null}`. A tenant is asked for again only once its request is answered.
+- **Stopped** when the writing process closes its store: its stdin closes (it ends when idle), or it is terminated
+  if it is taking a snapshot (that one is not stored: its temporary file is deleted; the writing process snapshots
+  in place as it stops). It also ends by itself when its stdin closes because the writing process died.
+- **Failures** never reach the writes: a snapshot that fails is logged (its stderr is the writing process's) and
+  answered `null`; if the process dies, the writing process logs a warning with its exit code, its writes go on,
+  the snapshots on disk stay as they were (a restart folds more), and the next request starts a new snapshotter
+  (at most once a minute).
+- **Forgets** (see `FileStateSnapshots.take_from_log`): the key store's forget fence is taken before the log is
+  read and the cached keys dropped, so a snapshot is stored only if no forget ran while it was folded, and a state
+  folded after a forget never read a deleted key.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+NICENESS = 10
+"""The snapshotter runs at a lower CPU priority than the writers: on a busy machine the writes come first."""
+RESTART_AFTER = 60.0
+"""Seconds before a snapshotter that died is started again (on the next request)."""
+STOP_SECONDS = 10.0
+"""How long closing waits for the snapshotter to end before it is killed."""
+
+
+class SnapshotterProcess:
+    """The writing process's side: starts the snapshotter on the first request, hands it tenants (never blocking
+    the caller), reads what it stored, and stops it."""
+
+    def __init__(self, settings_json: str, on_stored: Callable[[str, int, str], None]) -> None:
+        self._settings_json = settings_json
+        self._on_stored = on_stored
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._changed = threading.Condition()
+        self._asked: set[str] = set()
+        """Tenants asked for and not yet answered (queued, or sent to the snapshotter)."""
+        self._feeder: threading.Thread | None = None
+        self._process: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._started_at = -RESTART_AFTER
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The snapshotter's process id while one runs (tests and operators read it)."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    def request(self, tenant: str) -> None:
+        """Ask for a snapshot of `tenant` from the log; returns at once (the snapshotter is started, and the
+        request written to it, on a thread of this object's)."""
+        with self._changed:
+            if self._closed or tenant in self._asked:
+                return
+            self._asked.add(tenant)
+            if self._feeder is None:
+                self._feeder = threading.Thread(target=self._feed, name="noumena-snapshotter-feed", daemon=True)
+                self._feeder.start()
+        self._queue.put(tenant)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every request so far is answered (tests, the benchmark); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._asked, timeout)
+
+    def close(self) -> None:
+        """Stop the snapshotter: at once if it is taking a snapshot (that one is not stored), else once its stdin
+        closes; its threads here end too."""
+        with self._changed:
+            self._closed = True
+            busy = bool(self._asked)
+        self._queue.put(None)
+        self._stop(busy)  # (first: the feeder may be writing to it)
+        if self._feeder is not None:
+            self._feeder.join()
+        self._stop(busy)  # (one the feeder was starting as this began)
+        if self._reader is not None:
+            self._reader.join()
+        with self._changed:
+            self._asked.clear()
+            self._changed.notify_all()
+
+    def _stop(self, busy: bool) -> None:
+        process = self._process
+        if process is None:
+            return
+        _close_quietly(process.stdin)
+        if busy and process.poll() is None:
+            process.terminate()
+        try:
+            process.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    # ------------------------------------------------------------------ the feeder thread
+
+    def _feed(self) -> None:
+        while (tenant := self._queue.get()) is not None:
+            process = self._running()
+            if process is None:  # (it died less than a minute ago: this request is dropped)
+                self._answered(tenant)
+                continue
+            try:
+                assert process.stdin is not None
+                process.stdin.write(json.dumps({"tenant": tenant}) + "\n")
+                process.stdin.flush()
+            except (OSError, ValueError):  # (it died meanwhile: the reader reports it)
+                self._answered(tenant)
+
+    def _running(self) -> subprocess.Popen[str] | None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            return process
+        if self._reader is not None:
+            self._reader.join()  # (it has reported the exit)
+        with self._changed:
+            if self._closed or time.monotonic() - self._started_at < RESTART_AFTER:
+                return None
+        self._started_at = time.monotonic()
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "infra.state_snapshotter"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True, bufsize=1)
+            assert process.stdin is not None
+            process.stdin.write(self._settings_json + "\n")
+            process.stdin.flush()
+        except (OSError, ValueError):
+            log.exception("the state snapshotter did not start; writes go on with the snapshots on disk")
+            return None
+        self._process = process
+        self._reader = threading.Thread(target=self._read, args=(process,), name="noumena-snapshotter-read",
+                                        daemon=True)
+        self._reader.start()
+        return process
+
+    # ------------------------------------------------------------------ the reader thread
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            try:
+                answer = json.loads(line)
+                tenant, stored = answer["tenant"], answer["stored"]
+            except (ValueError, KeyError, TypeError):
+                log.warning("the state snapshotter said %r", line[:200])
+                continue
+            if stored is not None:
+                self._on_stored(tenant, int(stored[0]), str(stored[1]))
+            self._answered(tenant)
+        code = process.wait()
+        with self._changed:
+            closing = self._closed
+            self._asked.clear()  # (what it was asked is not coming: ask again later)
+            self._changed.notify_all()
+        if code != 0 and not closing:
+            log.warning("the state snapshotter (pid %s) exited with %s: writes go on with the snapshots on disk (a "
+                        "restart folds more of the log); the next request starts it again", process.pid, code)
+
+    def _answered(self, tenant: str) -> None:
+        with self._changed:
+            self._asked.discard(tenant)
+            self._changed.notify_all()
+
+
+def _close_quietly(stream: IO[str] | None) -> None:
+    if stream is not None:
+        try:
+            stream.close()
+        except OSError:
+            pass  # (the process is gone already)
+
+
+# ---------------------------------------------------------------------- the snapshotter process
+
+
+def _stop(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)  # (a snapshot being written deletes its temporary file on the way out)
+
+
+def main() -> int:
+    if hasattr(os, "nice"):
+        os.nice(NICENESS)
+    signal.signal(signal.SIGTERM, _stop)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format=f"noumena state snapshotter [{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    from infra.eventlog import EventsourcingLog
+    from infra.settings import Settings
+    from infra.state_snapshots import FileStateSnapshots
+
+    settings = Settings(**json.loads(sys.stdin.readline())["settings"])
+    gc.set_threshold(50_000, 20, 100)  # (a folded state is a large heap of small objects; no request waits here)
+    event_log = EventsourcingLog(settings.event_store_env(), settings.key_store())
+    snapshots = FileStateSnapshots(settings.home, event_log, event_log.keys, settings.state_snapshot_every)
+    try:
+        for line in sys.stdin:
+            tenant = json.loads(line)["tenant"]
+            try:
+                stored = snapshots.take_from_log(tenant)
+            except Exception:  # (answered: the writing process goes on, the next request tries again)
+                log.exception("state snapshot of tenant %s not taken", tenant)
+                stored = None
+            sys.stdout.write(json.dumps({"tenant": tenant, "stored": stored}) + "\n")
+            sys.stdout.flush()
+    finally:
+        snapshots.close()
+        event_log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
