@@ -3,7 +3,8 @@ equivalent events, in one run, both into fresh SQLite files, batched. The two al
 NOUMENA_BENCH_ROUNDS rounds (default 5) so that both see the same machine; prints the median ratio and its
 range (goal >= 0.7). Our path takes state snapshots as a server does (NOUMENA_STATE_SNAPSHOT_EVERY, default
 10,000: asked for at 10,000 and 20,000 events here, taken by the snapshotter process); it prints how many were
-stored while the writes ran.
+stored while the writes ran and once it was done (untimed). A third series, alternating with the two, is our path
+without state snapshots (every = 0): what they cost the writes, in the same run.
 
 Sizes: NOUMENA_BENCH_FACTS (default 30000), NOUMENA_BENCH_BATCH (default 100).
 """
@@ -49,13 +50,16 @@ def _commands() -> list[c.AssertFact]:
             for i in range(FACTS)]
 
 
-SNAPSHOTS_DURING: list[int] = []
-"""By round: state snapshots stored while our timed writes ran."""
+SNAPSHOTS_DURING: list[tuple[int, int]] = []
+"""By round: state snapshots the snapshotter stored while our timed writes ran, and by the time it was done."""
 
 
-def ours(home: Path, commands: list[c.AssertFact]) -> tuple[float, list]:
+def ours(home: Path, commands: list[c.AssertFact], snapshots: bool = True) -> tuple[float, list]:
     # Sealing content (crypto-shredding) is measured on its own in bench_encryption.py.
-    app = bootstrap(Settings(home=home, event_store="sqlite", encrypt_content=False))
+    settings = Settings(home=home, event_store="sqlite", encrypt_content=False)
+    if not snapshots:
+        settings = settings.model_copy(update={"state_snapshot_every": 0})
+    app = bootstrap(settings)
     app.service.execute(c.CreateTenant(tenant="bench"))
     for start in range(0, ENTITIES * 2, 500):
         app.service.execute_batch([
@@ -67,7 +71,11 @@ def ours(home: Path, commands: list[c.AssertFact]) -> tuple[float, list]:
         result = app.service.execute_batch(commands[start:start + BATCH])
         events.extend(e for o in result.outcomes for e in o.events)
     elapsed = time.perf_counter() - started
-    SNAPSHOTS_DURING.append(len(getattr(app.service._snapshots, "stored", ())))  # noqa: SLF001
+    if snapshots:  # (how many were in place as the writes ended, and once the snapshotter is done: untimed)
+        store = app.service._snapshots  # noqa: SLF001
+        during = len(store.stored)  # type: ignore[union-attr]
+        store.wait(120)  # type: ignore[union-attr]
+        SNAPSHOTS_DURING.append((during, len(store.stored)))  # type: ignore[union-attr]
     app.close()
     return len(commands) / elapsed, events
 
@@ -135,11 +143,13 @@ def library_path(home: Path, events: list) -> float:
 def main() -> None:
     commands = _commands()
     rounds: list[tuple[float, float]] = []  # (ours, baseline A), alternating so both see the same machine
+    without: list[float] = []  # ours without state snapshots, in the same alternation
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(ROUNDS):
             ours_rate, events = ours(Path(tmp) / f"ours{n}", commands)
             asserted = [e for e in events if e.topic == "fact.asserted"]
             rounds.append((ours_rate, library_path(Path(tmp) / f"library{n}", asserted)))
+            without.append(ours(Path(tmp) / f"plain{n}", commands, snapshots=False)[0])
         raw_rate = raw(Path(tmp) / "raw", events)
     ratios = sorted(o / a for o, a in rounds)
     ours_rate, library_rate = statistics.median(o for o, _ in rounds), statistics.median(a for _, a in rounds)
@@ -151,7 +161,12 @@ def main() -> None:
     best = max(o for o, _ in rounds) / max(a for _, a in rounds)
     print(f"  ratio of the best rounds = {best:.2f}  (each side's fastest round: the least disturbed by other work)")
     print(f"  ratio ours/B = {ours_rate / raw_rate:.2f}  (lower bound: B does no work but the write)")
-    print(f"  state snapshots stored while our writes ran, by round: {SNAPSHOTS_DURING}")
+    print(f"  state snapshots stored by the snapshotter (by the end of the timed writes, once it was done), by round: "
+          f"{SNAPSHOTS_DURING}")
+    plain = sorted(w / a for w, (_, a) in zip(without, rounds, strict=True))
+    print(f"  without state snapshots: {statistics.median(without):,.0f} facts/s, ratio /A = "
+          f"{statistics.median(plain):.2f} (rounds {plain[0]:.2f}-{plain[-1]:.2f}); with / without = "
+          f"{ours_rate / statistics.median(without):.2f}")
 
 
 if __name__ == "__main__":
