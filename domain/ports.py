@@ -105,6 +105,11 @@ class StateSnapshots(Protocol):
         a faster start, and one that is never taken leaves the older one in use."""
         ...
 
+    def wrote(self) -> None:
+        """A write was appended: snapshots asked for wait for a pause in the writes (up to a bound), so the work
+        of taking them does not run beside busy writers."""
+        ...
+
     def stored_version(self, tenant: str) -> int:
         """The version of the tenant's snapshot in this process's home (0: none, or unreadable)."""
         ...

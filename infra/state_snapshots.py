@@ -319,6 +319,10 @@ class FileStateSnapshots:
         if self._snapshotter is not None:
             self._snapshotter.request(tenant)
 
+    def wrote(self) -> None:
+        if self._snapshotter is not None:
+            self._snapshotter.wrote()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the snapshotter has answered every request so far (tests, benchmarks); False on timeout."""
         return self._snapshotter.wait(timeout) if self._snapshotter is not None else True
@@ -327,6 +331,11 @@ class FileStateSnapshots:
     def snapshotter_pid(self) -> int | None:
         """The snapshotter process's id while one runs."""
         return self._snapshotter.pid if self._snapshotter is not None else None
+
+    @property
+    def snapshotter(self) -> SnapshotterProcess | None:
+        """The writing process's handle on its snapshotter (tests set its `pause` and `latest`)."""
+        return self._snapshotter
 
     def _stored_by_snapshotter(self, tenant: str, version: int, kind: str) -> None:
         self.stored.append((tenant, version, kind))

@@ -175,6 +175,7 @@ class OntologyService:
                 for state in states.values():
                     state.commit()
                 if self._snapshots is not None:
+                    self._snapshots.wrote()
                     self._forgot.update(p.tenant for p in pending if isinstance(p.event, SubjectForgotten))
                     for state in states.values():  # (each time the state doubles: one costs as much as its size)
                         self._ask_for_snapshot(state, self._doubled(state.tenant))

@@ -543,7 +543,8 @@ def _check_snapshotter_races_writes(tmp_path: Path, backend: str, seed: int, ste
     workload = Workload(rng)
     noumena = _process(tmp_path / "home", backend, 2, schema_of)  # (asked for at 2, 4, 8, 16, ... events)
     store = noumena.service._snapshots  # noqa: SLF001
-    assert isinstance(store, FileStateSnapshots)
+    assert isinstance(store, FileStateSnapshots) and store.snapshotter is not None
+    store.snapshotter.pause = 0.0  # (handed over at once, not when the writes pause: they race it)
     seen: dict[str, int] = {}
     copies = iter(range(10**9))
     checked = 0
@@ -665,3 +666,30 @@ def test_a_stop_while_the_snapshotter_folds_leaves_no_process_no_temporary_file_
     assert [kind for _, _, kind in store.stored][-1:] == ["whole"]
     assert not list((settings.home / "state").glob(".*.tmp"))
     assert _starts_from_snapshot(settings) == (True, 3001)
+
+
+def test_the_snapshotter_starts_when_the_writes_pause_or_at_the_latest_while_they_go_on(tmp_path):
+    settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=10**6)  # (asked by hand)
+    noumena = bootstrap(settings, clock=TickingClock())
+    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    assert store.snapshotter is not None
+    store.snapshotter.pause, store.snapshotter.latest = 0.4, 1.5
+    run = noumena.service.execute
+    try:
+        run(c.CreateTenant(tenant=T))
+        asked = time.monotonic()
+        store.request(T)
+        n = 0
+        while not store.stored and time.monotonic() - asked < 20:  # writes with no pause
+            run(c.RegisterEntity(tenant=T, ref=f"thing:w{n}", label="w"))
+            n += 1
+        waited = time.monotonic() - asked
+        assert store.stored and 1.5 <= waited < 20, (waited, store.stored)  # (not before `latest`)
+        first = len(store.stored)
+        store.request(T)
+        asked = time.monotonic()
+        assert store.wait(20)  # the writes stopped: it starts after the pause
+        assert len(store.stored) == first + 1 and 0.4 <= time.monotonic() - asked
+        assert store.stored[-1][1] == noumena.service.ontology(T).version
+    finally:
+        noumena.close()
