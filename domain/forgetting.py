@@ -219,19 +219,12 @@ _KEPT = 100_000
 
 def linked_memories(state: object, person: str) -> list[str]:
     """The keys of the `memory:` entities a fact links to a person (by the fact's subject or object, or by its
-    `person:` scope): "forget me" erases them too. Found in the ontology when the person is forgotten, so
-    writing a fact records nothing for it."""
+    `person:` scope): "forget me" erases them too. Found in the ontology when the person is forgotten (its
+    `memory_links`, kept as facts are asserted), so writing a fact records nothing for it."""
     if not person.startswith("person:"):
         return []
     tenant = getattr(state, "tenant", "")
-    found: dict[str, None] = {}
-    for fact in getattr(state, "facts", {}).values():
-        subject, obj = fact.subject, fact.object
-        if (subject.startswith("memory:") or obj.startswith("memory:")) and person in (subject, obj, fact.scope):
-            for ref in (subject, obj):
-                if ref.startswith("memory:"):
-                    found[f"{tenant}/entity/{ref}"] = None
-    return list(found)
+    return [f"{tenant}/entity/{ref}" for ref in sorted(getattr(state, "memory_links", {}).get(person, ()))]
 
 
 def sessions_erased_with(state: object, subject: str) -> list[str]:

@@ -98,6 +98,10 @@ class Ontology:
     compactions: dict[str, CompactionState] = field(default_factory=dict)
     person_scopes: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
     """(subject, relation, object) -> the person scopes in which it is currently believed (for promotion)."""
+    memory_links: dict[str, set[str]] = field(default_factory=dict)
+    """`person:` ref -> the `memory:` refs a fact links to it (the fact's other end, with the person as its subject,
+    object or scope): what forgetting the person erases with it (domain/forgetting.py), found without a pass over
+    every fact."""
     forgotten_people: dict[str, str] = field(default_factory=dict)
     """`person:` refs forgotten and not registered anew since, with their forget receipt's id."""
     recall_count: int = 0
@@ -176,6 +180,15 @@ class Ontology:
         items.append(value)
         if self._journal is not None:
             self._journal.append((_LISTPOP, items, None, None))
+
+    def _link_memories(self, subject: str, obj: str, scope: str) -> None:
+        memories = [ref for ref in (subject, obj) if ref.startswith("memory:")]
+        for person in dict.fromkeys((subject, obj, scope)):
+            if person.startswith("person:"):
+                if person not in self.memory_links:
+                    self._set(self.memory_links, person, set())
+                for ref in memories:
+                    self._add(self.memory_links[person], ref)
 
     # ------------------------------------------------------------------ queries used by the rules
 
@@ -291,6 +304,8 @@ class Ontology:
                 self._set(self.functional_current, slot, e.fact_id)
         if holds_key and e.scope != "org":
             self._track_person_scope(fact, current=True)
+        if e.subject.startswith("memory:") or e.object.startswith("memory:"):
+            self._link_memories(e.subject, e.object, e.scope)
 
     @_applies
     def _(self, e: FactCorroborated) -> None:
