@@ -79,10 +79,11 @@ class ProjectionCopies:
     log: EventsourcingLog
     home: Path
     evidence: EvidenceStore
-    count_in_worker: Settings | None = None
-    """Set in a process that serves requests (and whose log another process can open): the receipt's count runs
-    in a worker process (infra/purge_worker.py, at a lower priority), so a forget in one tenant never holds this
-    process's interpreter for a pass over the deleted keys' events while other tenants' requests wait for it."""
+    worker_settings: Settings | None = None
+    """The settings a worker process opens the same stores with; set in a process that serves requests (and whose
+    log another process can open), where the receipt's count runs in that worker process (infra/purge_worker.py,
+    at a lower priority), so a forget in one tenant never holds this process's interpreter for a pass over the
+    deleted keys' events while other tenants' requests wait for it."""
 
     def erase(self, tenant: str, subjects: Sequence[str]) -> list[str]:
         from consumers.file_import import redact_rejects
@@ -93,11 +94,11 @@ class ProjectionCopies:
 
     def events_affected(self, tenant: str | None = None) -> int | None:
         names = sorted(getattr(self.log.keys, "deleted", ()))
-        if self.count_in_worker is not None and names:
+        if self.worker_settings is not None and names:
             from infra.purge_worker import run_worker
 
             try:
-                return int(run_worker(self.count_in_worker, count={"tenant": tenant, "names": names})
+                return int(run_worker(self.worker_settings, count={"tenant": tenant, "names": names})
                            ["events_affected"])
             except Exception:
                 log.exception("the purge worker failed to count the events affected; counting in this process")
@@ -150,7 +151,7 @@ def _application(settings: Settings, log: EventsourcingLog, service: OntologySer
         service, log, consolidation=consolidation, perspectives=perspectives,
         contexts=contexts, searches=searches,  # type: ignore[arg-type]  (None only for a benchmark's engine)
         copies=ProjectionCopies(log, settings.home, evidence,
-                                count_in_worker=settings if read_model is not None and settings.event_store != "popo"
+                                worker_settings=settings if read_model is not None and settings.event_store != "popo"
                                 else None),
         evidence=evidence, recalls=recalls,
         keys=log.keys, read_model=read_model,

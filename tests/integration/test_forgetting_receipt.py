@@ -55,7 +55,7 @@ def test_a_serving_process_counts_the_events_affected_in_a_worker_process_and_ge
     _plant(noumena)
     served = serve(noumena, kafka=False)
     try:
-        assert served.application.copies.count_in_worker is not None  # (the path under test)
+        assert served.application.copies.worker_settings is not None  # (the path under test)
         report = served.application.forget(T, "person:x").receipt
     finally:
         served.stop()
