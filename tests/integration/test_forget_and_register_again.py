@@ -7,6 +7,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,9 +98,9 @@ def test_a_person_memory_and_session_forgotten_and_registered_again_on_sqlite_fo
     _story("sqlite", tmp_path / "home", ["person:xu", "memory:xu-tea", "session:s-xu"])
 
 
-@settings(max_examples=examples(0.1))
-@given(store=st.sampled_from(["sqlite", "postgres"]),
-       forgets=st.lists(st.sampled_from(["person:xu", "memory:xu-tea", "session:s-xu"]), min_size=1, max_size=3))
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+@settings(max_examples=examples(0.05))
+@given(forgets=st.lists(st.sampled_from(["person:xu", "memory:xu-tea", "session:s-xu"]), min_size=1, max_size=3))
 def test_any_sequence_of_forgets_and_registrations_again_refolds_on_every_durable_key_store(store, forgets):
     with tempfile.TemporaryDirectory() as where:
         _story(store, Path(where) / "home", forgets)
