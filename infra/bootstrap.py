@@ -7,7 +7,6 @@ runs beside the HTTP API: the projector (and reads by query through it) and the 
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import random
@@ -115,13 +114,6 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     The application reads no read model here (no projector runs): `serve()` adds one."""
     settings = settings or Settings()
     make_private(settings.home)
-    # The folded ontology is a large, long-lived heap of small objects: with the default thresholds a growing
-    # heap is scanned whole (100-140 ms at 40k events, measured in a server) after every 70,000 surviving
-    # allocations; here after 5,000,000 at the soonest. The young generations stay small, as every collection
-    # holds the interpreter lock while requests wait: 5,000 objects (about 1.5 ms), the middle one 50,000 (about
-    # 15 ms). (50,000 young objects paused requests 15 ms at each collection and 57 ms at a middle one, for no
-    # gain bench_event_log could show.)
-    gc.set_threshold(5_000, 10, 100)
     keys = settings.key_store()
     log = EventsourcingLog(settings.event_store_env(), keys)
     snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every,

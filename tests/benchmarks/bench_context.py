@@ -48,6 +48,7 @@ from domain.sessions import SessionKind, SessionStarted  # noqa: E402
 from domain.tenants import TenantCreated  # noqa: E402
 from domain.values import Provenance  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.contexts import Contexts  # noqa: E402
 from projections.perspectives import Perspectives  # noqa: E402
@@ -158,6 +159,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     print(f"context benchmark: {org.ENTITIES} entities, {org.FACTS} facts, {SESSIONS} main sessions, "
           f"{QUERIES} queries")
     with tempfile.TemporaryDirectory(prefix="noumena-bench-context-") as tmp:

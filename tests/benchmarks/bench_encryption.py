@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from domain import commands as c  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 EVENTS = int(os.environ.get("NOUMENA_BENCH_EVENTS", "20000"))
@@ -101,6 +102,7 @@ def run(encrypt: bool, envelopes: list[dict]) -> list[float]:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     where = "PostgreSQL (keys wrapped under bucket keys and a KEK)" if STORE == "postgres" else "SQLite file"
     print(f"ingest through the whole path, {where}, batches of {BATCH}, {EVENTS} envelopes, {ROUNDS} alternating "
           "whole runs each")

@@ -35,6 +35,7 @@ from eventsourcing.utils import Environment  # noqa: E402
 from domain import commands as c  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
 from infra.eventlog import EventsourcingLog  # noqa: E402
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 FACTS = int(os.environ.get("NOUMENA_BENCH_FACTS", "30000"))
@@ -141,6 +142,7 @@ def library_path(home: Path, events: list) -> float:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     commands = _commands()
     rounds: list[tuple[float, float]] = []  # (ours, baseline A), alternating so both see the same machine
     without: list[float] = []  # ours without state snapshots, in the same alternation

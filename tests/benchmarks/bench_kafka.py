@@ -40,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from infra.bootstrap import Noumena, bootstrap  # noqa: E402
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from tests.kafka_support import (  # noqa: E402
@@ -293,6 +294,7 @@ def _positions_by_event_id(app: Noumena, after: int) -> dict[str, int]:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     bootstrap_servers = kafka_bootstrap()
     topic = create_topic(bootstrap_servers, unique_topic("bench"), partitions=PARTITIONS)
     create_topic(bootstrap_servers, f"{topic}.dlq")

@@ -39,6 +39,7 @@ from domain.tenants import TenantCreated  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
 from infra.eventlog import EventsourcingLog  # noqa: E402
 from infra.mapper import stream_id  # noqa: E402
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.replay import replay  # noqa: E402
@@ -218,6 +219,7 @@ def lag(home: Path) -> None:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     with tempfile.TemporaryDirectory(prefix="noumena-bench-proj-") as tmp:
         home = Path(tmp)
         started = time.perf_counter()

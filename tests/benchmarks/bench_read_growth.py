@@ -30,6 +30,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
+
 AGENTS = int(os.environ.get("NOUMENA_BENCH_GROWTH_AGENTS", "10"))
 PERSONS = 5
 FACTS = 20
@@ -209,6 +211,7 @@ def rankings() -> dict[str, float]:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     before = growth("0", "full")
     after = growth("60", "reproducible")
     print(f"served {SERVED} perspectives over {after['views']:.0f} viewpoints on SQLite, per 1,000 served:")

@@ -44,6 +44,7 @@ from domain.ports import Pending  # noqa: E402
 from domain.recalls import FactsRecalled, RecallMode  # noqa: E402
 from domain.tenants import TenantCreated  # noqa: E402
 from domain.values import Provenance  # noqa: E402
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 SIZES = [int(n) for n in os.environ.get("NOUMENA_BENCH_RESTART_EVENTS", "100000,1000000").split(",")]
@@ -200,6 +201,7 @@ def measure(n: int, root: Path) -> None:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     os.umask(0o077)  # (a private home, as noumena makes its own)
     print(f"bench_restart: store {STORE}, sizes {SIZES}, rounds {ROUNDS}, load average {os.getloadavg()[0]:.1f}")
     kept = os.environ.get("NOUMENA_BENCH_RESTART_HOME")

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from domain import commands as c  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
+from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 T = "bench"
@@ -130,6 +131,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    tune_collector_for_a_long_lived_heap()  # (as the served process does)
     print(f"search on a live log: SQLite, base {BASE} envelopes, then {EVENTS} in batches of {BATCH} while a reader"
           f" asks {READS_PER_SECOND:g} times a second; {ROUNDS} alternating rounds")
     best: dict[bool, list[float]] = {}
