@@ -194,7 +194,7 @@ def serve(noumena: Noumena, *, projector: bool = True, kafka: bool = True,
         application = application_reading(noumena, follower, perspectives)
     if follower is not None:
         follower.start()
-    noumena.consolidation.signal  # noqa: B018  (starts consolidation, with a pass over what is still pending)
+    noumena.consolidation.start()
     consumer = None
     if kafka and noumena.settings.kafka_bootstrap:
         consumer = KafkaFollower(session_event_consumer(noumena))

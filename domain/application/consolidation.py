@@ -223,16 +223,20 @@ class ConsolidationWorker:
             if report.reason:
                 log.warning("consolidation %s failed: %s", report.compaction_id, report.reason)
 
-    @property
-    def signal(self) -> CompactionSignal:
-        """The callback every ingestion path passes on: stored `session.compacted` commands start consolidation
-        on a background thread (started on first use, with a pass over what a previous process left pending),
-        so ingestion never waits for it."""
+    def start(self) -> CompactionSignal:
+        """Start the background thread (once; later calls return it): a pass over what a previous process left
+        pending, then whatever ingestion signals."""
         if self._signal is None:
             self._signal = CompactionSignal(self.handle)
             self._resuming = threading.Thread(target=self.resume, name="noumena-consolidation-resume", daemon=True)
             self._resuming.start()
         return self._signal
+
+    @property
+    def signal(self) -> CompactionSignal:
+        """The callback every ingestion path passes on: stored `session.compacted` commands start consolidation
+        on a background thread (started on first use), so ingestion never waits for it."""
+        return self.start()
 
     def resume(self) -> int:
         """Consolidate what a previous process left pending (the log is the source of truth). Returns how many."""
