@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-# The explorer's graph library (issue 21): pinned in ui/package-lock.json, copied into the package with its licence.
+# The explorer's graph library: pinned in ui/package-lock.json, copied into the package with its licence.
 VENDOR := api/explorer/static/vendor
 $(VENDOR)/cytoscape.esm.min.js: ui/package.json ui/package-lock.json
 	@command -v npm >/dev/null || apt-get install -y -q npm >/dev/null

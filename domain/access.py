@@ -1,4 +1,4 @@
-"""Agent-scoped keys (issue 19): a key may name the agents it acts as. It then asks only as those agents, and
+"""Agent-scoped keys: a key may name the agents it acts as. It then asks only as those agents, and
 only about persons they serve: a person one of them has a main session with, or is the object of a current
 `serves` fact whose subject is one of them. A key naming no agents is tenant-wide (for services).
 

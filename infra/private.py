@@ -1,4 +1,4 @@
-"""Files and folders noumena writes are private to its user (issue 19): labels, reasons and messages are in the
+"""Files and folders noumena writes are private to its user: labels, reasons and messages are in the
 event log and the evidence files, and keys.sqlite holds the data keys that unseal them.
 
 `make_private(home)` runs before anything is written: the process's umask becomes 0o077, so every file any part

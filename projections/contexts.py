@@ -1,4 +1,4 @@
-"""Serving contexts: `context_for` compiles a main session's budgeted context block for one request (issue 9).
+"""Serving contexts: `context_for` compiles a main session's budgeted context block for one request.
 
 It reads the session (turns, summaries, workers) and the hard constraints from the ontology service, takes the
 perspective from the perspective engine with the focus found in the message and the recent turns, and lays the

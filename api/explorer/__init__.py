@@ -1,4 +1,4 @@
-"""The explorer: a web page at `/ui` to see what each agent sees, why, and what was believed when (issue 21).
+"""The explorer: a web page at `/ui` to see what each agent sees, why, and what was believed when.
 
 Static files only, shipped in the package (`api/explorer/static`); the graph library is vendored there by
 `make install` from the pinned npm package in `ui/` (see docs/explorer.md). The page talks to the public `/v1`

@@ -1,4 +1,4 @@
-"""Forgetting on request ("forget that", "forget me"): crypto-shredding (issue 8)."""
+"""Forgetting on request ("forget that", "forget me"): crypto-shredding."""
 
 from __future__ import annotations
 

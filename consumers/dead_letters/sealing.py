@@ -1,4 +1,4 @@
-"""Dead letters are covered by the same keys as the log (issue 8's decision: seal, don't purge).
+"""Dead letters are covered by the same keys as the log (the decision: seal, don't purge).
 
 A dead-lettered input is kept on a Kafka topic, where single records cannot be deleted. So its bytes are sealed
 before they are produced, with the data key of the subject they belong to, found by a lenient look at the

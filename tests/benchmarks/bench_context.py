@@ -1,4 +1,4 @@
-"""Benchmark: `context_for` against `perspective_for` for the same viewer, in the same run (issue 9).
+"""Benchmark: `context_for` against `perspective_for` for the same viewer, in the same run.
 
 The organization is the perspective benchmark's generator (tests/benchmarks/bench_perspective.py: persons,
 agents with 50 hubs, things, lognormal popularity, org/person/session scopes, invalidated and archived facts,

@@ -1,5 +1,5 @@
 """Benchmark: one tenant's perspectives over HTTP at a constant rate while another tenant forgets, against the same
-load without the forget, in one run (issue 19).
+load without the forget, in one run.
 
 1. A real `noumena serve` (SQLite, production mode, its own projector) with two tenants: `reader`, a small
    organization (NOUMENA_BENCH_READER_FACTS facts, default 2,000, among 400 people and 8 agents), and `busy`,

@@ -13,7 +13,7 @@ what it stores: A's loop, plus each value validated against the envelope schema 
 the batch inserted as it came (event id and bytes) into a SQLite file in one transaction per poll, with no rules,
 no state and no sealing. C's ratio to A bounds what ">= 0.5 of A" can mean for a consumer written in Python on
 this stack.
-Goals (issue 5): >= 10k events/s into SQLite, >= 0.5 of the raw rate, visible in DuckDB within 1 s at p95.
+Goals: >= 10k events/s into SQLite, >= 0.5 of the raw rate, visible in DuckDB within 1 s at p95.
 
 Sizes: NOUMENA_BENCH_KAFKA_MESSAGES (20000), NOUMENA_BENCH_KAFKA_BATCHES ("1,100,1000"),
 NOUMENA_BENCH_KAFKA_MAX_SECONDS per drain (20), NOUMENA_BENCH_KAFKA_RATE msg/s (2000; the live phase sends at

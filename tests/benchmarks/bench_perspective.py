@@ -3,7 +3,7 @@
 1. The array index (numpy CSR): p50/p95 of the walk + ranking + tiers (the hot path), and of the whole
    `build_perspective` (items, paths, the rendered context within its budget). Goal p95 <= 5 ms.
 2. Baseline A: the same algorithm (layered spreading, the same scope/status/hub rules, fan shares, base
-   levels, tiers) over a networkx MultiGraph with per-edge attribute dicts. Goal (issue 17): the index >= 10x faster.
+   levels, tiers) over a networkx MultiGraph with per-edge attribute dicts. Goal: the index >= 10x faster.
 3. Baseline B: the same spreading as one DuckDB recursive query (`WITH RECURSIVE` over an undirected edge
    table, scope/status/hub filters in SQL, base levels joined from the uses table). The recursion follows walks,
    not BFS layers, so its numbers differ slightly; it is the "just ask the database" design.

@@ -1,4 +1,4 @@
-"""Benchmark: how much the store grows with reads alone (issue 19, "reads do not grow the store without bound"),
+"""Benchmark: how much the store grows with reads alone ("reads do not grow the store without bound"),
 and how much coalescing the recalls changes what agents see.
 
 Growth. A small organization (NOUMENA_BENCH_GROWTH_AGENTS agents, each serving five persons with four facts each)

@@ -1,4 +1,4 @@
-"""`make fuzz`: schemathesis against a real `noumena serve` at a volume CI cannot afford (issue 19).
+"""`make fuzz`: schemathesis against a real `noumena serve` at a volume CI cannot afford.
 
 1. Every operation of the OpenAPI document: NOUMENA_FUZZ_EXAMPLES positive and as many negative cases each
    (default 100), derandomized.

@@ -1,4 +1,4 @@
-"""The HTTP API under a hostile client, on a real `noumena serve` process (issue 19): lone surrogates, trailing
+"""The HTTP API under a hostile client, on a real `noumena serve` process: lone surrogates, trailing
 newlines, timestamps out of range and loose coercion refused with a 422 naming the field (never a 500); malformed
 JSON a 400; any wrong key a 401; bodies bounded, and an unauthenticated body never read; data stored out of range
 before the rule still reads."""

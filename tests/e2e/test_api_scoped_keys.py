@@ -1,4 +1,4 @@
-"""Agent-scoped keys (issue 19) on a real `noumena serve`: a key naming its agents asks only as them, only about
+"""Agent-scoped keys on a real `noumena serve`: a key naming its agents asks only as them, only about
 persons they serve (a main session or a `serves` fact), never through the tenant-wide routes; tenant-wide keys
 are labelled and keep working everywhere."""
 

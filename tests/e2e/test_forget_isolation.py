@@ -1,4 +1,4 @@
-"""One tenant's forget never stalls the others (issue 19): a real `noumena serve` process, a tenant forgetting a
+"""One tenant's forget never stalls the others: a real `noumena serve` process, a tenant forgetting a
 person behind thousands of facts (the read model is rebuilt without them), and meanwhile `/healthz` polled, a
 large body pushed and refused, and another tenant's perspective and entity reads asked in a loop.
 

@@ -1,4 +1,4 @@
-"""Files and folders noumena writes are private to its user (issue 19): the event log, the data keys, the API
+"""Files and folders noumena writes are private to its user: the event log, the data keys, the API
 keys, the read model and the evidence of served perspectives and searches are 0600 in 0700 folders; an existing
 home that is too open is reported at start."""
 

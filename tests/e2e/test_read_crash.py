@@ -1,4 +1,4 @@
-"""What a crash loses of the uses served reads made (issue 19): only those held since the last flush, never a
+"""What a crash loses of the uses served reads made: only those held since the last flush, never a
 fact; the evidence of the reads is kept. A real process serves perspectives and dies without a clean shutdown."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Two `noumena serve` replicas on one PostgreSQL log (issue 19), as real processes with homes of their own, one
+"""Two `noumena serve` replicas on one PostgreSQL log, as real processes with homes of their own, one
 shared key-encryption key file and one shared API keys file: a write acknowledged by either is read through the
 other with `min_position`, and an agent-scoped key is held to its agents and the persons they serve on both."""
 

@@ -1,4 +1,4 @@
-"""Context assembly (issue 9): the seed's story told to Wang's main session, the budget rules, the summary tree,
+"""Context assembly: the seed's story told to Wang's main session, the budget rules, the summary tree,
 mentions in Chinese and Latin text, and the evidence that reproduces a served context. Real SQLite store."""
 
 from __future__ import annotations

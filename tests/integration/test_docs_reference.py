@@ -157,6 +157,6 @@ def test_a_command_is_resolved_through_its_groups(text: str) -> None:
 
 
 def test_the_readme_is_read_in_five_minutes() -> None:
-    """Issue 17: at most 10 KB; the depth lives in docs/."""
+    """The README is at most 10 KB; the depth lives in docs/."""
     size = len((ROOT / "README.md").read_bytes())
     assert size <= 10 * 1024, f"README.md is {size} bytes; move the depth into a docs/ page"

@@ -1,4 +1,4 @@
-"""Reads do not grow the store without bound (issue 19): served perspectives, contexts and searches record their
+"""Reads do not grow the store without bound: served perspectives, contexts and searches record their
 uses coalesced (one event per tenant per flush, at most one use per agent, fact and hour; what a crash loses:
 tests/e2e/test_read_crash.py), and the evidence store keeps to its size and age bounds. Real SQLite stores."""
 

@@ -1,4 +1,4 @@
-"""The recall workflow applies the input rules of domain/values.py before it looks anything up (issue 19; the
+"""The recall workflow applies the input rules of domain/values.py before it looks anything up (the
 rules themselves are specified in tests/unit/test_edge_rules.py)."""
 
 from __future__ import annotations

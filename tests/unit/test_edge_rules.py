@@ -1,7 +1,7 @@
 """One set of input rules (domain/values.py) on every entry point that builds a model: commands (CLI, MCP, HTTP
 go through them), the wire envelope (Kafka and `noumena import`) and the HTTP request schemas (the recall workflow
 applies them too: tests/integration/test_recall_rules.py). Lone surrogates, trailing newlines, timestamps outside
-the shared range and loose coercion are refused with an error naming the field (issue 19)."""
+the shared range and loose coercion are refused with an error naming the field."""
 
 from __future__ import annotations
 
