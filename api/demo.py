@@ -3,52 +3,16 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-from api.story import MOMENTS, TENANT, story_envelopes
+from api.story import MOMENTS, TENANT, build_story
 from domain.facts import FactStatus
 from domain.ontology import Ontology
 from domain.sessions import LIVE_WORKER_STATUSES
-from infra.bootstrap import Noumena, bootstrap
-from infra.settings import Settings
 from projections.ontology_as_of import believed_at
-
-
-class StoryClock:
-    """Transaction time for the demo: each event is recorded at the story moment it happened."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 9, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-def build_story(home: Path, before_each: Callable[[Noumena, StoryClock, dict[str, Any]], None] | None = None
-                ) -> tuple[Noumena, StoryClock]:
-    """Ingest the story into a store at `home`, one envelope at a time, each recorded at its story time.
-
-    `before_each(app, clock, envelope)` runs before each envelope is ingested (the perspective story uses it to
-    serve perspectives and record recalls at their moments between envelopes)."""
-    clock = StoryClock()
-    app = bootstrap(Settings(home=home, event_store="sqlite"), clock=clock)
-    app.application.create_tenant(TENANT, "Wang's export company")
-    ingestor = app.application.ingestor
-    for envelope in story_envelopes():
-        if before_each is not None:
-            before_each(app, clock, envelope)
-        clock.now = datetime.fromisoformat(envelope["occurred_at"]).astimezone(UTC)
-        result = ingestor.ingest([envelope])
-        if result.rejected:
-            raise RuntimeError(f"the story itself was rejected: {result.rejected[0].reason}")
-        if envelope["type"] == "session.compacted":
-            app.on_stored.drain(60)  # consolidation runs in the background; the story waits for its "sleep"
-    return app, clock
 
 
 def _line(state: Ontology, fact_id: str) -> str:

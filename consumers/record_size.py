@@ -6,18 +6,15 @@ just under the limit makes a dead letter just over it: producing it fails every 
 for its dead letters before storing its position never gets past it. So the producers of dead letters and parked
 inputs learn the limit from the broker (`topic_max_bytes`) and set their request size to it, and a dead letter
 that would not fit is stored truncated (`truncated`), with the original's size and SHA-256, and its location in
-the standard source headers (topic, partition, offset) so that it can be read again while the topic keeps it.
+the standard source headers (topic, partition, offset) so that it can be read again while the topic keeps it
+(`consumers/dead_letters/records.py`, which builds on these sizes).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any
-
-from consumers.dead_letters.records import PREFIX, DeadLetter
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +61,3 @@ def topic_max_bytes(options: dict[str, Any], topic: str, configured: int = 0) ->
         return DEFAULT_MAX_BYTES
     finally:
         admin.close()
-
-
-def truncated(letter: DeadLetter, max_bytes: int, sealed: bool) -> DeadLetter:
-    """The dead letter cut down to fit `max_bytes` once sealed: its value's first bytes, the headers
-    `noumena.dlq.truncated`, `.original.size`, `.original.sha256`; its reason cut to 2,000 characters; and,
-    when the original headers alone do not leave room, without them (`noumena.dlq.original_headers_dropped`:
-    how many)."""
-    original = letter.value or b""
-    extra = [(PREFIX + "truncated", b"true"), (PREFIX + "original.size", str(len(original)).encode()),
-             (PREFIX + "original.sha256", hashlib.sha256(original).hexdigest().encode())]
-    cut = dataclasses.replace(letter, reason=letter.reason[:2_000], value=b"",
-                              extra_headers=letter.extra_headers + tuple(extra))
-    room = max_bytes - MARGIN - (SEAL_OVERHEAD if sealed else 0)
-    budget = room - record_size(cut.record_key(), b"", cut.headers())
-    if budget < 0 and letter.original_headers:
-        dropped = (PREFIX + "original_headers_dropped", str(len(letter.original_headers)).encode())
-        cut = dataclasses.replace(cut, original_headers=(), extra_headers=cut.extra_headers + (dropped,))
-        budget = room - record_size(cut.record_key(), b"", cut.headers())
-    return dataclasses.replace(cut, value=original[:max(0, budget)])

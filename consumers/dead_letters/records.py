@@ -21,12 +21,14 @@ lose one: readers de-duplicate by source coordinates, the latest record winning.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from consumers.record_size import MARGIN, SEAL_OVERHEAD, record_size
 from domain.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
@@ -192,8 +194,6 @@ class DeadLetterSink:
 
     def record(self, letter: DeadLetter) -> tuple[bytes, bytes | None, list[tuple[str, bytes]]]:
         """(key, value, headers) as they will be produced: sealed, and truncated when too large."""
-        from consumers.record_size import record_size, truncated
-
         key, value, headers = letter.record_key(), self._value(letter), letter.headers()
         if self.max_bytes and record_size(key, value, headers) > self.max_bytes:
             cut = truncated(letter, self.max_bytes, sealed=self._sealer is not None)
@@ -203,8 +203,6 @@ class DeadLetterSink:
 
     def fits(self, letter: DeadLetter) -> bool:
         """Whether the letter, sealed, fits the topic whole."""
-        from consumers.record_size import record_size
-
         return not self.max_bytes or record_size(letter.record_key(), self._value(letter),
                                                  letter.headers()) <= self.max_bytes
 
@@ -244,3 +242,22 @@ def header_value(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | Non
         if key == PREFIX + name:
             return value
     return None
+
+
+def truncated(letter: DeadLetter, max_bytes: int, sealed: bool) -> DeadLetter:
+    """The dead letter cut down to fit `max_bytes` once sealed: its value's first bytes, the headers
+    `noumena.dlq.truncated`, `.original.size`, `.original.sha256`; its reason cut to 2,000 characters; and,
+    when the original headers alone do not leave room, without them (`noumena.dlq.original_headers_dropped`:
+    how many)."""
+    original = letter.value or b""
+    extra = [(PREFIX + "truncated", b"true"), (PREFIX + "original.size", str(len(original)).encode()),
+             (PREFIX + "original.sha256", hashlib.sha256(original).hexdigest().encode())]
+    cut = dataclasses.replace(letter, reason=letter.reason[:2_000], value=b"",
+                              extra_headers=letter.extra_headers + tuple(extra))
+    room = max_bytes - MARGIN - (SEAL_OVERHEAD if sealed else 0)
+    budget = room - record_size(cut.record_key(), b"", cut.headers())
+    if budget < 0 and letter.original_headers:
+        dropped = (PREFIX + "original_headers_dropped", str(len(letter.original_headers)).encode())
+        cut = dataclasses.replace(cut, original_headers=(), extra_headers=cut.extra_headers + (dropped,))
+        budget = room - record_size(cut.record_key(), b"", cut.headers())
+    return dataclasses.replace(cut, value=original[:max(0, budget)])

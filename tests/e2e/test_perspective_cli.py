@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from api.demo import build_story
-from api.story import TENANT
+from api.story import TENANT, build_story
 
 
 def _run(*args: str, home: Path, tenant: str | None = TENANT) -> subprocess.CompletedProcess[str]:
