@@ -1,18 +1,19 @@
 """Authentication: a bearer API key names exactly one tenant; the admin key manages tenants and keys.
 
-The tenant every route works in comes from here and nowhere else: never from a body, a path or a query.
+The tenant every route works in comes from here and nowhere else: never from a body, a path or a query. Routes
+pass the caller (the tenant and the agents a key is scoped to) to the use case, which decides what it may do
+(domain/access.py); no route checks on its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.problems import ApiProblem
-from domain.access import check_acts_as, require_tenant_wide
+from domain.access import Caller
 from domain.application.use_cases import Application
 from infra.api_keys import ApiKeyStore, admin_key_matches
 from infra.settings import Settings
@@ -48,21 +49,6 @@ def _unauthorized(detail: str) -> ApiProblem:
                       headers={"WWW-Authenticate": "Bearer"})
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who is asking: the tenant of the key, and the agents it acts as (empty: a tenant-wide key)."""
-
-    tenant: str
-    agents: tuple[str, ...] = ()
-
-    def acts_as(self, memory: Application, agent: str, serving: str | None = None,
-                session_id: str | None = None) -> None:
-        """Refuse (403, naming the field) unless this key may ask as `agent` for `serving` (domain/access.py)."""
-        if self.agents:
-            with memory.service.reading(self.tenant) as state:
-                check_acts_as(state, self.agents, agent, serving, session_id)
-
-
 async def current_caller(keys: KeysDep, credentials: Credentials) -> Caller:
     """The tenant and agents of the presented API key (async: a dict lookup and a file stat, no thread hop)."""
     if credentials is None:
@@ -76,13 +62,6 @@ async def current_caller(keys: KeysDep, credentials: Credentials) -> Caller:
 CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
-async def current_tenant(caller: CallerDep) -> str:
-    """The tenant of a tenant-wide key: the routes that read or change the tenant as a whole. An agent-scoped
-    key is refused here with a 403 (it serves through the agent routes only)."""
-    require_tenant_wide(caller.agents, "this route")
-    return caller.tenant
-
-
 async def require_admin(settings: SettingsDep, credentials: Credentials) -> None:
     """Only the admin key passes."""
     if credentials is None:
@@ -91,5 +70,4 @@ async def require_admin(settings: SettingsDep, credentials: Credentials) -> None
         raise _unauthorized("this route needs the admin key")
 
 
-TenantDep = Annotated[str, Depends(current_tenant)]
 AdminDep = Annotated[None, Depends(require_admin)]

@@ -1,8 +1,9 @@
 """The MCP server (`noumena mcp`, stdio, the official `mcp` SDK): noumena's memory as tools for agent runtimes.
 
-The tools call the same application as the HTTP routes and the CLI (domain/application/use_cases.py). The tenant
-is the one of the API key the server was started with; no tool takes a tenant. The key is checked again on every
-call, so a revoked key stops working at once. Arguments follow the same rules as HTTP (domain/values.py); errors
+The tools call the same application as the HTTP routes and the CLI (domain/application/use_cases.py), passing the
+caller of the key the server was started with (its tenant and the agents it is scoped to); the use cases decide
+what it may do, as for HTTP. No tool takes a tenant. The key is checked again on every call, so a revoked key
+stops working at once. Arguments follow the same rules as HTTP (domain/values.py); errors
 come back as tool errors naming the field.
 """
 
@@ -17,7 +18,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from pydantic import Field, ValidationError
 
-from domain.access import check_acts_as, check_may_assert, require_tenant_wide
+from domain.access import Caller
 from domain.application.use_cases import Application
 from domain.commands import Source
 from domain.errors import DomainError, NoumenaError, UnknownPerspective
@@ -72,27 +73,19 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     again (against the key store, which follows its file): a revoked key is refused from the next call on."""
     server = FastMCP("noumena", instructions=INSTRUCTIONS)
 
-    def agents() -> tuple[str, ...]:
-        """The agents the key acts as now (empty: tenant-wide); a revoked key is refused."""
+    def caller() -> Caller:
+        """The key's caller now (no agents: tenant-wide); a revoked key is refused."""
         if key is None:
-            return ()
+            return Caller(tenant)
         record = keys.record_for(key) if keys is not None else None
         if record is None or record.tenant != tenant:
             raise ToolError("NOUMENA_API_KEY: unknown or revoked API key; nothing was done")
-        return record.agents
-
-    def acts_as(agent: str, serving: str | None = None, session_id: str | None = None) -> None:
-        scoped = agents()
-        if scoped:
-            def check() -> None:
-                with memory.service.reading(tenant) as state:
-                    check_acts_as(state, scoped, agent, serving, session_id)
-            _call(check)
+        return Caller(tenant, record.agents)
 
     def checked(function: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(function)
         def call(*args: Any, **kwargs: Any) -> T:
-            agents()
+            caller()
             return function(*args, **kwargs)
         return server.tool()(call)  # type: ignore[no-any-return]
 
@@ -106,19 +99,14 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         format: Literal["markdown", "json"] = "markdown",
     ) -> dict[str, Any]:
         """What you see from where you stand: the context block to keep in mind, ranked in clarity tiers."""
-        acts_as(agent, serving)
-        return _brief(_call(lambda: memory.perspective(tenant, agent, serving, focus or [], as_of, budget_tokens)),
+        return _brief(_call(lambda: memory.perspective(caller(), agent, serving, focus or [], as_of, budget_tokens)),
                       format)
 
     @checked
     def deepen(perspective_id: Identifier, budget_tokens: Annotated[Count | None, Field(ge=40, le=100_000)] = None,
                format: Literal["markdown", "json"] = "markdown") -> dict[str, Any]:
         """Think deeper from a perspective you were given: one more hop, a lower threshold."""
-        if agents():
-            before = _call(lambda: memory.explain(tenant, perspective_id))
-            inputs = {"agent": before.agent, "serving": before.serving}
-            acts_as(inputs["agent"], inputs.get("serving"))
-        return _brief(_call(lambda: memory.deepen(tenant, perspective_id, budget_tokens)), format)
+        return _brief(_call(lambda: memory.deepen(caller(), perspective_id, budget_tokens)), format)
 
     @checked
     def remember(
@@ -135,15 +123,14 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """Remember a relation `subject -relation-> object` with its reason and provenance."""
         def run() -> dict[str, Any]:
-            check_may_assert(agents(), relation)
             labels: dict[str, str | None] = {}
             for ref, label in ((subject, subject_label), (object, object_label)):
                 if label:
                     labels.setdefault(ref, label)
-            memory.register_unknown(tenant, labels)
             source = Source(session_id=session_id, message_ids=tuple(message_ids or ()), actor=actor)
-            written = memory.assert_fact(tenant, subject=subject, relation=relation, object=object, reason=reason,
-                                         confidence=confidence, scope=scope, valid_from=valid_from, source=source)
+            written = memory.remember(caller(), labels, subject=subject, relation=relation, object=object,
+                                      reason=reason, confidence=confidence, scope=scope, valid_from=valid_from,
+                                      source=source)
             return {"fact_id": written.fact_id, "change": written.change, "supersedes": written.supersedes,
                     "position": written.position}
         return _call(run)
@@ -156,8 +143,7 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """Correct memory: end a fact (by fact_id, or by subject, relation, object). It stays in history."""
         def run() -> dict[str, Any]:
-            require_tenant_wide(agents(), "correct")
-            written = memory.invalidate_fact(tenant, fact_id=fact_id, subject=subject, relation=relation,
+            written = memory.invalidate_fact(caller(), fact_id=fact_id, subject=subject, relation=relation,
                                              object=object, scope=scope, reason=reason, valid_to=valid_to)
             return {"fact_id": written.fact_id, "change": written.change, "position": written.position}
         return _call(run)
@@ -169,8 +155,7 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         deeper: Flag = False,
     ) -> dict[str, Any]:
         """Look facts up nearest tier first (session, then the person served, then the org); says which answered."""
-        acts_as(agent, serving, session_id)
-        result = _call(lambda: memory.recall(tenant, agent, subject, relation=relation, serving=serving,
+        result = _call(lambda: memory.recall(caller(), agent, subject, relation=relation, serving=serving,
                                              session_id=session_id, deeper=deeper))
         return {"answered_by": result.answered_by, "tiers_checked": result.tiers_checked,
                 "facts": [{"tier": h.tier, **{k: v for k, v in h.fact.items() if k in (
@@ -187,10 +172,9 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """Recall by content: the facts you may see that match the query (words and meaning), nearest tier first
         (your session, the person you serve, the org), each with its score components and source messages."""
-        acts_as(agent, serving, session_id)
         from projections.searches import search_json
 
-        return search_json(_call(lambda: memory.search_for(tenant, agent, query, serving=serving,
+        return search_json(_call(lambda: memory.search_for(caller(), agent, query, serving=serving,
                                                            session_id=session_id, k=k, as_of=as_of,
                                                            about=about or ())))
 
@@ -199,8 +183,7 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
                ) -> dict[str, Any]:
         """Really delete what is known about a subject ("forget me", "forget that"): its content becomes
         unreadable everywhere; ids and relations stay."""
-        _call(lambda: require_tenant_wide(agents(), "forget"))
-        written = _call(lambda: memory.forget(tenant, subject))
+        written = _call(lambda: memory.forget(caller(), subject))
         return {"subject": subject, "keys_deleted": written.keys_deleted, "position": written.position,
                 "receipt_id": written.receipt.receipt_id if written.receipt is not None else None}
 
@@ -212,13 +195,7 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """The context block for your main session, compiled for this request: hard constraints, relations in
         view, live workers, the rolling summary and the recent turns, within the budget."""
-        session = None
-        if agents():
-            with memory.service.reading(tenant) as state:
-                session = state.sessions.get(session_id)
-        if session is not None:
-            acts_as(session.agent, session.serving, session_id)
-        served = _call(lambda: memory.context(tenant, session_id, message, budget_tokens))
+        served = _call(lambda: memory.context(caller(), session_id, message, budget_tokens))
         return {"context_id": served.context_id, "context": served.text, "tokens": served.tokens,
                 "focus": [f.ref for f in served.focus]}
 

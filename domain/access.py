@@ -1,20 +1,44 @@
-"""Agent-scoped keys: a key may name the agents it acts as. It then asks only as those agents, and
-only about persons they serve: a person one of them has a main session with, or is the object of a current
-`serves` fact whose subject is one of them. A key naming no agents is tenant-wide (for services).
+"""Who may do what: the caller of a use case (a tenant, and the agents a key is scoped to) and the rules that
+decide, once, for every entry point (HTTP, MCP, CLI).
 
-Pure rules over the folded ontology; the HTTP routes and the MCP tools call `check_acts_as` before serving.
+A key naming no agents is tenant-wide (services, operators). A key scoped to agents:
+- reads only as its agents, about persons they serve (a person one of them has a main session with, or the object
+  of a current `serves` fact whose subject is one of them), in sessions of theirs;
+- writes only as its agents: a fact's subject, its scope, its provenance's actor and session must be its agents,
+  persons they serve or their sessions, and its provenance may cite only messages of their sessions;
+- cannot use the tenant-wide use cases (events, entities, invalidation, forgetting, the graph, evidence).
+
+Pure rules over the folded ontology; `domain/application/use_cases.py` applies them before it does anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from domain.errors import NotPermitted
 from domain.facts import FactStatus
 from domain.ontology import Ontology
-from domain.sessions import SessionKind
+from domain.sessions import SessionKind, SessionState
 
 SERVES = "serves"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks: the tenant of the key, and the agents it acts as (empty: a tenant-wide key)."""
+
+    tenant: str
+    agents: tuple[str, ...] = ()
+
+    @property
+    def scoped(self) -> bool:
+        return bool(self.agents)
+
+
+def as_caller(who: Caller | str) -> Caller:
+    """A caller; a bare tenant name is a tenant-wide caller (the CLI, consumers and operators name a tenant)."""
+    return who if isinstance(who, Caller) else Caller(who)
 
 
 def persons_served(state: Ontology, agents: Collection[str]) -> set[str]:
@@ -26,6 +50,15 @@ def persons_served(state: Ontology, agents: Collection[str]) -> set[str]:
     return served
 
 
+def _agents_text(agents: Collection[str]) -> str:
+    return ", ".join(sorted(agents))
+
+
+def _own_session(state: Ontology, agents: Collection[str], session_id: str) -> SessionState | None:
+    session = state.sessions.get(session_id)
+    return session if session is not None and session.agent in agents else None
+
+
 def check_acts_as(state: Ontology, agents: Collection[str], agent: str, serving: str | None = None,
                   session_id: str | None = None) -> None:
     """Raise NotPermitted (naming the field) unless a key scoped to `agents` may ask as `agent`, serving
@@ -33,12 +66,9 @@ def check_acts_as(state: Ontology, agents: Collection[str], agent: str, serving:
     if not agents:
         return
     if agent not in agents:
-        raise NotPermitted(f"this key acts only as {', '.join(sorted(agents))}, not {agent}", field="agent")
-    if session_id is not None:
-        session = state.sessions.get(session_id)
-        if session is None or session.agent not in agents:
-            raise NotPermitted(f"session {session_id!r} is not a session of this key's agents",
-                               field="session_id")
+        raise NotPermitted(f"this key acts only as {_agents_text(agents)}, not {agent}", field="agent")
+    if session_id is not None and _own_session(state, agents, session_id) is None:
+        raise NotPermitted(f"session {session_id!r} is not a session of this key's agents", field="session_id")
     if serving is not None and serving not in persons_served(state, agents):
         raise NotPermitted(f"{serving} is not served by this key's agents (no main session with them and no"
                            f" 'serves' fact)", field="serving")
@@ -46,7 +76,7 @@ def check_acts_as(state: Ontology, agents: Collection[str], agent: str, serving:
 
 def require_tenant_wide(agents: Collection[str], what: str) -> None:
     if agents:
-        raise NotPermitted(f"{what} needs a tenant-wide key; this key acts only as {', '.join(sorted(agents))}",
+        raise NotPermitted(f"{what} needs a tenant-wide key; this key acts only as {_agents_text(agents)}",
                            field="Authorization")
 
 
@@ -56,3 +86,108 @@ def check_may_assert(agents: Collection[str], relation: str) -> None:
     if agents and relation == SERVES:
         raise NotPermitted("a 'serves' fact decides whom an agent serves: write it with a tenant-wide key",
                            field="relation")
+
+
+class _Reach:
+    """What a scoped key's agents stand for: themselves, the persons they serve, their sessions (computed once per
+    check: `persons_served` reads every fact)."""
+
+    def __init__(self, state: Ontology, agents: Collection[str]) -> None:
+        self.state, self.agents = state, agents
+        self._served: set[str] | None = None
+
+    @property
+    def served(self) -> set[str]:
+        if self._served is None:
+            self._served = persons_served(self.state, self.agents)
+        return self._served
+
+    def session(self, session_id: str, field: str) -> SessionState:
+        session = _own_session(self.state, self.agents, session_id)
+        if session is None:
+            raise NotPermitted(f"session {session_id!r} is not a session of this key's agents"
+                               f" ({_agents_text(self.agents)})", field=field)
+        return session
+
+    def party(self, ref: str, field: str) -> None:
+        """`ref` as the one a fact is about or by: one of the agents, a person they serve, a session of theirs,
+        or a thing (a ticket, a file, a memory) that is not a hub."""
+        if ref in self.agents:
+            return
+        kind = ref.split(":", 1)[0]
+        if kind == "agent":
+            raise NotPermitted(f"this key writes only as {_agents_text(self.agents)}, not as {ref}", field=field)
+        if kind == "person":
+            if ref not in self.served:
+                raise NotPermitted(f"{ref} is not served by this key's agents (no main session with them and no"
+                                   f" 'serves' fact)", field=field)
+            return
+        if kind == "session":
+            self.session(ref.removeprefix("session:"), field)
+            return
+        entity = self.state.entities.get(ref)
+        if entity is not None and entity.hub:
+            raise NotPermitted(f"{ref} is a hub (many unrelated parties touch it): facts about it are written with"
+                               f" a tenant-wide key", field=field)
+
+    def scope(self, scope: str, field: str) -> None:
+        """A scope the key's agents see: org, a person they serve, a session of theirs."""
+        if scope == "org":
+            return
+        if scope.startswith("person:"):
+            if scope not in self.served:
+                raise NotPermitted(f"{scope} is not served by this key's agents: it cannot write into that"
+                                   f" person's memory", field=field)
+            return
+        self.session(scope.removeprefix("session:"), field)
+
+    def actor(self, actor: str, field: str) -> None:
+        if actor not in self.agents and actor not in self.served:
+            raise NotPermitted(f"this key writes only as {_agents_text(self.agents)} (or a person they serve),"
+                               f" not as {actor!r}", field=field)
+
+    def messages(self, session_id: str | None, message_ids: Sequence[str], field: str) -> None:
+        """Each cited message must be one the key's agents can read: in a session of theirs (the named one)."""
+        sessions = [self.session(session_id, f"{field}.session_id")] if session_id is not None else [
+            s for s in self.state.sessions.values() if s.agent in self.agents]
+        for index, message_id in enumerate(message_ids):
+            if not any(message_id in s.message_ids for s in sessions):
+                where = f"session {session_id!r}" if session_id is not None else "the sessions of this key's agents"
+                raise NotPermitted(f"message {message_id!r} is not in {where}: a fact may cite only messages this"
+                                   f" key can read", field=f"{field}.message_ids[{index}]")
+
+
+def check_may_write_fact(state: Ontology, agents: Collection[str], *, subject: str, relation: str, scope: str,
+                         session_id: str | None = None, message_ids: Sequence[str] = (), actor: str | None = None,
+                         field_prefix: str = "") -> None:
+    """Raise NotPermitted (naming the field) unless a key scoped to `agents` may write this fact: as its agents,
+    into memory they see. The object is free (a fact may relate one's own to anything): who sees the fact is
+    decided by its scope and subject, which are checked. An empty `agents` is a tenant-wide key."""
+    if not agents:
+        return
+    check_may_assert(agents, relation)
+    reach = _Reach(state, agents)
+    reach.party(subject, f"{field_prefix}subject")
+    reach.scope(scope, f"{field_prefix}scope")
+    source = f"{field_prefix}source"
+    if actor is not None:
+        reach.actor(actor, f"{source}.actor")
+    if session_id is not None or message_ids:
+        reach.messages(session_id, message_ids, source)
+
+
+def check_may_use(state: Ontology, agents: Collection[str], fact_ids: Sequence[str], field: str = "fact_ids"
+                  ) -> None:
+    """A scoped key records uses only of facts its agents may see (org, persons they serve, their sessions)."""
+    if not agents:
+        return
+    reach = _Reach(state, agents)
+    for index, fact_id in enumerate(fact_ids):
+        fact = state.facts.get(fact_id)
+        if fact is None:
+            continue  # unknown ids are the use case's 404
+        try:
+            reach.scope(fact.scope, f"{field}[{index}]")
+        except NotPermitted:
+            raise NotPermitted(f"fact {fact_id!r} is not visible to this key's agents", field=f"{field}[{index}]"
+                               ) from None

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse
 
-from api.auth import CallerDep, MemoryDep, TenantDep
+from api.auth import CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.contexts import ContextPublic, ContextRequest
@@ -30,12 +30,7 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
     (focus from the message and recent turns), live workers, the rolling summary, the recent turns, within the
     budget. Records the facts shown clearly as recalled (mode `pushed`); 422 if the hard constraints alone do
     not fit (they are never cut)."""
-    if caller.agents:
-        with memory.service.reading(caller.tenant) as state:
-            session = state.sessions.get(session_id)
-        if session is not None:  # an unknown session is answered 404 below, as for any key
-            caller.acts_as(memory, session.agent, session.serving, session_id)
-    served = memory.context(caller.tenant, session_id, request.message, request.budget_tokens)
+    served = memory.context(caller, session_id, request.message, request.budget_tokens)
     if format == "markdown":
         return PlainTextResponse(served.text, media_type="text/markdown; charset=utf-8",
                                  headers={"X-Context-Id": served.context_id})
@@ -43,9 +38,9 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
 
 
 @router.get("/contexts/{context_id}/explain", response_model=Context)
-def explain_context(context_id: ContextId, tenant: TenantDep, memory: MemoryDep) -> Context:
+def explain_context(context_id: ContextId, caller: CallerDep, memory: MemoryDep) -> Context:
     """The evidence of a served context: inputs, parameters, the perspective, every block with its ids, the cuts."""
     try:
-        return memory.explain_context(tenant, context_id)
+        return memory.explain_context(caller, context_id)
     except UnknownContext:
         raise not_found(f"no context {context_id!r} in your tenant", "path.context_id") from None

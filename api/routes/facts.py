@@ -6,12 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from api.auth import CallerDep, MemoryDep, TenantDep
+from api.auth import CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.routes.params import MinPosition
 from api.schemas.facts import FactChangePublic, FactCreate, FactInvalidate, FactPublic, FactVersionPublic, FactWritten
-from domain.access import check_may_assert
 from domain.commands import Source
 
 router = APIRouter(prefix="/facts", tags=["facts"], route_class=EdgeRoute)
@@ -27,26 +26,25 @@ def _source(source: object) -> Source | None:
 def assert_fact(fact: FactCreate, caller: CallerDep, memory: MemoryDep) -> FactWritten:
     """Assert a fact with its reason and provenance. The same fact again corroborates it (confidence rises);
     a new object for a functional relation supersedes the current one in the same write."""
-    check_may_assert(caller.agents, fact.relation)
     fields = fact.model_dump(exclude={"source"})
-    written = memory.assert_fact(caller.tenant, **fields, source=_source(fact.source))
+    written = memory.assert_fact(caller, **fields, source=_source(fact.source))
     return FactWritten(position=written.position, events=written.events, fact_id=written.fact_id,
                        change=written.change, supersedes=written.supersedes)
 
 
 @router.post("/{fact_id}/invalidate", response_model=FactWritten)
-def invalidate_fact(fact_id: FactId, body: FactInvalidate, tenant: TenantDep, memory: MemoryDep) -> FactWritten:
+def invalidate_fact(fact_id: FactId, body: FactInvalidate, caller: CallerDep, memory: MemoryDep) -> FactWritten:
     """End a current fact. It is marked, never deleted: what was believed then stays answerable."""
-    written = memory.invalidate_fact(tenant, fact_id=fact_id, reason=body.reason, valid_to=body.valid_to,
+    written = memory.invalidate_fact(caller, fact_id=fact_id, reason=body.reason, valid_to=body.valid_to,
                                      source=_source(body.source))
     return FactWritten(position=written.position, events=written.events, fact_id=written.fact_id or fact_id,
                        change=written.change)
 
 
 @router.get("/{fact_id}", response_model=FactPublic)
-def get_fact(fact_id: FactId, tenant: TenantDep, memory: MemoryDep, min_position: MinPosition = None) -> FactPublic:
+def get_fact(fact_id: FactId, caller: CallerDep, memory: MemoryDep, min_position: MinPosition = None) -> FactPublic:
     """One fact: its state now, every version on both time axes, and every change with its provenance."""
-    versions, changes = memory.fact(tenant, fact_id, min_position)
+    versions, changes = memory.fact(caller, fact_id, min_position)
     if not versions:
         raise not_found(f"no fact {fact_id!r} in your tenant", "path.fact_id")
     public = [FactVersionPublic(**v) for v in versions]

@@ -14,8 +14,7 @@ router = APIRouter(prefix="/memory", tags=["memory"], route_class=EdgeRoute)
 @router.post("/used", response_model=UsedWritten)
 def mark_used(used: UsedCreate, caller: CallerDep, memory: MemoryDep) -> UsedWritten:
     """Record that an agent used these facts (a recall, mode `used`): they grow stronger for that agent."""
-    caller.acts_as(memory, used.agent)
-    written = memory.mark_used(caller.tenant, used.agent, used.fact_ids, used.perspective_id)
+    written = memory.mark_used(caller, used.agent, used.fact_ids, used.perspective_id)
     return UsedWritten(position=written.position, events=written.events)
 
 
@@ -23,8 +22,7 @@ def mark_used(used: UsedCreate, caller: CallerDep, memory: MemoryDep) -> UsedWri
 def recall(request: RecallCreate, caller: CallerDep, memory: MemoryDep) -> RecallPublic:
     """Facts about a subject from the nearest tier that has any (session, then episodic, then semantic), saying
     which tier answered; recorded as recalled by the agent (`looked_up`, or `deepened` with `deeper`)."""
-    caller.acts_as(memory, request.agent, request.serving, request.session_id)
-    result = memory.recall(caller.tenant, request.agent, request.subject, relation=request.relation,
+    result = memory.recall(caller, request.agent, request.subject, relation=request.relation,
                            serving=request.serving, session_id=request.session_id, deeper=request.deeper)
     data = [RecalledFact(tier=hit.tier, **{k: v for k, v in hit.fact.items() if k != "status"})
             for hit in result.hits]

@@ -53,8 +53,7 @@ def get_perspective(
     perspectives record nothing. To record use without serving, POST /v1/memory/used."""
     # A plain `def` route: FastAPI runs it in the threadpool, so a recall's write (which may wait for the event
     # store: with coalescing off, or when a flush is due) and the evidence never hold up the event loop.
-    caller.acts_as(memory, agent, serving)
-    return _answer(memory.perspective(caller.tenant, agent, serving, focus or [], as_of, budget_tokens,
+    return _answer(memory.perspective(caller, agent, serving, focus or [], as_of, budget_tokens,
                                       min_position=min_position), format)
 
 
@@ -62,10 +61,7 @@ def get_perspective(
 def deepen(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep, budget_tokens: Budget = None,
            format: Format = "json") -> Response:
     """Think deeper from the same standpoint: one more hop and a lower threshold (recorded as `deepened`)."""
-    tenant = caller.tenant
-    if caller.agents:
-        _served_to(caller, memory, perspective_id)
-    return _answer(memory.deepen(tenant, perspective_id, budget_tokens), format)
+    return _answer(memory.deepen(caller, perspective_id, budget_tokens), format)
 
 
 @router.get("/{perspective_id}/explain", response_model=ExplanationPublic)
@@ -75,10 +71,8 @@ def explain(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep)
 
 
 def _served_to(caller: Caller, memory: Application, perspective_id: str) -> dict[str, Any]:
-    """The explanation of a perspective (inputs, parameters, outputs), after checking an agent-scoped key may see
-    it."""
-    served = memory.explain(caller.tenant, perspective_id)
-    caller.acts_as(memory, served.agent, served.serving)
+    """The explanation of a perspective (inputs, parameters, outputs); an agent-scoped key sees only its agents'."""
+    served = memory.explain(caller, perspective_id)
     body = served.model_dump(mode="json")
     inputs = {k: body[k] for k in ("tenant", "agent", "serving", "focus", "as_of", "deeper", "served_at",
                                    "log_position", "budget_tokens")}

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
-from api.auth import CallerDep, MemoryDep, TenantDep
+from api.auth import CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.search import SearchPublic, SearchRequest
@@ -25,8 +25,7 @@ def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> Resp
     and embeddings fused, combined with the agent's activation and recency, near-duplicates removed, nearest
     tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search records
     nothing."""
-    caller.acts_as(memory, request.agent, request.serving, request.session_id)
-    answer = memory.search_for(caller.tenant, request.agent, request.query, serving=request.serving,
+    answer = memory.search_for(caller, request.agent, request.query, serving=request.serving,
                                session_id=request.session_id, k=request.k, as_of=request.as_of,
                                min_position=request.min_position, about=request.about)
     # checked against the documented shape once, and serialized by pydantic's encoder (returning the model would
@@ -35,9 +34,9 @@ def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> Resp
 
 
 @router.get("/searches/{search_id}/explain", response_model=SearchAnswer)
-def explain_search(search_id: SearchId, tenant: TenantDep, memory: MemoryDep) -> SearchAnswer:
+def explain_search(search_id: SearchId, caller: CallerDep, memory: MemoryDep) -> SearchAnswer:
     """The evidence of a served search: the request, the parameters, every item with its score components."""
     try:
-        return memory.explain_search(tenant, search_id)
+        return memory.explain_search(caller, search_id)
     except UnknownSearch:
         raise not_found(f"no search {search_id!r} in your tenant", "path.search_id") from None

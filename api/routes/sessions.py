@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from api.auth import MemoryDep, TenantDep
+from api.auth import CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.routes.params import MinPosition
@@ -17,9 +17,9 @@ router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=EdgeRoute)
 
 @router.get("/{session_id}/workers", response_model=WorkersPublic)
 def session_workers(session_id: Annotated[str, Path(min_length=1, max_length=256, pattern=r"^\S(.*\S)?$")],
-                    tenant: TenantDep, memory: MemoryDep, min_position: MinPosition = None) -> WorkersPublic:
+                    caller: CallerDep, memory: MemoryDep, min_position: MinPosition = None) -> WorkersPublic:
     """A session and the worker sessions it dispatched: who holds which task, about what, with what status."""
-    session, workers = memory.session(tenant, session_id, min_position)
+    session, workers = memory.session(caller, session_id, min_position)
     if session is None:
         raise not_found(f"no session {session_id!r} in your tenant", "path.session_id")
     data = [SessionPublic(**w) for w in workers]

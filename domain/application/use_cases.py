@@ -1,10 +1,12 @@
 """The use cases: one method of `Application` per thing a user can ask of noumena, called by every entry point
 (the HTTP routes, the CLI, the MCP tools; Kafka and file import through `ingestor`) so each gets the same checks.
 
-Every method takes the tenant first; callers take it from authentication (HTTP, MCP) or an option (CLI), never
-from a request body. No HTTP and no I/O here: storage, the read model and the perspective and context engines
-are ports (domain/ports.py) that infra/bootstrap.py fills; errors are domain errors (or the few below), mapped
-to problem documents by api/problems.py.
+Every method takes the caller first (domain/access.py: the tenant, and the agents a key is scoped to) and decides
+there whether the caller may do it, so no entry point checks on its own: HTTP and MCP pass the caller of the key,
+the CLI and the consumers a tenant name (a tenant-wide caller). The tenant comes from authentication (HTTP, MCP)
+or an option (CLI), never from a request body. No HTTP and no I/O here: storage, the read model and the
+perspective and context engines are ports (domain/ports.py) that infra/bootstrap.py fills; errors are domain
+errors (or the few below), mapped to problem documents by api/problems.py.
 
 Adding a use case: a method here that validates its input against the tenant's state, runs commands through
 `self.service` (or asks a port), and returns plain data; logic longer than a few lines goes in a module of this
@@ -20,6 +22,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from domain import commands as c
+from domain.access import (
+    Caller,
+    as_caller,
+    check_acts_as,
+    check_may_use,
+    check_may_write_fact,
+    require_tenant_wide,
+)
 from domain.activation import Tier
 from domain.application.consolidation import ConsolidationReport, ConsolidationWorker
 from domain.application.disuse import archive_disused
@@ -193,8 +203,27 @@ class Application:
         if positions and self.read_model is not None:
             self.read_model.nudge()
 
-    def ingest(self, tenant: str, raws: Sequence[Any]) -> Written:
+    # ------------------------------------------------------------------ who may
+
+    @staticmethod
+    def _tenant_wide(who: Caller | str, what: str) -> str:
+        """The tenant, for a use case only a tenant-wide caller may use (NotPermitted for a scoped key)."""
+        caller = as_caller(who)
+        require_tenant_wide(caller.agents, what)
+        return caller.tenant
+
+    def _acting_as(self, who: Caller | str, agent: str, serving: str | None = None, session_id: str | None = None
+                   ) -> str:
+        """The tenant, once the caller may ask as `agent`, serving `serving`, in `session_id`."""
+        caller = as_caller(who)
+        if caller.scoped:
+            with self.service.reading(caller.tenant) as state:
+                check_acts_as(state, caller.agents, agent, serving, session_id)
+        return caller.tenant
+
+    def ingest(self, who: Caller | str, raws: Sequence[Any]) -> Written:
         """A batch of wire envelopes, all or nothing; every envelope must name the caller's tenant."""
+        tenant = self._tenant_wide(who, "writing envelopes (events)")
         for index, raw in enumerate(raws):
             if isinstance(raw, dict) and "tenant" in raw and raw["tenant"] != tenant:
                 raise TenantMismatch(index)
@@ -213,21 +242,27 @@ class Application:
         with self.service.reading(tenant) as state:
             return state.exists
 
-    def register_entity(self, tenant: str, ref: str, label: str, aliases: Sequence[str] = (), hub: bool = False
+    def register_entity(self, who: Caller | str, ref: str, label: str, aliases: Sequence[str] = (), hub: bool = False
                         ) -> Written:
         """Register an entity (a repeat with the same label is a no-op)."""
+        tenant = self._tenant_wide(who, "registering entities")
         return self._run(c.RegisterEntity(tenant=tenant, ref=ref, label=label, aliases=tuple(aliases), hub=hub))
 
-    def register_unknown(self, tenant: str, labels: dict[str, str | None]) -> None:
+    def register_unknown(self, who: Caller | str, labels: dict[str, str | None]) -> None:
         """Register each ref that is not an entity yet with its label (refs without a label are left alone)."""
+        tenant = self._tenant_wide(who, "registering entities")
         with self.service.reading(tenant) as state:
             new = [(ref, label) for ref, label in labels.items() if label and ref not in state.entities]
         for ref, label in new:  # (a repeat with the same label, registered meanwhile, is a no-op)
             self.register_entity(tenant, ref, label)
 
-    def assert_fact(self, tenant: str, **fields: Any) -> Written:
-        """Assert a fact (with provenance in `source`); a repeat corroborates it, a functional one supersedes."""
+    def assert_fact(self, who: Caller | str, **fields: Any) -> Written:
+        """Assert a fact (with provenance in `source`); a repeat corroborates it, a functional one supersedes. A
+        scoped key writes only as its agents, into memory they see (domain/access.py)."""
+        caller = as_caller(who)
+        tenant = caller.tenant
         command = c.AssertFact(tenant=tenant, **fields)
+        self._may_write(caller, command)
         written, events = self._run_batch([command])
         for event in events:
             # (not a neighbour's remainder a placement split off, nor the org copy a promotion made)
@@ -237,8 +272,26 @@ class Application:
                 written.fact_id, written.change = event.fact_id, "corroborated"
         return written
 
-    def invalidate_fact(self, tenant: str, **fields: Any) -> Written:
+    def remember(self, who: Caller | str, labels: dict[str, str | None], **fields: Any) -> Written:
+        """Assert a fact, registering first those of its refs that are new with the labels given (MCP
+        `remember`). Checked before anything is registered: a refused fact leaves no entity behind."""
+        caller = as_caller(who)
+        self._may_write(caller, c.AssertFact(tenant=caller.tenant, **fields))
+        self.register_unknown(caller.tenant, labels)
+        return self.assert_fact(caller, **fields)
+
+    def _may_write(self, caller: Caller, command: c.AssertFact) -> None:
+        if not caller.scoped:
+            return
+        source = command.source or c.Source()
+        with self.service.reading(caller.tenant) as state:
+            check_may_write_fact(state, caller.agents, subject=command.subject, relation=command.relation,
+                                 scope=command.scope, session_id=source.session_id, message_ids=source.message_ids,
+                                 actor=source.actor)
+
+    def invalidate_fact(self, who: Caller | str, **fields: Any) -> Written:
         """End a current fact, named by `fact_id` or by subject, relation, object and scope."""
+        tenant = self._tenant_wide(who, "ending (correcting) facts")
         written, events = self._run_batch([c.InvalidateFact(tenant=tenant, **fields)])
         for event in events:
             if isinstance(event, FactInvalidated):
@@ -247,25 +300,31 @@ class Application:
                 written.fact_id, written.change = event.fact_id, "corrected"
         return written
 
-    def promote_fact(self, tenant: str, fact_id: str, approved_by: str) -> Written:
+    def promote_fact(self, who: Caller | str, fact_id: str, approved_by: str) -> Written:
         """Approve a person- or session-scoped fact for the whole organization (semantic memory)."""
+        tenant = self._tenant_wide(who, "promoting facts")
         written, events = self._run_batch([c.PromoteFact(tenant=tenant, fact_id=fact_id, approved_by=approved_by)])
         if events:
             written.fact_id, written.change = getattr(events[0], "fact_id", None), "promoted"
         return written
 
-    def mark_used(self, tenant: str, agent: str, fact_ids: Sequence[str], perspective_id: str | None = None,
+    def mark_used(self, who: Caller | str, agent: str, fact_ids: Sequence[str], perspective_id: str | None = None,
                   mode: RecallMode = RecallMode.USED) -> Written:
-        """Record that `agent` used these facts: they grow stronger for that agent."""
+        """Record that `agent` used these facts: they grow stronger for that agent. A scoped key records uses
+        only as its agents, of facts they may see."""
+        caller = as_caller(who)
+        tenant = caller.tenant
         with self.service.reading(tenant) as state:
+            check_acts_as(state, caller.agents, agent)
             state.require_entity(agent, "agent")
             for index, fact_id in enumerate(fact_ids):
                 if fact_id not in state.facts:
                     raise UnknownEntityFact(fact_id, f"fact_ids[{index}]")
+            check_may_use(state, caller.agents, fact_ids)
         return self._run(c.RecordRecall(tenant=tenant, agent=agent, fact_ids=tuple(fact_ids), mode=mode,
                                         perspective_id=perspective_id))
 
-    def forget(self, tenant: str, subject: str) -> Written:
+    def forget(self, who: Caller | str, subject: str) -> Written:
         """Forget a subject for real (crypto-shredding: its data keys are deleted, every copy in the log becomes
         unreadable), blank the kept evidence, then purge the read model and the perspective indexes of its
         content before answering (or let this process's projector do it, waiting for it, bounded).
@@ -273,6 +332,7 @@ class Application:
         Other tenants are never held up by it beyond the key deletion itself: the projector rebuilds the read
         model in the background while they read on (infra/serving.py). One forget per tenant runs at a time in
         a process: another one asked meanwhile is refused (ForgetRunning, naming the running one)."""
+        tenant = self._tenant_wide(who, "forgetting")
         with self._forgets_lock:
             running = self._forgets.get(tenant)
             if running is not None:
@@ -316,26 +376,30 @@ class Application:
 
     # ------------------------------------------------------------------ entities and facts under review
 
-    def entities_to_review(self, tenant: str) -> list[ReviewItem]:
+    def entities_to_review(self, who: Caller | str) -> list[ReviewItem]:
         """Entities marked needs_review (an ambiguous mention never merges silently), with their look-alikes."""
+        tenant = self._tenant_wide(who, "reviewing entities")
         with self.service.reading(tenant) as state:
             names = NameIndex(state)
             return [ReviewItem(entity, sorted((names.exact(entity.label) | names.fuzzy(entity.label)) - {entity.ref}))
                     for entity in state.entities.values() if entity.needs_review and entity.merged_into is None]
 
-    def merge_entities(self, tenant: str, merged_ref: str, into_ref: str, reason: str = "reviewed: same entity"
+    def merge_entities(self, who: Caller | str, merged_ref: str, into_ref: str, reason: str = "reviewed: same entity"
                        ) -> int:
         """Merge `merged_ref` into `into_ref` (recorded as an event); its current facts move. Returns how many."""
+        tenant = self._tenant_wide(who, "merging entities")
         moved = merge_entities(self.service, tenant, merged_ref, into_ref, reason)
         self._written([self.service.last_position or 0])
         return moved
 
-    def keep_entity(self, tenant: str, ref: str) -> Written:
+    def keep_entity(self, who: Caller | str, ref: str) -> Written:
         """Mark a reviewed entity as distinct (clears needs_review)."""
+        tenant = self._tenant_wide(who, "reviewing entities")
         return self._run(c.KeepEntity(tenant=tenant, ref=ref))
 
-    def archive_disused(self, tenant: str, now: datetime, period_days: float | None = None) -> list[str]:
+    def archive_disused(self, who: Caller | str, now: datetime, period_days: float | None = None) -> list[str]:
         """Archive disused facts (hidden from perspectives, never deleted); returns their ids."""
+        tenant = self._tenant_wide(who, "archiving disused facts")
         if not self.tenant_exists(tenant):
             raise UnknownTenant(tenant)
         days = self.settings.disuse_period_days if period_days is None else period_days
@@ -348,31 +412,35 @@ class Application:
 
     # ------------------------------------------------------------------ consolidation
 
-    def compactions(self, tenant: str) -> list[CompactionState]:
+    def compactions(self, who: Caller | str) -> list[CompactionState]:
         """Every compaction with its consolidation status, attempts, counts or failure reason."""
+        tenant = self._tenant_wide(who, "reading compactions")
         if not self.tenant_exists(tenant):
             raise UnknownTenant(tenant)
         with self.service.reading(tenant) as state:
             return list(state.compactions.values())
 
-    def consolidate_pending(self, tenant: str) -> list[ConsolidationReport]:
+    def consolidate_pending(self, who: Caller | str) -> list[ConsolidationReport]:
         """Consolidate every pending compaction now (the background worker does this on arrival)."""
+        tenant = self._tenant_wide(who, "consolidating")
         if not self.tenant_exists(tenant):
             raise UnknownTenant(tenant)
         return self.consolidation.run_pending(tenant)
 
-    def retry_consolidation(self, tenant: str, compaction_id: str) -> ConsolidationReport:
+    def retry_consolidation(self, who: Caller | str, compaction_id: str) -> ConsolidationReport:
         """Run a failed (or stuck) consolidation again, e.g. after fixing the extractor's settings."""
+        tenant = self._tenant_wide(who, "consolidating")
         return self.consolidation.retry(tenant, compaction_id)
 
     # ------------------------------------------------------------------ recall by tier, workers
 
-    def recall(self, tenant: str, agent: str, subject: str, *, relation: str | None = None,
+    def recall(self, who: Caller | str, agent: str, subject: str, *, relation: str | None = None,
                serving: str | None = None, session_id: str | None = None, deeper: bool = False) -> RecallResult:
         """Tier-aware recall (domain/application/recall.py): facts about `subject` from the nearest tier that has
         any — the session, then the person served (episodic), then the org (semantic) — saying which tier
         answered. The facts found are recorded as recalled by `agent`; a deeper recall also brings back facts
         archived for disuse."""
+        tenant = self._acting_as(who, agent, serving, session_id)
         with self.service.reading(tenant) as state:
             state.require_entity(agent, "agent")
             state.require_entity(subject, "subject")
@@ -390,9 +458,10 @@ class Application:
             self._written([result.position or 0])
         return result
 
-    def workers(self, tenant: str, session_id: str, about: str | None = None, live_only: bool = True
+    def workers(self, who: Caller | str, session_id: str, about: str | None = None, live_only: bool = True
                 ) -> list[SessionState]:
         """The workers of a main session (the live ones by default), about `about` if given, newest first."""
+        tenant = self._tenant_wide(who, "listing workers")
         with self.service.reading(tenant) as state:
             return workers_for(state, session_id, about, live_only)
 
@@ -424,39 +493,50 @@ class Application:
             raise ProjectionBehind("this process runs no projector")
         return self.read_model
 
-    def entity(self, tenant: str, ref: str, min_position: int | None = None) -> dict[str, Any] | None:
+    def entity(self, who: Caller | str, ref: str, min_position: int | None = None) -> dict[str, Any] | None:
+        """One entity as it is now (tenant-wide keys)."""
+        tenant = self._tenant_wide(who, "reading entities")
         self.wait_for(min_position)
         return self._read_model().entity(tenant, ref)
 
-    def search_entities(self, tenant: str, text: str, skip: int, limit: int, min_position: int | None = None
+    def search_entities(self, who: Caller | str, text: str, skip: int, limit: int, min_position: int | None = None
                         ) -> tuple[list[dict[str, Any]], int]:
+        """Entities by ref, label or alias (tenant-wide keys)."""
+        tenant = self._tenant_wide(who, "reading entities")
         self.wait_for(min_position)
         return self._read_model().search_entities(tenant, text, skip, limit)
 
-    def fact(self, tenant: str, fact_id: str, min_position: int | None = None
+    def fact(self, who: Caller | str, fact_id: str, min_position: int | None = None
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """One fact's versions and changes (tenant-wide keys)."""
+        tenant = self._tenant_wide(who, "reading facts by id")
         self.wait_for(min_position)
         return self._read_model().fact_history(tenant, fact_id)
 
-    def graph(self, tenant: str, recorded_at: datetime | None, valid_at: datetime | None, skip: int, limit: int,
-              min_position: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    def graph(self, who: Caller | str, recorded_at: datetime | None, valid_at: datetime | None, skip: int,
+              limit: int, min_position: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        """The facts believed at `recorded_at` (tenant-wide keys)."""
+        tenant = self._tenant_wide(who, "reading the graph")
         self.wait_for(min_position)
         return self._read_model().graph_as_of(tenant, recorded_at, valid_at, skip, limit)
 
-    def session(self, tenant: str, session_id: str, min_position: int | None = None
+    def session(self, who: Caller | str, session_id: str, min_position: int | None = None
                 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """A session and its workers (tenant-wide keys)."""
+        tenant = self._tenant_wide(who, "reading sessions")
         self.wait_for(min_position)
         return self._read_model().session(tenant, session_id)
 
     # ------------------------------------------------------------------ recall by content
 
-    def search_for(self, tenant: str, agent: str, query: str, serving: str | None = None,
+    def search_for(self, who: Caller | str, agent: str, query: str, serving: str | None = None,
                    session_id: str | None = None, k: int = 10, as_of: datetime | None = None,
                    min_position: int | None = None, about: Sequence[str] = ()) -> SearchAnswer:
         """The facts `agent` may see (serving `serving`, in `session_id`, touching `about` if given) that best
         match `query`, nearest tier first, with their score components (projections/searches.py). A current
         search is also a use of what it returns (mode `looked_up`, recorded through the recall buffer); an as-of
         search records nothing. Its evidence is kept for `explain`."""
+        tenant = self._acting_as(who, agent, serving, session_id)
         if min_position is not None and self.read_model is not None:
             self.wait_for(min_position)
         answer = self.searches.search(tenant, agent, query, serving=serving, session_id=session_id, k=k,
@@ -471,13 +551,13 @@ class Application:
         self.evidence.keep(answer)
         return answer
 
-    def explain_search(self, tenant: str | None, search_id: str) -> SearchAnswer:
-        """The evidence of a served search (tenant None: an operator's look, as for `explain`)."""
-        return self.evidence.search(tenant, search_id)
+    def explain_search(self, who: Caller | str | None, search_id: str) -> SearchAnswer:
+        """The evidence of a served search (None: an operator's look, as for `explain`; tenant-wide keys)."""
+        return self.evidence.search(None if who is None else self._tenant_wide(who, "search evidence"), search_id)
 
     # ------------------------------------------------------------------ perspectives and contexts
 
-    def perspective(self, tenant: str, agent: str, serving: str | None = None, focus: Sequence[str] = (),
+    def perspective(self, who: Caller | str, agent: str, serving: str | None = None, focus: Sequence[str] = (),
                     as_of: datetime | None = None, budget_tokens: int | None = None, deeper: bool = False,
                     min_position: int | None = None) -> Perspective:
         """What `agent` sees, serving `serving`, with `focus` in mind: ranked, tiered, rendered within budget.
@@ -489,6 +569,7 @@ class Application:
         evidence, kept for `explain`. An as-of perspective records no use (looking at the past does not use a
         fact now).
         """
+        tenant = self._acting_as(who, agent, serving)
         if min_position is not None and self.read_model is not None:
             self.wait_for(min_position)
         served = self.perspectives.perspective(tenant, agent, serving, focus, as_of, budget_tokens, deeper)
@@ -516,17 +597,25 @@ class Application:
         self._written(positions)
         return positions
 
-    def deepen(self, tenant: str, perspective_id: str, budget_tokens: int | None = None) -> Perspective:
-        """Think deeper from a perspective served before: same standpoint, one more hop, a lower threshold."""
+    def deepen(self, who: Caller | str, perspective_id: str, budget_tokens: int | None = None) -> Perspective:
+        """Think deeper from a perspective served before: same standpoint, one more hop, a lower threshold (a
+        scoped key only from a perspective of its agents)."""
+        caller = as_caller(who)
+        tenant = caller.tenant
         before, _ = self.evidence.perspective(tenant, perspective_id)
+        self._acting_as(caller, before.agent, before.serving)
         return self.perspective(tenant, before.agent, before.serving, before.focus, before.as_of,
                                 budget_tokens or before.budget_tokens, deeper=True)
 
-    def explain(self, tenant: str | None, perspective_id: str) -> Perspective:
+    def explain(self, who: Caller | str | None, perspective_id: str) -> Perspective:
         """The evidence of a served perspective: inputs, parameters and outputs. Kept as its request (the default
         evidence mode), the outputs are computed again from the log as it stood when it was served. Agents name
-        their tenant; None is an operator's look at the data directory (the CLI), whatever the tenant."""
-        kept, complete = self.evidence.perspective(tenant, perspective_id)
+        their tenant; None is an operator's look at the data directory (the CLI), whatever the tenant. A scoped
+        key explains only perspectives of its agents."""
+        caller = None if who is None else as_caller(who)
+        kept, complete = self.evidence.perspective(None if caller is None else caller.tenant, perspective_id)
+        if caller is not None:
+            self._acting_as(caller, kept.agent, kept.serving)
         if complete:
             return kept
         again = self.perspectives.reproduce(kept)
@@ -541,19 +630,27 @@ class Application:
         kept, _ = self.evidence.perspective(None, perspective_id)
         return self.perspectives.reproduce(kept)
 
-    def context(self, tenant: str, session_id: str, message: str | None = None, budget_tokens: int | None = None
-                ) -> Context:
+    def context(self, who: Caller | str, session_id: str, message: str | None = None,
+                budget_tokens: int | None = None) -> Context:
         """The context block for a main session, compiled for this request. Like a perspective, it is a use of
-        the facts it shows clearly (mode `pushed`, through the recall buffer), and its evidence is kept."""
+        the facts it shows clearly (mode `pushed`, through the recall buffer), and its evidence is kept. A scoped
+        key asks only for a session of its agents (an unknown session is the engine's 404, as for any key)."""
+        caller = as_caller(who)
+        tenant = caller.tenant
+        if caller.scoped:
+            with self.service.reading(tenant) as state:
+                session = state.sessions.get(session_id)
+            if session is not None:
+                self._acting_as(caller, session.agent, session.serving, session_id)
         served = self.contexts.context(tenant, session_id, message, budget_tokens)
         served.recall = self._record_recall(tenant, served.agent, served.context_id, served.shown_clearly(),
                                             RecallMode.PUSHED, served.served_at)
         self.evidence.keep(served)
         return served
 
-    def explain_context(self, tenant: str | None, context_id: str) -> Context:
-        """The evidence of a served context (tenant None: an operator's look, as for `explain`)."""
-        return self.evidence.context(tenant, context_id)
+    def explain_context(self, who: Caller | str | None, context_id: str) -> Context:
+        """The evidence of a served context (None: an operator's look, as for `explain`; tenant-wide keys)."""
+        return self.evidence.context(None if who is None else self._tenant_wide(who, "context evidence"), context_id)
 
     def reproduce_context(self, context_id: str) -> Context:
         """Assemble a served context again from the log as it stood then (nothing recorded)."""

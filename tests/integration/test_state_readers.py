@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from api.auth import Caller
 from domain import commands as c
+from domain.access import Caller
 from infra.bootstrap import Noumena
 from tests.race_support import writer_beside
 
@@ -49,7 +49,7 @@ READERS: dict[str, Callable[[Noumena], Any]] = {
     # disuse walks the current facts and their uses (nothing is disused here: every fact is new)
     "disuse": lambda n: n.application.archive_disused(T, datetime.now(UTC), period_days=30),
     # an agent-scoped API key: whom its agents serve comes from every session and every fact
-    "acts_as": lambda n: Caller(T, (AGENT,)).acts_as(n.application, AGENT, serving="person:wang"),
+    "acts_as": lambda n: n.application.recall(Caller(T, (AGENT,)), AGENT, "person:li", serving="person:wang"),
 }
 
 
