@@ -53,7 +53,7 @@ def consume(
     noumena = bootstrap(settings)
     try:
         try:
-            consumer = SessionEventConsumer(noumena)
+            consumer = SessionEventConsumer(noumena.consumer_ports())
         except InfrastructureError as error:
             errors.print(f"[red]cannot consume[/]: {error}", soft_wrap=True)
             raise typer.Exit(2) from None
@@ -93,7 +93,7 @@ def dlq_list(
     noumena = bootstrap(_settings())
     try:
         foreign: list[tuple[int, int]] = []
-        views = dead_letters(noumena, include_replayed=all_, foreign=foreign)
+        views = dead_letters(noumena.consumer_ports(), include_replayed=all_, foreign=foreign)
     finally:
         noumena.close()
     for partition, offset in foreign:
@@ -139,7 +139,8 @@ def dlq_replay() -> None:
 
     noumena = bootstrap(_settings())
     try:
-        report = replay(noumena, on_stored=noumena.on_stored)  # a replayed compaction starts consolidation
+        ports = noumena.consumer_ports()
+        report = replay(ports, on_stored=ports.on_stored)  # a replayed compaction starts consolidation
     finally:
         noumena.close()
     for line in report.unopened:
@@ -164,7 +165,7 @@ def dlq_discard(
 
     noumena = bootstrap(_settings())
     try:
-        done = discard(noumena, ids, reason)
+        done = discard(noumena.consumer_ports(), ids, reason)
     except ValueError as error:
         errors.print(f"[red]nothing discarded[/]: {error}")
         raise typer.Exit(2) from None

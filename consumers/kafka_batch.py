@@ -26,8 +26,7 @@ from typing import Any
 
 from consumers.dead_letters.records import DeadLetter, DeadLetterSink, SourceCoordinates
 from consumers.parking import Parked, ParkPolicy, waits_for_dependency
-from domain.application.ingestion import ENVELOPE_FIELDS
-from domain.application.ontology_service import OntologyService
+from domain.application.ingestion import ENVELOPE_FIELDS, Ingestor
 from domain.application.wire import parse_envelope, to_command
 from domain.commands import Command
 from domain.errors import DomainError, InfrastructureError
@@ -87,7 +86,7 @@ def is_transient(error: BaseException) -> bool:
 class BatchProcessor:
     def __init__(
         self,
-        service: OntologyService,
+        ingestor: Ingestor,
         sink: DeadLetterSink,
         *,
         tracked_position: Callable[[str], int | None] | None = None,
@@ -96,7 +95,7 @@ class BatchProcessor:
         policy: ParkPolicy | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
-        self._service = service
+        self._ingestor = ingestor
         self._sink = sink
         self._park = park
         """Where inputs waiting for a dependency go (None: they are dead-lettered at once)."""
@@ -167,8 +166,7 @@ class BatchProcessor:
             self._send_parked(to_park, report)
             to_park = []
             live = list(commands)
-            result = self._service.execute_batch([commands[i] for i in live], all_or_nothing=True,
-                                                 tracking=tracking)
+            result = self._ingestor.store([commands[i] for i in live], all_or_nothing=True, tracking=tracking)
             if result.already_tracked:
                 return BatchReport(consumed=len(items), already_tracked=True, dead_lettered=report.dead_lettered,
                                    parked=report.parked)

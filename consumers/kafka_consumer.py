@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenacity import Retrying, before_sleep_log, retry_if_exception_type, wait_exponential
 
@@ -36,13 +36,11 @@ from consumers.kafka_config import (
 )
 from consumers.metrics import KafkaMetrics
 from consumers.parking import Parked, ParkPolicy, retry_at_of
+from consumers.ports import ConsumerPorts
 from consumers.record_size import topic_max_bytes
 from domain.commands import Command
 from domain.errors import InfrastructureError
 from domain.ports import TrackingPosition
-
-if TYPE_CHECKING:  # (types only: consumers never import infra at run time)
-    from infra.bootstrap import Noumena
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +68,12 @@ class _BatchesFailed(Exception):
 
 
 class SessionEventConsumer:
-    """Consumes one topic in a consumer group into one Noumena's event log; dead-letters what it cannot store."""
+    """Consumes one topic in a consumer group into the event log through the application's ingestor; dead-letters
+    what it cannot store."""
 
     def __init__(
         self,
-        noumena: Noumena,
+        ports: ConsumerPorts,
         *,
         metrics: KafkaMetrics | None = None,
         on_stored: Callable[[Command], None] | None = None,
@@ -83,16 +82,15 @@ class SessionEventConsumer:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
-        settings = noumena.settings
+        settings = ports.settings
         _warn_without_fast_crc()
         self.topic = settings.kafka_topic
         self.park_topic = settings.park_topic()
         self.batch_size = settings.kafka_batch_size
         self.poll_timeout_ms = settings.kafka_poll_timeout_ms
         self.metrics = metrics or KafkaMetrics()
-        self._noumena = noumena
-        # Stored compactions start consolidation on the Noumena's background worker (it owns and closes it).
-        self._signal = noumena.on_stored if on_stored is None else None
+        self._tracked_position = ports.tracked_position
+        self._signal = ports.on_stored if on_stored is None else None
         self._stored: dict[Any, int | None] = {}
         self._acked: dict[Any, int] = {}
         """Per partition: the offset Kafka last confirmed as committed (the next to read)."""
@@ -135,7 +133,7 @@ class SessionEventConsumer:
                 self._consumer.close(autocommit=False)
                 raise MissingTopic("; ".join(missing) + ": the consumer never creates topics; create them "
                                    "(`noumena kafka create-topics`) or fix the setting")
-            keys = noumena.log.keys
+            keys = ports.keys
             sealer = (lambda value, coordinates, subject_of=None: seal(keys, value, coordinates, subject_of)) \
                 if keys is not None else None
             plain = connection_options(settings)
@@ -153,8 +151,10 @@ class SessionEventConsumer:
         self._park.max_bytes = park_limit
         self._keys = keys
         self.policy = ParkPolicy.from_settings(settings)
-        self._processor = BatchProcessor(noumena.service, self._sink, tracked_position=noumena.log.tracked_position,
-                                         on_stored=on_stored or self._signal, park=self._park, policy=self.policy)
+        # Stored compactions start consolidation on the process's background worker (it owns and closes it).
+        self._processor = BatchProcessor(ports.ingestor, self._sink, tracked_position=ports.tracked_position,
+                                         on_stored=on_stored or self._signal, park=self._park,
+                                         policy=self.policy)
         self._consumer.subscribe([self.topic, self.park_topic], listener=self._rebalance_listener())
         log.info("consumer %s: group %s, instance id %s, DLQ limit %d bytes, parking %s", self.topic,
                  settings.kafka_group, self.instance_id or "(dynamic member)", dlq_limit,
@@ -212,7 +212,7 @@ class SessionEventConsumer:
     def _seek_to_stored(self, partitions: Any) -> None:
         """Resume each partition right after the last offset stored in the event log (or at its beginning)."""
         for tp in partitions:
-            stored = self._noumena.log.tracked_position(tracking_name(tp.topic, tp.partition))
+            stored = self._tracked_position(tracking_name(tp.topic, tp.partition))
             self._stored[tp] = stored
             if stored is None:
                 self._consumer.seek_to_beginning(tp)
@@ -367,7 +367,7 @@ class SessionEventConsumer:
             log.info("skipped %d record(s) of %s/%s: another consumer stored them first", len(fresh), tp.topic,
                      tp.partition)
             self.metrics.add("redelivered", partition, len(fresh))
-            self._stored[tp] = self._noumena.log.tracked_position(tracking.name)
+            self._stored[tp] = self._tracked_position(tracking.name)
             return None
         self._stored[tp] = fresh[-1].offset
         if parked_side:
@@ -384,8 +384,9 @@ class SessionEventConsumer:
         self.metrics.add("stored_events", partition, report.stored_events)
         self.metrics.add("repeats", partition, report.repeats)
         self.metrics.add("dead_lettered", partition, len(report.dead_lettered))
-        if self._signal is not None:
-            self.metrics.consolidation_signalled(self._signal.signalled)
+        signalled = getattr(self._signal, "signalled", None)  # (a CompactionSignal counts what it was handed)
+        if signalled is not None:
+            self.metrics.consolidation_signalled(signalled)
         return fresh[-1].offset
 
     # ------------------------------------------------------------------ offsets for dashboards

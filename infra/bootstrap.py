@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from consumers.ports import ConsumerPorts
 from domain.application.compaction_signal import CompactionSignal
 from domain.application.consolidation import ConsolidationWorker
 from domain.application.ontology_service import OntologyService
@@ -55,6 +56,13 @@ class Noumena:
     recalls: RecallBuffer
     evidence: EvidenceStore
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
+
+    def consumer_ports(self) -> ConsumerPorts:
+        """What a Kafka consumer or the dead-letter tools get: the application's ingestor, the positions they
+        tracked, the key store that seals their dead letters, the settings, and consolidation's signal."""
+        return ConsumerPorts(settings=self.settings, ingestor=self.application.ingestor,
+                             tracked_position=self.log.tracked_position, keys=self.log.keys,
+                             on_stored=self.on_stored)
 
     @property
     def on_stored(self) -> CompactionSignal:
@@ -206,7 +214,7 @@ def session_event_consumer(noumena: Noumena, **options: Any) -> Any:
     """The Kafka consumer of consumers/kafka_consumer.py for this process."""
     from consumers.kafka_consumer import SessionEventConsumer
 
-    return SessionEventConsumer(noumena, **options)
+    return SessionEventConsumer(noumena.consumer_ports(), **options)
 
 
 def extractor_from(settings: Settings) -> Extractor:

@@ -320,7 +320,7 @@ def consume_all(noumena: Noumena, timeout: float = CONSUME_TIMEOUT_S, **kwargs: 
     `run_until_idle`), then closed; returns it (for its metrics)."""
     from consumers.kafka_consumer import SessionEventConsumer
 
-    consumer = SessionEventConsumer(noumena, **kwargs)
+    consumer = SessionEventConsumer(noumena.consumer_ports(), **kwargs)
     try:
         run_until_idle(consumer, timeout)
     finally:

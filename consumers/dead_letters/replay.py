@@ -47,8 +47,8 @@ from domain.commands import Command
 from domain.errors import DomainError, InfrastructureError
 from domain.ports import TrackingPosition
 
-if TYPE_CHECKING:  # (types only: consumers never import infra at run time)
-    from infra.bootstrap import Noumena
+if TYPE_CHECKING:
+    from consumers.ports import ConsumerPorts
 
 
 def replay_tracking_name(dlq_topic: str, partition: int) -> str:
@@ -123,41 +123,41 @@ class DeadLetterView:
         return "pending" if self.pending else "replayed"
 
 
-def sealer_for(noumena: Noumena) -> Callable[..., bytes | None] | None:
+def sealer_for(ports: ConsumerPorts) -> Callable[..., bytes | None] | None:
     """Seal dead letters with the subject's keys when content is encrypted (see consumers/dead_letters/sealing.py)."""
-    keys = noumena.log.keys
+    keys = ports.keys
     if keys is None:
         return None
     return lambda value, coordinates, subject_of=None: seal(keys, value, coordinates, subject_of)
 
 
-def _opened(noumena: Noumena, stored: StoredDeadLetter) -> tuple[StoredDeadLetter, bool]:
+def _opened(ports: ConsumerPorts, stored: StoredDeadLetter) -> tuple[StoredDeadLetter, bool]:
     if not is_sealed(stored.letter.value):
         return stored, False
-    value = unseal(noumena.log.keys, stored.letter.value)
+    value = unseal(ports.keys, stored.letter.value)
     return dataclasses.replace(stored, letter=dataclasses.replace(stored.letter, value=value)), value is None
 
 
-def dead_letters(noumena: Noumena, include_replayed: bool = False,
+def dead_letters(ports: ConsumerPorts, include_replayed: bool = False,
                  foreign: list[tuple[int, int]] | None = None) -> list[DeadLetterView]:
     """The dead letters, one per input (source coordinates), opened; only those still pending unless asked
     (then replayed and discarded ones too)."""
-    settings = noumena.settings
+    settings = ports.settings
     letters = read_dead_letters(connection_options(settings), settings.kafka_dlq_topic, foreign=foreign)
-    replayed = _replayed_positions(noumena, {s.dlq_partition for s in letters})
+    replayed = _replayed_positions(ports, {s.dlq_partition for s in letters})
     views = []
     for stored in latest_per_input(letters):
-        opened, forgotten = _opened(noumena, stored)
+        opened, forgotten = _opened(ports, stored)
         discarded = header(stored.letter, "discarded")
-        done = stored.dlq_offset <= replayed[stored.dlq_partition] or noumena.log.tracked_position(
+        done = stored.dlq_offset <= replayed[stored.dlq_partition] or ports.tracked_position(
             letter_tracking_name(settings.kafka_dlq_topic, stored.dlq_partition, stored.dlq_offset)) is not None
         views.append(DeadLetterView(opened, not done and discarded is None, forgotten, discarded))
     return [v for v in views if include_replayed or v.pending]
 
 
-def _replayed_positions(noumena: Noumena, partitions: set[int]) -> dict[int, int]:
-    topic = noumena.settings.kafka_dlq_topic
-    positions = {p: noumena.log.tracked_position(replay_tracking_name(topic, p)) for p in partitions}
+def _replayed_positions(ports: ConsumerPorts, partitions: set[int]) -> dict[int, int]:
+    topic = ports.settings.kafka_dlq_topic
+    positions = {p: ports.tracked_position(replay_tracking_name(topic, p)) for p in partitions}
     return defaultdict(lambda: -1, {p: -1 if v is None else v for p, v in positions.items()})
 
 
@@ -215,15 +215,15 @@ def _order(view: DeadLetterView) -> tuple[int, str, int, int]:
     return when, d.source.topic, d.source.partition, d.source.offset
 
 
-def replay(noumena: Noumena, on_stored: Callable[[Command], None] | None = None,
+def replay(ports: ConsumerPorts, on_stored: Callable[[Command], None] | None = None,
            batch_size: int | None = None) -> ReplayReport:
     """Re-submit every pending dead letter, in original-timestamp order, to a fixpoint; what still fails goes
     back to the DLQ once (attempt + 1); what cannot be opened is reported, never skipped silently."""
     del batch_size  # one letter per write: each has its own tracking position
-    settings = noumena.settings
+    settings = ports.settings
     options = connection_options(settings)
     foreign: list[tuple[int, int]] = []
-    views = dead_letters(noumena, foreign=foreign)
+    views = dead_letters(ports, foreign=foreign)
     report = ReplayReport(forgotten=sum(v.forgotten for v in views))
     report.unopened += [f"{settings.kafka_dlq_topic}/{p}@{o} (DLQ record): not a noumena dead letter (no "
                         "noumena.dlq headers); left as it is" for p, o in foreign]
@@ -249,7 +249,7 @@ def replay(noumena: Noumena, on_stored: Callable[[Command], None] | None = None,
         progress, still = False, []
         for index in remaining:
             view, value = tries[index]
-            outcome = _try(noumena, view, value)
+            outcome = _try(ports, view, value)
             if isinstance(outcome, Rejection):
                 failing[index] = (view, value, outcome.reason, outcome.field)
                 still.append(index)
@@ -262,7 +262,7 @@ def replay(noumena: Noumena, on_stored: Callable[[Command], None] | None = None,
     report.stored = len(stored)
     report.replayed = len(tries)
     if failing:
-        sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic, sealer_for(noumena),
+        sink = DeadLetterSink.connect(dlq_producer_options(settings), settings.kafka_dlq_topic, sealer_for(ports),
                                       topic_max_bytes(options, settings.kafka_dlq_topic,
                                                       settings.kafka_max_message_bytes))
         try:
@@ -272,7 +272,7 @@ def replay(noumena: Noumena, on_stored: Callable[[Command], None] | None = None,
                                             attempt=letter.attempt + 1, dead_lettered_at=datetime.now(UTC),
                                             extra_headers=())
                 sink.send_all([again])  # flushed before the old record is marked replayed
-                noumena.service.execute_batch([], tracking=_tracking(settings.kafka_dlq_topic, view))
+                ports.ingestor.store([], tracking=_tracking(settings.kafka_dlq_topic, view))
                 report.still_failing += 1
                 report.reasons.append(f"{view.id}: {reason}")
         finally:
@@ -294,15 +294,14 @@ def _tracking(dlq_topic: str, view: DeadLetterView) -> TrackingPosition:
                             view.letter.dlq_offset)
 
 
-def _try(noumena: Noumena, view: DeadLetterView, value: bytes | None) -> Command | Rejection | None:
+def _try(ports: ConsumerPorts, view: DeadLetterView, value: bytes | None) -> Command | Rejection | None:
     """Store one dead letter's input with its own tracking position: its command if stored, None if a replay
     stored it before, else its rejection (nothing written)."""
     try:
         command = to_command(parse_envelope(value))  # type: ignore[arg-type]
     except (DomainError, ValueError) as error:
         return Rejection(str(error), getattr(error, "field", None))
-    result = noumena.service.execute_batch([command], all_or_nothing=True,
-                                           tracking=_tracking(noumena.settings.kafka_dlq_topic, view))
+    result = ports.ingestor.store([command], tracking=_tracking(ports.settings.kafka_dlq_topic, view))
     if result.already_tracked:
         return None
     error = result.outcomes[0].error
@@ -312,13 +311,13 @@ def _try(noumena: Noumena, view: DeadLetterView, value: bytes | None) -> Command
     return command
 
 
-def discard(noumena: Noumena, ids: list[str], reason: str) -> list[str]:
+def discard(ports: ConsumerPorts, ids: list[str], reason: str) -> list[str]:
     """Mark dead letters (by id, `topic/partition@offset` of their source) discarded with a reason: a copy with
     `noumena.dlq.discarded` is appended, so the letter stays visible (`dlq list --all`) and is never replayed.
     Raises ValueError naming the ids that are not dead letters. Returns the ids discarded."""
     if not reason.strip():
         raise ValueError("a discard needs a reason (--reason)")
-    settings = noumena.settings
+    settings = ports.settings
     options = connection_options(settings)
     latest = {str(s.letter.source): s for s in latest_per_input(read_dead_letters(options, settings.kafka_dlq_topic))}
     unknown = [i for i in ids if i not in latest]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.application.ontology_service import OntologyService
+from domain.application.ontology_service import BatchResult, OntologyService
 from domain.application.wire import EnvelopeBase, WireError, parse_envelope, to_command
 from domain.commands import Command
 from domain.errors import DomainError
@@ -53,6 +53,13 @@ class Ingestor:
         self._service = service
         self._on_stored = on_stored
         """Called for each stored command, after the write (e.g. to start consolidation)."""
+
+    def store(self, commands: Sequence[Command], *, tracking: TrackingPosition | None = None,
+              all_or_nothing: bool = True) -> BatchResult:
+        """Store commands already decoded from a source (a Kafka batch, a replayed dead letter) in one atomic
+        write with the source's position (`tracking`: a position stored before writes nothing and says so).
+        The caller decides what to do with rejections and calls its own `on_stored`."""
+        return self._service.execute_batch(commands, all_or_nothing=all_or_nothing, tracking=tracking)
 
     def parse(self, raws: Sequence[bytes | str | dict[str, Any]]) -> tuple[list[tuple[int, EnvelopeBase]],
                                                                            list[Rejected]]:

@@ -104,7 +104,7 @@ def test_a_record_just_under_the_brokers_limit_is_dead_lettered_truncated_and_it
     after = envelope("after", "entity.registered", {"ref": "person:after", "label": "After"})
     send(bootstrap, settings.kafka_topic, [(0, b"acme/s1", big, trace), (0, b"acme", after, None)])
 
-    consumer = SessionEventConsumer(noumena)
+    consumer = SessionEventConsumer(noumena.consumer_ports())
     try:
         run_until_idle(consumer)
     finally:
@@ -134,10 +134,10 @@ def test_a_record_just_under_the_brokers_limit_is_dead_lettered_truncated_and_it
     assert record_size(record.key, record.value, record.headers) <= 1_048_588  # fits the broker's limit
 
     # replay reads the original again at its source coordinates (checked by its SHA-256): it still fails
-    report = replay(noumena)
+    report = replay(noumena.consumer_ports())
     assert (report.replayed, report.stored, report.still_failing, report.unopened) == (1, 0, 1, [])
     assert "payload.role" in report.reasons[0]
-    (pending,) = dead_letters(noumena)
+    (pending,) = dead_letters(noumena.consumer_ports())
     assert pending.letter.letter.attempt == 2 and header(pending.letter.letter, "original.size") == str(len(big))
 
 
@@ -149,7 +149,7 @@ def test_the_dead_letter_producer_takes_its_size_limit_from_the_topics_max_messa
     big = envelope("b", "entity.registered", {"ref": "person:x", "label": "L" * 200_000})  # label too long
     send(bootstrap, settings.kafka_topic, [(0, b"acme", big, None)])
 
-    consumer = SessionEventConsumer(noumena)
+    consumer = SessionEventConsumer(noumena.consumer_ports())
     try:
         assert consumer._sink.max_bytes == 100_000
         run_until_idle(consumer)
@@ -190,7 +190,7 @@ def test_sessions_whose_registrations_land_later_on_another_partition_wait_and_a
     send(bootstrap, settings.kafka_topic, sessions)
 
     # first life: every session event waits for the agent; then the process goes away
-    first = SessionEventConsumer(noumena)
+    first = SessionEventConsumer(noumena.consumer_ports())
     stop = threading.Event()
     thread = threading.Thread(target=first.run, args=(stop,))
     thread.start()
@@ -205,7 +205,7 @@ def test_sessions_whose_registrations_land_later_on_another_partition_wait_and_a
 
     # the registrations land on another partition, after; a new process picks the parked inputs up
     send(bootstrap, settings.kafka_topic, registrations)
-    second = SessionEventConsumer(noumena)
+    second = SessionEventConsumer(noumena.consumer_ports())
     try:
         run_until_idle(second)
     finally:
@@ -236,7 +236,7 @@ def test_an_input_whose_dependency_never_comes_is_dead_lettered_once_its_tries_r
                                                  "content": "?"})
     send(bootstrap, settings.kafka_topic, [(0, b"acme/nowhere", orphan, None)])
 
-    consumer = SessionEventConsumer(noumena)
+    consumer = SessionEventConsumer(noumena.consumer_ports())
     try:
         run_until_idle(consumer)
     finally:
@@ -273,7 +273,7 @@ def test_offsets_in_the_group_equal_the_stored_positions_when_idle_and_after_clo
     ends = end_offsets(bootstrap, settings.kafka_topic)
     noumena = noumena_for(settings)
     create_tenants(noumena, s.tenants)
-    consumer = SessionEventConsumer(noumena)
+    consumer = SessionEventConsumer(noumena.consumer_ports())
     stop = threading.Event()
     thread = threading.Thread(target=consumer.run, args=(stop,))
     thread.start()
@@ -371,7 +371,7 @@ def test_replay_goes_by_original_timestamp_across_partitions_to_a_fixpoint_and_r
         (1, b"acme", registration, 2_000),
         (2, b"acme", b"\x00 not json", 4_000),
     ])
-    consumer = SessionEventConsumer(noumena)
+    consumer = SessionEventConsumer(noumena.consumer_ports())
     try:
         run_until_idle(consumer)
     finally:
@@ -382,7 +382,7 @@ def test_replay_goes_by_original_timestamp_across_partitions_to_a_fixpoint_and_r
     assert before == 6
     create_tenants(noumena, ["acme"])  # the fix
 
-    report = replay(noumena)
+    report = replay(noumena.consumer_ports())
 
     # pass 1: the registration (t=2000) stores, the start (t=1000, before it) and its messages do not;
     # pass 2: the start and then its messages; pass 3 stores nothing more (the garbage)
@@ -391,7 +391,7 @@ def test_replay_goes_by_original_timestamp_across_partitions_to_a_fixpoint_and_r
                                "not a noumena dead letter (no noumena.dlq headers); left as it is"]
     assert list(dict.fromkeys(stored_event_ids(noumena))) == ["reg", "start", "m0", "m1", "m2"]
     assert len(read_dead_letters(options, settings.kafka_dlq_topic)) == before + 1  # only the garbage, once
-    (garbage,) = dead_letters(noumena)
+    (garbage,) = dead_letters(noumena.consumer_ports())
     assert garbage.letter.letter.attempt == 2 and garbage.letter.letter.field == "envelope"
 
     # the CLI prints what it could not open, and says why
@@ -408,17 +408,17 @@ def test_replay_goes_by_original_timestamp_across_partitions_to_a_fixpoint_and_r
                                 "a test's garbage"], env=env, capture_output=True, text=True, cwd=REPO,
                                timeout=120)
     assert discarded.returncode == 0, discarded.stderr
-    assert dead_letters(noumena) == []
-    (kept,) = [v for v in dead_letters(noumena, include_replayed=True) if v.discarded]
+    assert dead_letters(noumena.consumer_ports()) == []
+    (kept,) = [v for v in dead_letters(noumena.consumer_ports(), include_replayed=True) if v.discarded]
     assert kept.id == garbage.id and kept.status == "discarded: a test's garbage"
     assert kept.letter.letter.value == b"\x00 not json"
     listed = subprocess.run([sys.executable, "-m", "api", "dlq", "list", "--all", "--json"], env=env,
                             capture_output=True, text=True, check=True, cwd=REPO, timeout=120)
     rows = {row["id"]: row for row in map(json.loads, listed.stdout.splitlines())}
     assert rows[garbage.id]["discarded"] == "a test's garbage" and not rows[garbage.id]["pending"]
-    assert replay(noumena).replayed == 0
+    assert replay(noumena.consumer_ports()).replayed == 0
     with pytest.raises(ValueError, match="not dead letters: nowhere/0@1"):
-        discard(noumena, ["nowhere/0@1"], "no such letter")
+        discard(noumena.consumer_ports(), ["nowhere/0@1"], "no such letter")
 
 
 def _foreign_offset(options: dict[str, Any], settings: Settings) -> int:

@@ -148,7 +148,7 @@ def test_a_redelivered_batch_is_a_no_op_and_dead_letters_nothing(kafka_settings,
     noumena = noumena_for(kafka_settings)
     create_tenants(noumena, ["acme"])
     sink = DeadLetterSink.connect(dlq_producer_options(kafka_settings), kafka_settings.kafka_dlq_topic)
-    processor = BatchProcessor(noumena.service, sink, tracked_position=noumena.log.tracked_position)
+    processor = BatchProcessor(noumena.application.ingestor, sink, tracked_position=noumena.log.tracked_position)
     good = json.dumps({"event_id": "e1", "tenant": "acme", "type": "entity.registered",
                        "payload": {"ref": "person:li", "label": "Li"}}).encode()
     items = [Incoming(v, SourceCoordinates("t", 0, i), position=i) for i, v in enumerate([good, b"junk"])]
@@ -195,9 +195,9 @@ def test_dead_letters_are_listed_and_replayed_after_the_fix(kafka_settings, noum
     assert replayed.returncode == 1, replayed.stderr
     assert "replayed 2: stored 1, still failing 1" in replayed.stdout
     assert "m1" in stored_event_ids(noumena)
-    pending = dead_letters(noumena)
+    pending = dead_letters(noumena.consumer_ports())
     assert [(v.letter.letter.source.offset, v.letter.letter.attempt) for v in pending] == [(1, 2)]
-    assert len(dead_letters(noumena, include_replayed=True)) == 2
+    assert len(dead_letters(noumena.consumer_ports(), include_replayed=True)) == 2
     again = subprocess.run([sys.executable, "-m", "api", "dlq", "replay"], env=env, capture_output=True, text=True,
                            timeout=120)
     assert "replayed 1: stored 0, still failing 1" in again.stdout
@@ -233,7 +233,7 @@ def test_metrics_are_prometheus_text_over_http(kafka_settings, noumena_for):
     produce(kafka_settings.kafka_bootstrap, kafka_settings.kafka_topic, s.messages)
     noumena = noumena_for(kafka_settings)
     create_tenants(noumena, s.tenants)
-    consumer = SessionEventConsumer(noumena)
+    consumer = SessionEventConsumer(noumena.consumer_ports())
     server = serve_metrics(0)  # prometheus_client's server of the process's one registry
     try:
         run_until_idle(consumer)
@@ -327,7 +327,7 @@ def test_a_crash_after_dead_lettering_and_before_the_write_repeats_dead_letters_
                           m.event_id and m.event_id.replace("t00", "acme"), 0) for m in s.messages]
     producer = DeadLetterSink.connect(dlq_producer_options(kafka_settings), kafka_settings.kafka_dlq_topic)
     sink = SinkThatCrashesAfterTheLastFlush(producer._producer, kafka_settings.kafka_dlq_topic)
-    processor = BatchProcessor(noumena.service, sink, tracked_position=noumena.log.tracked_position)
+    processor = BatchProcessor(noumena.application.ingestor, sink, tracked_position=noumena.log.tracked_position)
     items = [Incoming(m.value, SourceCoordinates(kafka_settings.kafka_topic, 0, i), position=i)
              for i, m in enumerate(s.messages)]
     tracking = TrackingPosition(tracking_name(kafka_settings.kafka_topic, 0), len(items) - 1)
@@ -364,7 +364,7 @@ def test_an_input_that_makes_noumena_itself_fail_is_dead_lettered_alone(kafka_se
     create_tenants(noumena, ["acme"])
     service = ServiceWithABugForEventIdPoison(noumena.log, TickingClock())
     sink = DeadLetterSink.connect(dlq_producer_options(kafka_settings), kafka_settings.kafka_dlq_topic)
-    processor = BatchProcessor(service, sink, tracked_position=noumena.log.tracked_position)
+    processor = BatchProcessor(Ingestor(service), sink, tracked_position=noumena.log.tracked_position)
     values = [json.dumps({"event_id": event_id, "tenant": "acme", "type": "entity.registered",
                           "payload": {"ref": f"person:{event_id}", "label": event_id}}).encode()
               for event_id in ("a", "b", "poison", "c")]
@@ -396,9 +396,9 @@ def test_a_dead_lettered_copy_is_sealed_with_its_subjects_key_and_forgotten_with
 
     (raw,) = read_dead_letters(connection_options(kafka_settings), kafka_settings.kafka_dlq_topic)
     assert raw.letter.value is not None and b"MARKER-DLQ-ZHAO" not in raw.letter.value  # sealed on the topic
-    (opened,) = dead_letters(noumena)
+    (opened,) = dead_letters(noumena.consumer_ports())
     assert opened.letter.letter.value == json.dumps(bad).encode() and not opened.forgotten
 
     noumena.application.forget("acme", "person:zhao")
-    (after,) = dead_letters(noumena)
+    (after,) = dead_letters(noumena.consumer_ports())
     assert after.forgotten and after.letter.letter.value is None
