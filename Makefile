@@ -75,6 +75,7 @@ eval: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python tests/check_entry_points.py
 
 clean:
 	rm -rf $(VENV) .noumena .infra ui/node_modules $(VENDOR) site

@@ -69,7 +69,7 @@ def project() -> None:
         files = ProjectionFiles(n.settings.home)
         errors.print(f"projecting into {files.live}; snapshots at {files.snapshot}")
         try:
-            follow(n.log, n.settings, stop)
+            follow(n.projection_source(), n.settings, stop)
         except ProjectionLocked as error:
             _fail(str(error))
 
@@ -80,7 +80,7 @@ def snapshot() -> None:
     from projections.runner import publish_now
 
     with _app() as n:
-        position = publish_now(n.log, n.settings)
+        position = publish_now(n.projection_source(), n.settings)
         where = ProjectionFiles(n.settings.home).snapshot
     console.print(f"published {where}" + (f" at log position {position}" if position is not None
                                           else " (by the running projector)"))
@@ -93,7 +93,7 @@ def _ensure_snapshot() -> Path:
     with _app() as n:
         files = ProjectionFiles(n.settings.home)
         if not files.snapshot.exists():
-            publish_now(n.log, n.settings)
+            publish_now(n.projection_source(), n.settings)
     return files.snapshot
 
 
@@ -144,7 +144,7 @@ def replay(as_of: Annotated[str, typer.Option("--as-of", help="Transaction time 
 
     moment = _time(as_of)
     with _app() as n, _positions("replaying") as progress:
-        done = replay_to(n.log, out, moment, progress=progress)
+        done = replay_to(n.projection_source(), out, moment, progress=progress)
     console.print(f"wrote {done.path}: {done.events} events, up to log position {done.position}"
                   f" (transaction time {done.clock.isoformat() if done.clock else 'none'})")
 
@@ -157,7 +157,7 @@ def rebuild() -> None:
 
     with _app() as n, _positions("rebuilding") as progress:
         try:
-            done = rebuild_all(n.log, ProjectionFiles(n.settings.home), progress=progress)
+            done = rebuild_all(n.projection_source(), ProjectionFiles(n.settings.home), progress=progress)
         except ProjectionLocked as error:
             _fail(f"{error}; stop it first")
             return

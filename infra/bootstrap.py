@@ -36,6 +36,7 @@ from infra.state_snapshots import FileStateSnapshots
 
 if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
     from infra.serving import FollowedReadModel, KafkaFollower, ProjectionFollower
+    from projections.source import RawLog
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ class Noumena:
     recalls: RecallBuffer
     evidence: EvidenceStore
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
+
+    def projection_source(self) -> RawLog:
+        """The stored records the read models fold (read only): what projection commands hand to projections/,
+        which follow the log itself rather than the application."""
+        return self.log
 
     def consumer_ports(self) -> ConsumerPorts:
         """What a Kafka consumer or the dead-letter tools get: the application's ingestor, the positions they
