@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from domain.application.use_cases import BatchRejected, ProjectionBehind, TenantMismatch
 from domain.errors import (
+    ConcurrencyError,
     DomainError,
     EventCorrupted,
     FactNotCurrent,
@@ -147,6 +148,12 @@ def install_problem_handlers(app: FastAPI) -> None:
         problem = ApiProblem(error.status_code, slug, titles.get(error.status_code, "Error"), str(error.detail),
                              headers=dict(error.headers or {}))
         return problem_response(request, problem)
+
+    @app.exception_handler(ConcurrencyError)
+    async def _contended(request: Request, error: ConcurrencyError) -> JSONResponse:
+        log.warning("write refused on %s: %s", request.url.path, error)
+        return problem_response(request, ApiProblem(503, "write-contended", "Other writers hold the tenant",
+                                                    str(error), headers={"Retry-After": "1"}))
 
     @app.exception_handler(InfrastructureError)
     async def _infrastructure(request: Request, error: InfrastructureError) -> JSONResponse:

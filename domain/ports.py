@@ -129,6 +129,23 @@ class StateSnapshots(Protocol):
         ...
 
 
+class TenantWriteLocks(Protocol):
+    """Serializes the writers of one tenant across processes (a PostgreSQL advisory lock per tenant): a writer
+    holding a tenant's lock decides on the log as it is and appends without a version conflict, and writers that
+    wait are served in turn, so none starves behind another's tight loop (infra/writer_locks.py)."""
+
+    def acquire(self, tenant: str, wait: bool = True) -> bool:
+        """Take the tenant's lock for this thread (re-entrant). With `wait`, block until it is free (raise
+        ConcurrencyError after a bound: a retryable refusal); without, return False at once if it is held."""
+        ...
+
+    def release(self, tenant: str) -> None:
+        """Let go of one `acquire` of this thread."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class KeyStore(Protocol):
     """Data keys kept outside the log. Deleting a key erases every copy of what it sealed."""
 

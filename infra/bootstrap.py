@@ -133,7 +133,8 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every,
                                    snapshotter=None if settings.event_store == "popo" else  # (no one else reads it)
                                    json.dumps({"settings": for_another_process(settings)}))
-    service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff, snapshots=snapshots)
+    service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff, snapshots=snapshots,
+                              writer_locks=settings.tenant_write_locks())
     consolidation = ConsolidationWorker(service, extractor_from(settings), log.tenants)
     perspectives = build_perspective_engine(log, settings.home, clock)
     recalls = RecallBuffer(service, settings.recall_flush_seconds)

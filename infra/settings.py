@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from domain.ports import KeyStore
+    from domain.ports import KeyStore, TenantWriteLocks
 
 
 class Settings(BaseSettings):
@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     pg_password: SecretStr = Field(default=SecretStr("noumena"), description="PostgreSQL password.")
     pg_dbname: str = Field(default="noumena", description="PostgreSQL database.")
     pg_schema: str = Field(default="", description="PostgreSQL schema for the event tables (default: public).")
+    write_lock_wait_seconds: float = Field(default=30.0, gt=0, le=600, description="With event_store=postgres, "
+                                           "writers of one tenant take turns across processes; a write that waited "
+                                           "this long for its turn is refused as retryable (HTTP 503, Retry-After).")
     projection_batch_size: int = Field(default=2000, ge=1, description="Events per DuckDB transaction when"
                                        " the projector follows the log.")
     projection_poll_interval: float = Field(default=0.2, gt=0, description="Seconds the projector waits when"
@@ -157,10 +160,21 @@ class Settings(BaseSettings):
         if self.event_store == "sqlite":
             return SQLiteKeyStore(self.home / "keys.sqlite")
         if self.event_store == "postgres":
-            return PostgresKeyStore({"host": self.pg_host, "port": self.pg_port, "user": self.pg_user,
-                                     "password": self.pg_password.get_secret_value(), "dbname": self.pg_dbname},
-                                    self.pg_schema, self.kek_path)
+            return PostgresKeyStore(self.pg_connect_kwargs(), self.pg_schema, self.kek_path)
         return MemoryKeyStore()
+
+    def pg_connect_kwargs(self) -> dict[str, object]:
+        """psycopg's connection arguments for the PostgreSQL server of the event store."""
+        return {"host": self.pg_host, "port": self.pg_port, "user": self.pg_user,
+                "password": self.pg_password.get_secret_value(), "dbname": self.pg_dbname}
+
+    def tenant_write_locks(self) -> TenantWriteLocks | None:
+        """Writer locks per tenant across processes: on PostgreSQL (SQLite's writers retry on a conflict)."""
+        if self.event_store != "postgres":
+            return None
+        from infra.writer_locks import PostgresTenantWriteLocks
+
+        return PostgresTenantWriteLocks(self.pg_connect_kwargs(), self.pg_schema, self.write_lock_wait_seconds)
 
     def event_store_env(self) -> dict[str, str]:
         """The environment eventsourcing's factory reads, built from our settings."""

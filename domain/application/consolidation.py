@@ -156,7 +156,7 @@ def consolidate(service: OntologyService, tenant: str, compaction_id: str, extra
         return CompleteConsolidation(tenant=tenant, compaction_id=compaction_id, counts=counts,
                                      rejections=tuple(r[:1000] for r in rejections[:100]))
 
-    with service.reading(tenant) as state:  # (the plan and its write together)
+    with service.writing(tenant) as state:  # (the plan and its write together)
         commands, resolutions = plan_consolidation(state, state.compactions[compaction_id], extraction,
                                                    extractor.name)
         batch = service.execute_batch([start, *commands], then=complete)

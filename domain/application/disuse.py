@@ -53,7 +53,7 @@ def disused_facts(state: Ontology, now: datetime, period: timedelta,
 def archive_disused(service: OntologyService, tenant: str, now: datetime, period: timedelta,
                     parameters: ActivationParameters = DEFAULT_PARAMETERS) -> list[str]:
     """Archive (hide, never delete) every disused fact; returns their ids."""
-    with service.reading(tenant) as state:  # (the facts found and their archiving in one hold of the lock)
+    with service.writing(tenant) as state:  # (the facts found and their archiving in one hold of the lock)
         facts = disused_facts(state, now, period, parameters)
         result = service.execute_batch([c.ArchiveFact(tenant=tenant, fact_id=f.fact_id, cause=DISUSE_CAUSE)
                                         for f in facts], all_or_nothing=True) if facts else None

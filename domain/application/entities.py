@@ -11,7 +11,7 @@ def merge_entities(service: OntologyService, tenant: str, merged_ref: str, into_
     """Merge `merged_ref` into `into_ref` in one atomic write: the merge event, then each current fact of the
     merged entity ended and asserted again on the surviving entity (corroborating where it already holds).
     Returns how many facts moved."""
-    with service.reading(tenant) as state:  # (the facts that move and the write that moves them together)
+    with service.writing(tenant) as state:  # (the facts that move and the write that moves them together)
         moving = [f for f in state.current_facts() if merged_ref in (f.subject, f.object)]
         commands: list[c.Command] = [c.MergeEntities(tenant=tenant, merged_ref=merged_ref, into_ref=into_ref,
                                                      reason=reason)]

@@ -59,7 +59,9 @@ def forget(service: OntologyService, keys: KeyStore, tenant: str, subject: str) 
         outcomes.append(service.execute(probe.model_copy(update={"keys_deleted": deleted,
                                                                  "erased_with": erased_with})))
 
-    with service.exclusive():  # (no write of this process meanwhile; other processes' wait for the key store)
+    # The tenant's turn to write is taken before the key store's forget lock, as every writer takes them (a writer
+    # holding its turn waits for the key store while it appends): so a forget and a writer never wait for each other.
+    with service.serialized(tenant), service.exclusive():  # (other processes' writes wait for the key store)
         # What to delete besides the subject's own keys comes from the ontology: one fact's group siblings keep
         # their keys, a person takes the memories linked to them along, and the sessions that served them. The
         # key store works the plan out with every sealed write held off, so no fact written meanwhile is missed.

@@ -1,9 +1,12 @@
 """The ontology service: runs commands through the rules against each tenant's state and appends the events.
 
 It holds one folded `Ontology` per tenant, kept current by reading only the events it has not yet seen, so a
-command costs one short read and one append. Rules run under one lock per process; other processes are caught
-by optimistic concurrency on the tenant stream version and retried. The states are live (writes apply in place),
-so the rest of the process reads one only inside `reading(tenant)`, which holds that lock while it reads.
+command costs one short read and one append. Rules run under one lock per process. Across processes, writers of
+one tenant take turns when the log has writer locks (`TenantWriteLocks`, on PostgreSQL): a writer holds its
+tenant's lock from reading the log's tail to its append, so it never conflicts and never starves; without them
+(SQLite), a conflict on the tenant stream version is retried after a random pause. The states are live (writes
+apply in place), so the rest of the process reads one only inside `reading(tenant)`, which holds that lock while it
+reads.
 
 A tenant's state starts from its latest snapshot (`StateSnapshots`), when there is a usable one, plus the events
 after it; the snapshot's maps may be read on demand, and a record found damaged then (`SnapshotDamaged`) makes the
@@ -33,6 +36,7 @@ from domain.ports import (
     Pending,
     SnapshotDamaged,
     StateSnapshots,
+    TenantWriteLocks,
     TrackingPosition,
     VersionConflict,
 )
@@ -47,8 +51,13 @@ class OntologyService:
     """Runs commands through the rules (domain/rules.py) and appends their events: the one writer of the log."""
 
     def __init__(self, log: EventLog, clock: Callable[[], datetime], seal_content: bool = True,
-                 backoff: Callable[[int], None] | None = None, snapshots: StateSnapshots | None = None) -> None:
+                 backoff: Callable[[int], None] | None = None, snapshots: StateSnapshots | None = None,
+                 writer_locks: TenantWriteLocks | None = None) -> None:
         self._log = log
+        self._writer_locks = writer_locks
+        self._holders = threading.local()
+        """`depth`: how many blocks of this thread hold `_lock` (a thread inside one never waits for a tenant's
+        writer lock: another thread may hold that lock and wait for `_lock`)."""
         self._snapshots = snapshots if snapshots is not None and snapshots.every > 0 else None
         self._snapshotted: dict[str, int] = {}
         """By tenant: the version of the snapshot its state was loaded from, or the version it had when a snapshot
@@ -69,10 +78,49 @@ class OntologyService:
         """The log position of this process's latest write."""
 
     @contextmanager
+    def _held(self) -> Iterator[None]:
+        with self._lock:
+            self._holders.depth = getattr(self._holders, "depth", 0) + 1
+            try:
+                yield
+            finally:
+                self._holders.depth -= 1
+
+    @contextmanager
     def exclusive(self) -> Iterator[None]:
         """No write of this service runs meanwhile (e.g. while a forget deletes keys)."""
-        with self._lock:
+        with self._held():
             yield
+
+    @contextmanager
+    def serialized(self, *tenants: str) -> Iterator[bool]:
+        """No writer of these tenants in another process meanwhile, when the log has writer locks; yields whether
+        they are all held (False without writer locks). Writes of this thread inside the block take their turn
+        with it. Taken before this service's lock (`reading`, `exclusive`), never inside it: inside, a tenant
+        held elsewhere is not waited for (its writes are then retried on a conflict, as without locks)."""
+        locks = self._writer_locks
+        if locks is None:
+            yield False
+            return
+        wait = not getattr(self._holders, "depth", 0)
+        wanted = sorted(set(tenants))  # (one order for every process: two batches never wait for each other)
+        taken: list[str] = []
+        try:
+            for tenant in wanted:
+                if not locks.acquire(tenant, wait=wait):
+                    break
+                taken.append(tenant)
+            yield len(taken) == len(wanted)
+        finally:
+            for tenant in reversed(taken):
+                locks.release(tenant)
+
+    @contextmanager
+    def writing(self, tenant: str) -> Iterator[Ontology]:
+        """`reading(tenant)` for a read that decides a write (made inside the block): its tenant's turn to write
+        is taken first (`serialized`), so no other process writes the tenant between the read and the write."""
+        with self.serialized(tenant), self.reading(tenant) as state:
+            yield state
 
     @contextmanager
     def reading(self, tenant: str) -> Iterator[Ontology]:
@@ -87,14 +135,14 @@ class OntologyService:
         call, no embedding). Nothing read should be kept past the block where a later write would matter: copy
         out what is needed. A lookup in a state read from a snapshot may raise `SnapshotDamaged`; the next
         block folds the whole log."""
-        with self._lock:
+        with self._held():
             yield self._caught_up(tenant)
 
     def ontology(self, tenant: str) -> Ontology:
         """The tenant's live state object itself, returned without holding anything: only for a caller that
         already holds the lock (`exclusive`, `reading`) or has the service to itself (tests, one-shot tools,
         benchmarks). Anything served beside writer threads reads through `reading`."""
-        with self._lock:
+        with self._held():
             return self._caught_up(tenant)
 
     def execute(self, command: Command) -> Outcome:
@@ -120,8 +168,12 @@ class OntologyService:
         transaction; a position already stored makes the whole batch a no-op (`already_tracked`). `then`, given
         the outcomes, makes one last command that is decided after them and written in the same transaction
         (e.g. a record of what the batch did); its outcome comes last.
+
+        Across processes the batch takes its tenants' turn to write (`serialized`) when the log has writer locks;
+        waiting too long for it raises ConcurrencyError, as do conflicts that retries did not resolve: both are
+        refusals to try again, nothing was written.
         """
-        with self._lock:
+        with self.serialized(*(cmd.tenant for cmd in commands)) as serialized, self._held():
             for _attempt in range(MAX_RETRIES):
                 if tracking is not None:
                     stored = self._log.tracked_position(tracking.name)
@@ -130,9 +182,10 @@ class OntologyService:
                 # The first attempt decides on the state as this service last left it, without reading the log
                 # (one query less per batch for a process that is the only writer). If another writer appended
                 # meanwhile, whatever this batch writes conflicts on the stream version and the retry catches up;
-                # what it would not write (a rejection, a no-op) is decided again on the caught-up state.
+                # what it would not write (a rejection, a no-op) is decided again on the caught-up state. A batch
+                # that holds its tenants' writer locks reads the tail: other processes write between its turns.
                 tenants = dict.fromkeys(cmd.tenant for cmd in commands)
-                unread = not _attempt and all(tenant in self._states for tenant in tenants)
+                unread = not serialized and not _attempt and all(tenant in self._states for tenant in tenants)
                 states = {tenant: self._states[tenant] if unread else self._caught_up(tenant) for tenant in tenants}
                 for state in states.values():
                     state.begin()
@@ -227,6 +280,8 @@ class OntologyService:
         """Snapshot in place every tenant whose state is at least `every` events ahead of the snapshot on disk
         (no write waits any more), stop taking snapshots from the log, and wait until the snapshots are stored (a
         process that stops gracefully restarts from them)."""
+        if self._writer_locks is not None:
+            self._writer_locks.close()
         if self._snapshots is None:
             return
         with self._lock:

@@ -57,7 +57,7 @@ def recall(service: OntologyService, tenant: str, agent: str, serving: str | Non
             checked(check, value, name)
     wanted = {FactStatus.CURRENT, FactStatus.ARCHIVED} if deeper else {FactStatus.CURRENT}
     # (the search and the recall it records in one hold of the lock: what is recorded is what was found)
-    with service.reading(tenant) as state:
+    with service.writing(tenant) as state:
         state.require_entity(agent, "agent")
         for tier, scopes in _tier_scopes(state, agent, serving, session_id):
             found = [f for f in state.facts.values()

@@ -114,7 +114,7 @@ class RecallBuffer:
             positions: list[int] = []
             for tenant, uses in held.items():
                 try:
-                    with self._service.reading(tenant) as state:  # (the filter and its write together)
+                    with self._service.writing(tenant) as state:  # (the filter and its write together)
                         known = tuple(u for u in uses.values()
                                       if u.agent in state.entities and u.fact_id in state.facts)
                         if not known:

@@ -39,8 +39,8 @@ for n in range(int(sys.argv[4])):
                                                 object="file:x", scope=person, reason=f"{person} {name} {n}-{i}")
                                    for i, person in enumerate(["person:p0", "person:p1", "person:p2", "person:wang",
                                                                "person:p3", "person:p4", "person:p5"])])
-    except ConcurrencyError:  # two writers in tight loops on one PostgreSQL tenant may give up after 20 version
-        time.sleep(0.01)      # conflicts (they did before this test's forget existed): not this test's point
+    except ConcurrencyError:  # (a refusal to try again: on SQLite, writers in tight loops retry a version conflict a
+        time.sleep(0.01)      # bounded number of times; on PostgreSQL they take turns): not this test's point
 app.close()
 """
 
