@@ -6,7 +6,9 @@ reach) for the same facts the perspective would allow, and only those are scored
 perspective, enforced where the candidates are made, not in a filter applied afterwards.
 
 A fact's document: its subject's and object's labels and aliases (a `memory:` entity's label is its remembered
-statement), the relation, the reason, and the text of the messages in its provenance while they are readable.
+statement), the relation, the reason, and the text of the messages in its provenance while they are readable, and
+only of those messages whoever may see the fact may read too (`_readable_from`): a fact citing a session it
+cannot see would otherwise let a search confirm guesses about that session's words.
 
 - Lexical: BM25 (Lucene's variant, as bm25s computes it) over postings that grow as records are applied, so the
   index follows the log one record at a time (bm25s's own index is built once over a fixed corpus). Terms come
@@ -32,6 +34,7 @@ import numpy as np
 from domain.errors import EmbedderUnavailable
 from domain.ports import Embedder
 from projections.perspective_index import PerspectiveIndex, timestamp
+from projections.perspective_scopes import SCOPE_PERSON, SCOPE_SESSION
 from projections.search_lexical import (
     LONG_POSTING,
     Allowed,
@@ -71,8 +74,8 @@ class SearchIndex:
         """Epoch seconds, NaN when the fact holds since ever."""
         self.message_ids: list[tuple[str, ...]] = []
         self.aliases: dict[str, tuple[str, ...]] = {}
-        self.messages: dict[str, str] = {}
-        """message id -> its text while readable (what provenance points at)."""
+        self.messages: dict[str, tuple[str, str]] = {}
+        """message id -> (its session, its text) while readable (what provenance points at)."""
         self.dimensions = embedder.dimensions if embedder is not None else 0
         self.vectors = np.zeros((0, self.dimensions), dtype=np.int8)
         self.scales = np.zeros(0, dtype=np.float32)
@@ -95,7 +98,7 @@ class SearchIndex:
         if topic in ("entity.registered", "entity.updated"):
             self.aliases[data["ref"]] = tuple(data.get("aliases") or ())
         elif topic == "message.appended":
-            self.messages[data["message_id"]] = data.get("content") or ""
+            self.messages[data["message_id"]] = (data.get("session_id") or "", data.get("content") or "")
         elif topic == "fact.asserted":
             doc = pindex.fact_index(data["fact_id"])
             if doc is not None and doc >= len(self.doc_len):
@@ -137,7 +140,7 @@ class SearchIndex:
         provenance = data.get("provenance") or {}
         message_ids = tuple(provenance.get("message_ids") or ())
         statement = self.statement(pindex, doc)
-        sources = " ".join(self.messages.get(m, "") for m in message_ids)
+        sources = self._sources(pindex, doc, provenance.get("session_id"), message_ids)
         counts: dict[int, int] = {}
         terms = self.analyzer.terms(statement + " " + sources) if sources else self.analyzer.terms(statement)
         for term in terms:
@@ -162,6 +165,17 @@ class SearchIndex:
         self.message_ids.append(message_ids)
         if self.embedder is not None:
             self._pending.append((statement, statement + " " + sources if sources else ""))
+
+    def _sources(self, pindex: PerspectiveIndex, doc: int, cited_session: str | None, message_ids: Sequence[str]
+                 ) -> str:
+        """The text of the cited messages that fact `doc`'s viewers may read (in the cited session, if named)."""
+        texts = []
+        for message_id in message_ids:
+            said = self.messages.get(message_id)
+            if said is not None and (cited_session is None or said[0] == cited_session) \
+                    and _readable_from(pindex, doc, said[0]):
+                texts.append(said[1])
+        return " ".join(texts)
 
     def sync(self, pindex: PerspectiveIndex, asserted: dict[str, dict[str, Any]] | None = None) -> None:
         """Add the facts the perspective index holds and this one does not, from their `fact.asserted` payloads
@@ -313,9 +327,30 @@ class SearchIndex:
         vocabulary = sum(len(t) + 90 for t in self.vocabulary)
         provenance = sum(56 + 8 * len(m) for m in self.message_ids) + 8 * len(self.sessions)
         vectors = self.vectors[: self.embedded].nbytes + 4 * self.embedded
-        messages = sum(len(k) + len(v) + 100 for k, v in self.messages.items())
+        messages = sum(len(k) + len(s) + len(v) + 150 for k, (s, v) in self.messages.items())
         orders = sum(order.nbytes for order in self._orders.values()) + self._marks.nbytes
         return postings + vocabulary + provenance + vectors + messages + orders + len(self.doc_len) * 4
+
+
+def _readable_from(pindex: PerspectiveIndex, doc: int, session_id: str) -> bool:
+    """Whether everyone who may see fact `doc` (by its scope, `projections.perspective_scopes`) may read the
+    messages of `session_id`: the session's own scope, or another session of the same agent serving the same
+    person; a person's scope for a session serving that person (consolidation writes a person's episodic facts
+    from the sessions serving them). Never an org fact: everyone sees it, and no session is everyone's."""
+    said_in = pindex.scopes.sessions.get(session_id)
+    if said_in is None:
+        return False
+    agent, serving = said_in
+    scopes = pindex.scopes
+    code = int(pindex.scope.data[doc])
+    kind = int(scopes.kind.data[code])
+    if kind == SCOPE_PERSON:
+        return serving != -1 and int(scopes.person.data[code]) == serving
+    if kind == SCOPE_SESSION:
+        if scopes.names[code] == f"session:{session_id}":
+            return True
+        return agent != -1 and (int(scopes.agent.data[code]), int(scopes.serving.data[code])) == (agent, serving)
+    return False
 
 
 def _counted(terms: Iterable[str]) -> dict[str, int]:

@@ -12,7 +12,9 @@ How a conversation is imported (through the wire format, as a service would send
 - each LoCoMo session N: a main session `s<N>` of the companion serving speaker A, `occurred_at` = the session's
   date; its turns as messages (`message_id` = the turn's `dia_id`, content `Speaker: text` plus the shared
   image's caption); its observations as facts `person:<speaker> -observed-> memory:<id>-<N>-<k>` (the memory's
-  label is the observation) in org scope, whose provenance holds the evidence turns; its summary as the
+  label is the observation) in speaker A's scope (the person the session serves: a fact's search document takes
+  the words of the turns it cites only when its viewers may read them), whose provenance holds the evidence
+  turns; its summary as the
   session's compaction.
 
 What is asked: every question of categories 1-4 (5 is adversarial: no evidence) through
@@ -104,7 +106,7 @@ def wire_records(cid: str, conversation: dict[str, Any]) -> tuple[str, list[dict
                 add("entity.registered", {"ref": memory, "label": text[:500]})
                 add("fact.asserted", {
                     "subject": f"person:{slug(speaker)}", "relation": "observed", "object": memory,
-                    "valid_from": when.isoformat(),
+                    "scope": f"person:{slug(a)}", "valid_from": when.isoformat(),
                     "source": {"session_id": sid, "message_ids": evidence_ids(evidence),
                                "actor": "locomo-observations"}}, when)
         summary = conversation.get(f"session_{n}_summary")

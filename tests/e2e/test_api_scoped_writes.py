@@ -173,6 +173,31 @@ def test_nothing_a_scoped_key_was_refused_shows_in_another_agents_perspective(or
     assert {f"INJECTED {case}" for case in ACCEPTED} <= reasons
 
 
+def test_a_search_never_confirms_the_words_of_a_message_the_searcher_may_not_read(org: dict[str, Any]) -> None:
+    """A tenant-wide writer cites agent:other's message om1 from facts in three scopes: its words enter only the
+    document of the fact scoped to the person that session serves, so agent:sales finds nothing by them (a guess
+    is neither confirmed nor refuted) and agent:other, serving Cao, finds its own."""
+    c = org["tenant"].client
+    cited = {"session_id": "other-c3", "message_ids": ["om1"]}
+    written = {}
+    for scope, subject in (("person:c1", "person:c1"), ("org", "ticket:t1"), ("person:c3", "person:c3")):
+        response = c.post("/v1/facts", json={"subject": subject, "relation": "cites", "object": "ticket:t1",
+                                             "scope": scope, "source": cited})
+        assert response.status_code == 200, response.text
+        written[scope] = response.json()
+    position = written["person:c3"]["position"]
+
+    def lexical(client: httpx.Client, agent: str, serving: str, query: str) -> set[str]:
+        found = client.post("/v1/search", json={"agent": agent, "serving": serving, "query": query, "k": 100,
+                                                "min_position": position})
+        assert found.status_code == 200, found.text
+        return {item["fact_id"] for item in found.json()["items"] if item["scores"]["lexical"] > 0}
+
+    assert lexical(org["scoped"], "agent:sales", "person:c1", SECRET) == set()
+    assert lexical(org["scoped"], "agent:sales", "person:c1", "door code") == set()
+    assert lexical(c, "agent:other", "person:c3", SECRET) == {written["person:c3"]["fact_id"]}
+
+
 # ---------------------------------------------------------------------------------------------------- MCP
 
 

@@ -390,6 +390,7 @@ def test_a_search_over_an_index_loaded_from_the_read_model_equals_one_over_the_l
                                           content="we will wire the money by telegraphic transfer at month end"))
     wired = noumena.service.execute(AssertFact(
         tenant=T, subject="person:li", relation="pays_by", object="memory:pay", reason="from the call",
+        scope="person:li",  # (an org fact's document takes no session's words: everyone sees it)
         source={"session_id": "call-3", "message_ids": ["m1"]})).events[-1].fact_id  # type: ignore[attr-defined]
     with Projector(noumena.log, tmp_path / "read.duckdb") as projector:
         projector.catch_up()
