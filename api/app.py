@@ -48,7 +48,9 @@ that tenant only (the tenant never comes from a body, a path or a query). `/v1/a
 **Errors** are RFC 9457 problem documents (`application/problem+json`) naming the offending field.
 
 **Limits.** A body carries at most `NOUMENA_API_MAX_BODY_BYTES` (default 8 MiB; 413 beyond), and is read only
-after the key was checked (401 first). Timestamps are ISO 8601 strings with an offset, between 0001-01-02 and
+after the key was checked (401 first); it must arrive whole within `NOUMENA_API_BODY_TIMEOUT_SECONDS` (default
+30 s; 408 beyond), nest arrays and objects at most 64 deep (400 beyond) and name no field a route does not take
+(422). Timestamps are ISO 8601 strings with an offset, between 0001-01-02 and
 9999-12-30 in UTC; booleans and numbers are JSON booleans and numbers (no coercion from strings or 0/1); text is
 valid Unicode (no lone surrogates); refs, relations and ids match the patterns in this document, to the true end.
 """
@@ -58,6 +60,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, text in {400: "The body is not JSON.", 401: "No, unknown or revoked API key (any route).",
                          403: "Not allowed (e.g. another tenant's envelope).",
                          404: "Not found in your tenant.", 409: "Conflicts with the current state.",
+                         408: "The body did not arrive whole in time (NOUMENA_API_BODY_TIMEOUT_SECONDS).",
                          413: "The body is over the size limit (NOUMENA_API_MAX_BODY_BYTES).",
                          422: "Invalid input; the problem names the field.",
                          503: "The read model did not reach `min_position` in time."}.items()
@@ -115,7 +118,8 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
                   openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
     app.state.settings = noumena.settings
     app.state.keys = ApiKeyStore(noumena.settings.api_keys_path())
-    app.add_middleware(RequestEdge, limit=noumena.settings.api_max_body_bytes)
+    app.add_middleware(RequestEdge, limit=noumena.settings.api_max_body_bytes,
+                       body_timeout=noumena.settings.api_body_timeout_seconds)
     app.add_middleware(_Measured)
     install_problem_handlers(app)
 

@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024**3, description="Most bytes a request"
                                     " body may carry (8 MiB); larger bodies are refused with 413 before they are"
                                     " read whole. Checked after the key, so an unauthenticated body is never read.")
+    api_body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600, description="How long a request body may"
+                                            " take to arrive whole; a body idle or trickling past it is answered"
+                                            " 408 and its connection closed (it would hold a worker).")
 
     def api_keys_path(self) -> Path:
         return self.api_keys_file or self.home / "api_keys.json"

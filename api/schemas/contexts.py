@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from domain.values import Count, text
 
 
 class ContextRequest(BaseModel):
     """The request being answered: what it names is in focus."""
+
+    model_config = ConfigDict(extra="forbid")
 
     message: text(0, 50_000) | None = Field(default=None, examples=["给李总再出一版报价"])
     budget_tokens: Count | None = Field(default=None, ge=1, le=200_000,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from domain.values import Count, Identifier, Ref, Timestamp, text
 
 
 class SearchRequest(BaseModel):
     """Who is looking (agent, person served, session) and what for (the request's text)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     agent: Ref = Field(examples=["agent:wang-assistant"])
     query: text(1, 10_000) = Field(examples=["how does Li want to pay?"])

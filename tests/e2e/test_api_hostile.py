@@ -218,3 +218,118 @@ def test_a_fact_stored_out_of_range_before_the_rule_still_reads(tmp_path: Path) 
             assert fact.json()["current"]["valid_to"].startswith("9999-12-30T23:59:59")
     finally:
         stop_server(server)
+
+
+# ------------------------------------------------------------------------ nesting, unknown fields, slow bodies
+
+def _json_routes(api_server: Server) -> set[tuple[str, str]]:  # noqa: F811
+    """Every (method, path template) of the API that takes a JSON body, from its own OpenAPI document."""
+    document = httpx.get(api_server.url + "/v1/openapi.json", timeout=30).json()
+    return {(method.upper(), path) for path, operations in document["paths"].items()
+            for method, operation in operations.items() if "requestBody" in operation}
+
+
+BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/v1/events"): {"events": [{"event_id": "h1", "tenant": "acme", "type": "entity.registered",
+                                         "payload": {"ref": "person:h1", "label": "H"}}]},
+    ("POST", "/v1/entities"): {"ref": "person:h2", "label": "H"},
+    ("POST", "/v1/facts"): {"subject": "person:li", "relation": "knows", "object": "person:wang"},
+    ("POST", "/v1/facts/{fact_id}/invalidate"): {"reason": "no longer"},
+    ("POST", "/v1/memory/used"): {"agent": "agent:a", "fact_ids": ["f1"]},
+    ("POST", "/v1/memory/recall"): {"agent": "agent:a", "subject": "person:li"},
+    ("POST", "/v1/search"): {"agent": "agent:a", "query": "li"},
+    ("POST", "/v1/sessions/{session_id}/context"): {"message": "hello"},
+    ("POST", "/v1/forget"): {"subject": "person:wang"},
+    ("POST", "/v1/admin/tenants"): {"tenant": "hostile"},
+    ("POST", "/v1/admin/keys"): {"tenant": "acme"},
+}
+"""A body each JSON route accepts (some answer 404 or 422 for what they name; the shape is what counts here)."""
+DEPTHS = [10, 63, 64, 65, 100, 1_000, 3_000, 10_000, 100_000]
+
+
+def _concrete(path: str) -> str:
+    return path.replace("{fact_id}", "f-none").replace("{session_id}", "main")
+
+
+def _nested(depth: int, inner: str = "1") -> str:
+    """`depth` levels of arrays and objects, alternating, around `inner`."""
+    opens = "".join("[" if level % 2 else '{"a":' for level in range(depth))
+    closes = "".join("]" if level % 2 else "}" for level in reversed(range(depth)))
+    return opens + inner + closes
+
+
+def _send(api_server: Server, acme: Tenant, method: str, path: str, body: str) -> httpx.Response:  # noqa: F811
+    key = ADMIN_KEY if path.startswith("/v1/admin/") else acme.key
+    with api_server.client(key) as client:
+        return client.request(method, _concrete(path), content=body.encode(),
+                              headers={"content-type": "application/json"})
+
+
+def test_every_json_route_is_listed_with_a_body_it_accepts(api_server: Server) -> None:  # noqa: F811
+    assert _json_routes(api_server) == set(BODIES)
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+def test_nesting_at_any_depth_on_every_json_route_is_answered_without_a_5xx(api_server: Server, acme: Tenant,  # noqa: F811
+                                                                           depth: int) -> None:
+    """Deeper than 64 levels is a 400 found before any parser recursion; up to it, the route's own answer (a
+    422 for a shape it does not take). Whole bodies and a field's value, every route: never a 5xx or a reset."""
+    for (method, path), valid in BODIES.items():
+        first = next(iter(valid))
+        for body, levels in ((_nested(depth), depth),
+                             (json.dumps(valid)[:-1] + f', "deep": {_nested(depth)}}}', depth + 1),
+                             (json.dumps({first: None})[:-5] + _nested(depth) + "}", depth + 1)):
+            response = _send(api_server, acme, method, path, body)  # a reset raises here
+            assert response.status_code < 500, (path, levels, response.text)
+            if levels > 64:
+                assert _problem(response, 400, "body")["type"].endswith("/too-deeply-nested"), (path, levels)
+            else:
+                assert response.status_code in (401, 404, 422), (path, levels, response.text)
+
+
+def test_an_unknown_field_is_refused_on_every_json_route_naming_it(api_server: Server, acme: Tenant  # noqa: F811
+                                                                   ) -> None:
+    for (method, path), valid in BODIES.items():
+        response = _send(api_server, acme, method, path, json.dumps(valid | {"bogus": 1}))
+        assert _problem(response, 422)["field"] == "body.bogus", (path, response.text)
+
+
+def _hold(url: str, key: str, declared: int, trickle: float | None) -> tuple[str, float]:
+    """A keyed POST declaring `declared` bytes that sends none (or a byte every `trickle` seconds): the first line
+    of the answer and how long it took."""
+    host, port = url.removeprefix("http://").split(":")
+    started = time.perf_counter()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"POST /v1/search HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n".encode())
+        sock.settimeout(trickle or 30)
+        answer = b""
+        for _ in range(declared):
+            try:
+                answer = sock.recv(4096)
+                break
+            except TimeoutError:
+                sock.sendall(b" ")
+        rest = b""
+        try:
+            while chunk := sock.recv(4096):  # the server closes the connection after a 408
+                rest += chunk
+        except OSError:
+            pass
+        return (answer + rest).decode("latin-1"), time.perf_counter() - started
+
+
+def test_a_body_that_is_idle_or_trickles_past_the_timeout_is_a_408_and_the_connection_closes(tmp_path: Path
+                                                                                             ) -> None:
+    server = start_server(tmp_path / "home", NOUMENA_API_BODY_TIMEOUT_SECONDS="1")
+    try:
+        acme = server.tenant("acme")
+        for trickle in (None, 0.2):
+            answer, took = _hold(server.url, acme.key, 100, trickle)
+            status_line, _, rest = answer.partition("\r\n")
+            assert " 408 " in status_line, answer
+            assert "request-timeout" in rest and "NOUMENA_API_BODY_TIMEOUT_SECONDS" in rest
+            assert took < 15, took  # held for the timeout, not the client's patience
+        assert acme.client.post("/v1/search", json={"agent": "agent:nobody", "query": "x"}).status_code == 422
+    finally:
+        stop_server(server)

@@ -167,3 +167,40 @@ def test_a_random_admin_key_passes_the_strength_check() -> None:
 
     for _ in range(examples(0.4)):
         assert Settings(admin_key=secrets.token_hex(32), environment="production").unsafe_for_serving() is None  # type: ignore[arg-type]
+
+
+def _depth(value: Any) -> int:
+    """The reference: levels of arrays and objects (recursive; hypothesis keeps the values shallow)."""
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    return 0
+
+
+_BRACKETY = st.text(alphabet='[]{}"\\ab', max_size=6)
+_JSON = st.recursive(st.none() | st.integers() | _BRACKETY,
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_BRACKETY, inner, max_size=3),
+                     max_leaves=30)
+
+
+@given(_JSON, st.integers(0, 8))
+def test_the_nesting_scan_measures_what_the_parser_would_nest_whatever_the_strings_hold(value: Any, limit: int
+                                                                                       ) -> None:
+    from api.edge import nesting_exceeds
+
+    body = json.dumps(value).encode()
+    assert nesting_exceeds(body, limit) == (_depth(value) > limit)
+
+
+def test_the_nesting_scan_never_recurses_and_refuses_before_parsing() -> None:
+    from api.edge import MAX_JSON_DEPTH, load_json, nesting_exceeds
+
+    deep = b"[" * 1_000_000 + b"]" * 1_000_000
+    assert nesting_exceeds(deep)
+    with pytest.raises(ValueError, match="deeper than 64"):
+        load_json(deep)
+    at_limit = b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH
+    assert not nesting_exceeds(at_limit) and load_json(at_limit)
+    unterminated = b'"' + b'\\"[' * 200_000  # one string to the end: no bracket in it counts
+    assert not nesting_exceeds(unterminated)
