@@ -43,6 +43,7 @@ class GeneratedOrg:
     private: dict[str, set[str]] = field(default_factory=dict)
     """customer -> the refs only their person-scoped facts touch (tickets, addresses)."""
     busy_product: str = ""
+    facts: int = 0
 
 
 HELD_SINCE = "2025-12-01T00:00:00+00:00"
@@ -51,22 +52,29 @@ valid_from a fact holds from its source's occurred_at or its recorded time on, d
 occurred_at would also make it an old memory, weak in the perspective, which these facts are not meant to be.)"""
 
 
-def generate_org(server: Server, name: str = "generated", seed: int = 21, customers: int = 30) -> GeneratedOrg:
+def _tail(ref: str) -> str:
+    return ref.split(":", 1)[1]
+
+
+def generate_org(server: Server, name: str = "generated", seed: int = 21, customers: int = 30, staff_size: int = 12,
+                 projects_size: int = 20, products_size: int = 40) -> GeneratedOrg:
     """An organization made through POST /v1/events: a sales agent, a customer-service agent (a hub, like the
     story's) serving every customer, staff, projects and products linked at random (org scope), and for each
-    customer private facts (scope person:<customer>): their tickets, what the tickets are about, their address."""
+    customer private facts (scope person:<customer>): their tickets, what the tickets are about, their address.
+    About 4 facts per customer, 4 per staff member, 4 per project and 3 per product."""
     rng = random.Random(seed)
     tenant = server.tenant(name)
-    staff = [f"person:s{k:02d}" for k in range(12)]
-    people = [f"person:c{k:02d}" for k in range(customers)]
-    products = [f"product:p{k:02d}" for k in range(40)]
-    projects = [f"project:j{k:02d}" for k in range(20)]
+    digits = 2 if max(customers, staff_size, projects_size, products_size) <= 100 else 4
+    staff = [f"person:s{k:0{digits}d}" for k in range(staff_size)]
+    people = [f"person:c{k:0{digits}d}" for k in range(customers)]
+    products = [f"product:p{k:0{digits}d}" for k in range(products_size)]
+    projects = [f"project:j{k:0{digits}d}" for k in range(projects_size)]
     entities: list[tuple[str, str, bool]] = [("agent:sales", "the sales agent", False),
                                              ("agent:cs", "the customer-service agent", True)]
-    entities += [(ref, f"staff {ref[-3:]}", False) for ref in staff]
-    entities += [(ref, f"customer {ref[-3:]}", False) for ref in people]
-    entities += [(ref, f"product {ref[-3:]}", False) for ref in products]
-    entities += [(ref, f"project {ref[-3:]}", False) for ref in projects]
+    entities += [(ref, f"staff {_tail(ref)}", False) for ref in staff]
+    entities += [(ref, f"customer {_tail(ref)}", False) for ref in people]
+    entities += [(ref, f"product {_tail(ref)}", False) for ref in products]
+    entities += [(ref, f"project {_tail(ref)}", False) for ref in projects]
     events: list[dict[str, Any]] = [
         {"event_id": f"{name}-entity-{ref}", "tenant": name, "type": "entity.registered",
          "payload": {"ref": ref, "label": label, "hub": hub}} for ref, label, hub in entities]
@@ -90,10 +98,10 @@ def generate_org(server: Server, name: str = "generated", seed: int = 21, custom
                   "reason": "new reporting line", "valid_from": "2026-02-01T00:00:00+00:00"})
     for person in staff:
         for project in rng.sample(projects, 3):
-            fact(person, "works_on", project, reason=f"{person[-3:]} staffed on {project[-3:]}")
+            fact(person, "works_on", project, reason=f"{_tail(person)} staffed on {_tail(project)}")
     for project in projects:
         for product in rng.sample(products, 4):
-            fact(project, "uses", product, reason=f"{project[-3:]} builds on {product[-3:]}")
+            fact(project, "uses", product, reason=f"{_tail(project)} builds on {_tail(product)}")
     for k, product in enumerate(products):
         for other in rng.sample(products, 3):
             if other != product:
@@ -102,10 +110,10 @@ def generate_org(server: Server, name: str = "generated", seed: int = 21, custom
             fact(products[0], "bundles", product, reason="the flagship bundle")
     for k, person in enumerate(people):
         fact("agent:cs", "serves", person, reason="customer service for all customers")
-        ticket, address = f"ticket:t{k:02d}", f"address:a{k:02d}"
+        ticket, address = f"ticket:t{k:0{digits}d}", f"address:a{k:0{digits}d}"
         events += [{"event_id": f"{name}-entity-{ref}", "tenant": name, "type": "entity.registered",
                     "payload": {"ref": ref, "label": label}}
-                   for ref, label in ((ticket, f"ticket of {person[-3:]}"), (address, f"home of {person[-3:]}"))]
+                   for ref, label in ((ticket, f"ticket of {_tail(person)}"), (address, f"home of {_tail(person)}"))]
         scope = person
         fact(person, "reported", ticket, scope=scope, reason="a complaint")
         fact(person, "lives_at", address, scope=scope, reason="private address")
@@ -113,6 +121,7 @@ def generate_org(server: Server, name: str = "generated", seed: int = 21, custom
         org.private[person] = {ticket, address}
     events += [{"event_id": f"{name}-fact-{n}", "tenant": name, "type": "fact.asserted", "payload": payload}
                for n, payload in enumerate(facts)]
+    org.facts = len(facts)
     for start in range(0, len(events), 1000):
         written = tenant.client.post("/v1/events", json={"events": events[start:start + 1000]})
         assert written.status_code == 200, written.text

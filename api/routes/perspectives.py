@@ -41,6 +41,8 @@ def get_perspective(
     focus: Annotated[list[Ref] | None, Query(max_length=20, description="Things in focus now (repeat).")] = None,
     as_of: Annotated[Timestamp | None, Query(description="What was current and believed then.")] = None,
     budget_tokens: Budget = None, format: Format = "json", min_position: MinPosition = None,
+    record: Annotated[bool, Query(description="`false`: observe the current perspective without it counting as the"
+                                  " agent's use (no recall recorded; the explorer's view).")] = True,
 ) -> Response:
     """What `agent` sees from where it stands: ranked facts in five clarity tiers and a context block within the
     budget. An agent-scoped key asks only as its agents, for persons they serve (403 otherwise).
@@ -50,11 +52,12 @@ def get_perspective(
     what was put before the agent ranks higher next time (the testing effect), and keeps its evidence for
     `explain`. It stays a GET because agents and their runtimes fetch it as their view of memory (the URL names
     the standpoint, and repeating it is harmless: a repeat within the hour records nothing more); `as_of`
-    perspectives record nothing. To record use without serving, POST /v1/memory/used."""
+    perspectives record nothing, nor does `record=false` (an observer's look at the same current view). To record
+    use without serving, POST /v1/memory/used."""
     # A plain `def` route: FastAPI runs it in the threadpool, so a recall's write (which may wait for the event
     # store: with coalescing off, or when a flush is due) and the evidence never hold up the event loop.
     return _answer(memory.perspective(caller, agent, serving, focus or [], as_of, budget_tokens,
-                                      min_position=min_position), format)
+                                      min_position=min_position, record=record), format)
 
 
 @router.post("/{perspective_id}/deepen", response_model=PerspectivePublic, responses=RESPONSES)

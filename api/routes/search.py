@@ -23,11 +23,12 @@ SearchId = Annotated[str, Path(min_length=6, max_length=128, pattern=r"^srch-[A-
 def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> Response:
     """The facts the agent may see (serving a person, in a session) that best match the query's content: BM25
     and embeddings fused, combined with the agent's activation and recency, near-duplicates removed, nearest
-    tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search records
-    nothing."""
+    tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search, or one with
+    `record: false` (an observer's), records nothing."""
     answer = memory.search_for(caller, request.agent, request.query, serving=request.serving,
                                session_id=request.session_id, k=request.k, as_of=request.as_of,
-                               min_position=request.min_position, about=request.about)
+                               min_position=request.min_position, about=request.about,
+                               record=request.record)
     # checked against the documented shape once, and serialized by pydantic's encoder (returning the model would
     # have FastAPI validate and encode it a second time)
     return Response(SearchPublic.model_validate(search_json(answer)).model_dump_json(), media_type="application/json")

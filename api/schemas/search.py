@@ -20,6 +20,8 @@ class SearchRequest(BaseModel):
                              "of these entities (a person, a contract).")
     k: Count = Field(default=10, ge=1, le=100)
     as_of: Timestamp | None = Field(default=None, description="Search what was believed then (records nothing).")
+    record: bool = Field(default=True, description="false: an observer's search of what the agent may see now, "
+                         "not recorded as the agent's use.")
     min_position: Count | None = Field(default=None, ge=0, description="Read your writes: wait (bounded) until this "
                                      "log position, returned by a write, is visible.")
 

@@ -531,11 +531,13 @@ class Application:
 
     def search_for(self, who: Caller | str, agent: str, query: str, serving: str | None = None,
                    session_id: str | None = None, k: int = 10, as_of: datetime | None = None,
-                   min_position: int | None = None, about: Sequence[str] = ()) -> SearchAnswer:
+                   min_position: int | None = None, about: Sequence[str] = (), *, record: bool = True
+                   ) -> SearchAnswer:
         """The facts `agent` may see (serving `serving`, in `session_id`, touching `about` if given) that best
         match `query`, nearest tier first, with their score components (projections/searches.py). A current
-        search is also a use of what it returns (mode `looked_up`, recorded through the recall buffer); an as-of
-        search records nothing. Its evidence is kept for `explain`."""
+        search is also a use of what it returns (mode `looked_up`, recorded through the recall buffer) unless
+        `record` is off (an observer's look, e.g. the explorer's); an as-of search records nothing. Its evidence
+        is kept for `explain`."""
         tenant = self._acting_as(who, agent, serving, session_id)
         if min_position is not None and self.read_model is not None:
             self.wait_for(min_position)
@@ -543,7 +545,7 @@ class Application:
                                       as_of=as_of, about=about)
         if not self.perspectives.records_recalls:  # (a benchmark's engine over an index not built from the log)
             return answer
-        if as_of is None:
+        if as_of is None and record:
             recorded = self._record_recall(tenant, agent, answer.search_id, [i.fact_id for i in answer.items],
                                            RecallMode.LOOKED_UP, datetime.fromisoformat(answer.served_at))
             if recorded is not None:
@@ -559,7 +561,7 @@ class Application:
 
     def perspective(self, who: Caller | str, agent: str, serving: str | None = None, focus: Sequence[str] = (),
                     as_of: datetime | None = None, budget_tokens: int | None = None, deeper: bool = False,
-                    min_position: int | None = None) -> Perspective:
+                    min_position: int | None = None, *, record: bool = True) -> Perspective:
         """What `agent` sees, serving `serving`, with `focus` in mind: ranked, tiered, rendered within budget.
 
         Serving a current perspective has two side effects, done here after the engine computed it (outside its
@@ -567,7 +569,8 @@ class Application:
         `deepened` for a deeper look), which makes them rank higher next time (the testing effect), recorded
         through the recall buffer (at most one use per agent, fact and hour, written once per flush); and its
         evidence, kept for `explain`. An as-of perspective records no use (looking at the past does not use a
-        fact now).
+        fact now), nor does a current one with `record` off: an observer (the explorer) looking at what the agent
+        would be shown, from the same live index, without it counting as the agent's use.
         """
         tenant = self._acting_as(who, agent, serving)
         if min_position is not None and self.read_model is not None:
@@ -575,7 +578,7 @@ class Application:
         served = self.perspectives.perspective(tenant, agent, serving, focus, as_of, budget_tokens, deeper)
         if not self.perspectives.records_recalls:
             return served
-        if as_of is None:
+        if as_of is None and record:
             served.recall = self._record_recall(tenant, agent, served.perspective_id,
                                                 served.fact_ids(Tier.FULL, Tier.GIST),
                                                 RecallMode.DEEPENED if deeper else RecallMode.PUSHED, served.served_at)

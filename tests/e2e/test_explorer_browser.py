@@ -5,6 +5,7 @@ tests/artifacts/explorer/."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -36,6 +37,9 @@ class Explorer:
     story_key: str
     org: GeneratedOrg
     browser: Browser
+    large: GeneratedOrg
+    """An organization the size of a real one (6,000+ facts: 400 staff, 300 projects, 600 products, 400
+    customers), generated once for the module (about 3 s)."""
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +49,13 @@ def explorer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Explorer]:
     server = start_server(home)
     try:
         org = generate_org(server)
+        large = generate_org(server, "large", seed=32, customers=400, staff_size=400, projects_size=300,
+                             products_size=600)
+        assert large.facts >= 6000
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-            yield Explorer(server, story_key, org, browser)
+            yield Explorer(server, story_key, org, browser, large)
             browser.close()
     finally:
         stop_server(server)
@@ -170,6 +177,9 @@ def test_wangs_agent_is_drawn_from_its_standpoint_outwards_with_tiers_as_weight_
         assert max(by_ring[inner]) < min(by_ring[outer]), (inner, outer, by_ring)
     for group in drawn["perspective"]["count_groups"]:
         assert nodes[group["about"]]["more"] >= group["count"]
+    assert page.evaluate("window.__explorer.crossings()") == []  # no edge drawn across an unrelated node
+    labels = {label["id"]: label for label in page.evaluate("window.__explorer.labels()")}
+    assert all(labels[ref]["shown"] for ref in WANG["focus"] + [WANG["agent"], WANG["serving"]])
     summary = page.inner_text("#summary")
     assert "observed (no recall recorded)" in summary and drawn["perspective"]["perspective_id"] in summary
 
@@ -444,3 +454,184 @@ def test_a_large_generated_perspective_renders_and_its_time_is_reported(page: Pa
     assert groups and all(nodes[g["about"]]["more"] == g["count"] for g in groups)  # "N more" on the neighbour
     assert sum(n["more"] for n in drawn["nodes"]) == drawn["perspective"]["counts"]["count"]
     assert deeper["perspective"]["deeper"] and len(deeper["edges"]) >= 30
+
+
+def percentiles(values: list[float]) -> str:
+    ordered = sorted(values)
+    p50 = ordered[len(ordered) // 2]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"p50 {p50:.0f} ms, p95 {p95:.0f} ms over {len(ordered)}"
+
+
+def test_observing_now_reads_the_live_view_and_its_times_on_6k_facts_are_printed(
+        page: Page, explorer: Explorer) -> None:
+    large = explorer.large
+    sign_in(page, large.tenant.key)
+    drawn = show(page, "agent:sales", focus=[large.busy_product], budget=20_000)
+    # the live view, as the agent's own call reads it, and no recall recorded: not an as-of fold of the log
+    assert drawn["perspective"]["as_of"] is None and drawn["perspective"]["recall"] is None
+    assert "now, observed" in page.inner_text("#summary")
+    clicks = []
+    for _ in range(8):
+        before = renders(page)
+        started = time.perf_counter()
+        page.click("#show")
+        wait_render(page, before)
+        clicks.append((time.perf_counter() - started) * 1000)
+    searches = []
+    for query in ("staffed on project", "the flagship bundle", "builds on", "same team", "product", "project j0001",
+                  "holiday cover", "reporting line"):
+        page.evaluate("window.__explorer.hits = null")
+        started = time.perf_counter()
+        page.fill("#search", query)
+        page.press("#search", "Enter")
+        wait_until(page, "window.__explorer.hits !== null && !window.__explorer.busy")
+        searches.append((time.perf_counter() - started) * 1000)
+    timings = page.evaluate("window.__explorer.timings")
+    live = [t["total"] for t in timings if t["kind"] == "live"]
+    in_page = [t["total"] for t in timings if t["kind"] == "search"]
+    shot(page, "11-large-observed")
+    print(f"\nexplorer on {large.facts} facts (load {os.getloadavg()[0]:.1f}):"
+          f"\n  click -> drawn, from the test: {percentiles(clicks)}"
+          f"\n  click -> drawn, in the page (request + drawing): {percentiles(live)}"
+          f"\n  search -> listed and lit, from the test: {percentiles(searches)}"
+          f"\n  search, in the page: {percentiles(in_page)}")
+    assert len(live) >= 9 and len(in_page) == 8
+    assert all(t["kind"] != "as_of" for t in timings)  # "now" never asks for a fold of the log
+
+
+def test_with_many_nodes_the_standpoint_and_every_full_and_gist_node_keep_a_visible_label(
+        page: Page, explorer: Explorer) -> None:
+    large = explorer.large
+    sign_in(page, large.tenant.key)
+    drawn = show(page, "agent:sales", focus=[large.busy_product], budget=20_000)
+    before = renders(page)
+    page.click("#deeper")
+    drawn = wait_render(page, before)
+    shot(page, "12-large-labels")
+    labels = {label["id"]: label for label in page.evaluate("window.__explorer.labels()")}
+    assert len(labels) >= 60, len(labels)
+    graph = page.evaluate("document.querySelector('#graph').getBoundingClientRect().toJSON()")
+    named = {n["id"] for n in drawn["nodes"] if n["drawn"] and (n["role"] != "entity"
+                                                                  or n["strongest"] in ("full", "gist"))}
+    assert {"agent:sales", large.busy_product} <= named
+    for ref in named:
+        label = labels[ref]
+        assert label["shown"] and label["text"], label
+        box = label["box"]  # inside the drawing (rendered coordinates are relative to the graph's box)
+        assert box["x2"] > 0 and box["y2"] > 0 and box["x1"] < graph["width"] and box["y1"] < graph["height"], label
+    shown = [label for label in labels.values() if label["shown"]]
+    hidden = [label for label in labels.values() if not label["shown"]]
+    assert hidden, "at this size the weaker nodes are named only on zoom or hover"
+
+    def overlaps(a: dict[str, float], b: dict[str, float]) -> bool:
+        return min(a["x2"], b["x2"]) - max(a["x1"], b["x1"]) > 2 and min(a["y2"], b["y2"]) - max(a["y1"], b["y1"]) > 2
+
+    crowded = sum(overlaps(a["box"], b["box"]) for k, a in enumerate(shown) for b in shown[k + 1:])
+    print(f"\nexplorer labels: {len(shown)} of {len(labels)} shown, {crowded} overlapping pairs")
+    assert crowded <= len(shown) // 10, crowded
+    # counted neighbours are one node each ("N more about X"), the rest one node, and the cap is said
+    clusters = page.evaluate("window.__explorer.clusters")
+    counts = [c for c in clusters if c["kind"] == "count"]
+    assert counts and all(c["label"].startswith(f"{c['count']} more about ") for c in counts)
+    groups = drawn["perspective"]["count_groups"]
+    assert len(counts) == min(len(groups), 24)
+    if len(groups) > 24:
+        assert "counted groups drawn" in page.inner_text("#summary")
+    # zooming in brings the hidden names back
+    page.evaluate("window.__explorer.zoom(3)")
+    wait_until(page, f"window.__explorer.labels().filter(l => l.shown).length > {len(shown)}")
+
+
+def test_a_drawing_cap_holds_weak_markers_back_in_groups_that_expand(page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.org.tenant.key)
+    drawn = show(page, "agent:sales", focus=[explorer.org.busy_product], budget=20_000)
+    page.evaluate("window.__explorer.setDrawCap(25)")
+    cap = page.evaluate("window.__explorer.cap")
+    held = [c for c in page.evaluate("window.__explorer.clusters") if c["kind"] == "held"]
+    assert cap["drawnNodes"] <= 25 < cap["nodes"] and cap["heldEdges"] == sum(c["count"] for c in held) > 0
+    assert f"drawn: {cap['drawnNodes']} of {cap['nodes']} entities" in page.inner_text("#summary")
+    strong = {e["id"] for e in drawn["edges"] if e["tier"] != "marker"}
+    assert strong <= {e["id"] for e in page.evaluate("window.__explorer.edges") if e["drawn"]}
+    page.evaluate(f"window.__explorer.tap('{held[0]['id']}')")
+    after = wait_until(page, f"window.__explorer.cap.heldEdges < {cap['heldEdges']} && window.__explorer.cap")
+    assert after["drawnNodes"] > cap["drawnNodes"]
+    drawn_now = {e["id"] for e in page.evaluate("window.__explorer.edges") if e["drawn"]}
+    assert set(held[0]["facts"]) <= drawn_now
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (800, 600), (1280, 800)])
+def test_the_page_fits_narrow_and_wide_screens_with_the_graph_visible(explorer: Explorer, width: int,
+                                                                     height: int) -> None:
+    context = explorer.browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(explorer.server.url + "/ui")
+        wait_until(page, "window.__explorer && window.__explorer.ready")
+        sign_in(page, explorer.story_key)
+        show(page, **WANG)
+        page.wait_for_timeout(150)  # the scroll to the drawing, on a narrow screen
+        shot(page, f"explorer-{width}")
+        layout = page.evaluate("""({scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
+            graph: document.querySelector('#graph').getBoundingClientRect().toJSON(),
+            columns: getComputedStyle(document.querySelector('.layout')).display,
+            tabs: document.querySelector('.tabs').getBoundingClientRect().toJSON()})""")
+        assert layout["scroll"] <= layout["inner"] == width, layout  # no horizontal scroll
+        graph = layout["graph"]
+        assert graph["left"] >= 0 and graph["right"] <= width and graph["width"] >= min(width - 20, 500), graph
+        assert graph["height"] >= 280, graph
+        if width < 900:  # one column: the graph under the standpoint, then the list and panels below it
+            assert graph["top"] >= 0 and graph["top"] < height, graph  # in view after "Show perspective"
+            assert layout["tabs"]["top"] >= graph["bottom"], layout
+        labels = {label["id"]: label for label in page.evaluate("window.__explorer.labels()")}
+        assert all(labels[ref]["shown"] for ref in WANG["focus"] + [WANG["agent"], WANG["serving"]])
+        for control in ("#agent", "#serving", "#show", "#believed", "#tab-items"):
+            box = page.locator(control).bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (control, box)
+    finally:
+        context.close()
+
+
+def test_keyboard_only_from_the_key_to_a_facts_why_through_the_graph(page: Page, explorer: Explorer) -> None:
+    def tab_to(predicate: str, most: int = 40) -> None:
+        for _ in range(most):
+            if page.evaluate(predicate):
+                return
+            page.keyboard.press("Tab")
+        raise AssertionError(f"Tab never reached {predicate}")
+
+    tab_to("document.activeElement.id === 'api-key'")
+    page.keyboard.type(explorer.story_key)
+    page.keyboard.press("Enter")
+    wait_until(page, "document.querySelector('#key-status').textContent.startsWith('Using')")
+    tab_to("document.activeElement.id === 'agent'")
+    page.keyboard.type("Wang")  # the select's own type-ahead, by name
+    assert page.evaluate("document.activeElement.value") == "agent:wang-assistant"
+    page.keyboard.press("Tab")
+    page.keyboard.type("person:wang")
+    tab_to("document.activeElement.id === 'show'")
+    before = renders(page)
+    page.keyboard.press("Enter")
+    wait_render(page, before)
+    tab_to("document.activeElement.id === 'graph'")
+    assert page.evaluate("window.__explorer.cursor") == "agent:wang-assistant"
+    visited = {"agent:wang-assistant"}
+    for key in ("ArrowRight", "ArrowDown", "ArrowLeft", "ArrowUp", "ArrowRight"):
+        page.keyboard.press(key)
+        visited.add(page.evaluate("window.__explorer.cursor"))
+    assert len(visited) >= 3, visited  # the arrows move between nodes
+    for key in ["ArrowDown", "ArrowRight", "ArrowUp", "ArrowLeft"] * 3:  # on to a node with a fact to explain
+        if "Enter: why" in page.inner_text("#graph-cursor"):
+            break
+        page.keyboard.press(key)
+    cursor = page.evaluate("window.__explorer.cursor")
+    said = page.inner_text("#graph-cursor")
+    assert cursor in said and "Enter: why" in said, said
+    page.keyboard.press("Enter")
+    fact = wait_until(page, "window.__explorer.fact")
+    shot(page, "13-keyboard-why")
+    edge = next(e for e in page.evaluate("window.__explorer.edges") if e["id"] == fact["fact_id"])
+    assert cursor in (edge["source"], edge["target"]) and fact["in_view"]
+    assert page.is_visible("#panel-details") and page.is_visible("#breakdown")
+    page.keyboard.press("Escape")
+    assert page.evaluate("document.activeElement.id") == "graph"

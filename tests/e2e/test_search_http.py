@@ -57,3 +57,23 @@ def test_a_fact_is_searchable_as_soon_as_its_write_is_acknowledged(api_server: S
         waits.append(time.perf_counter() - started)
         assert found["items"][0]["object"] == f"memory:jam-{k}"
     print(f"write acknowledged -> found by search: max {max(waits) * 1000:.0f} ms")
+
+
+def test_an_observers_read_of_the_current_view_records_no_use(api_server: Server) -> None:  # noqa: F811
+    tenant = api_server.tenant("observed")
+    story = register_story(tenant, "ocelot")
+    c = tenant.client
+    standpoint = {"agent": "agent:assistant", "serving": "person:boss", "min_position": story["position"]}
+    observed = c.get("/v1/perspectives", params=standpoint | {"record": "false"}).json()
+    assert observed["recall"] is None and observed["as_of"] is None  # the live view, not an as-of fold
+    served = c.get("/v1/perspectives", params=standpoint).json()
+    assert served["recall"] is not None and served["recall"]["fact_ids"]
+    assert [(i["fact_id"], i["tier"]) for i in observed["items"]] == [(i["fact_id"], i["tier"])
+                                                                      for i in served["items"]]
+    looked = c.post("/v1/search", json={"agent": "agent:assistant", "serving": "person:boss", "query": "pay monthly",
+                                        "record": False}).json()
+    assert looked["items"] and looked["as_of"] is None
+    evidence = c.get(f"/v1/searches/{looked['search_id']}/explain").json()
+    assert evidence["recall_position"] is None and not evidence["recall_held"]
+    assert c.post("/v1/search", json={"agent": "agent:assistant", "query": "pay", "record": "maybe"}
+                  ).status_code == 422

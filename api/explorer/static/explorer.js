@@ -2,7 +2,7 @@
 // Everything drawn is also exposed as data on window.__explorer (the browser tests read it, not pixels).
 
 import { api, ApiError, key } from "./api.js";
-import { drawGraph, perspectiveModel } from "./graph.js";
+import { DRAW_CAP, drawGraph, edgesThroughNodes, perspectiveModel, placeLabels, renderedLabels } from "./graph.js";
 
 const $ = (id) => document.getElementById(id);
 const MAX_MOMENTS = 400;
@@ -11,14 +11,31 @@ const GRAPH_PAGES = 10;
 const state = {
   cytoscape: null, cy: null, perspective: null, model: null, items: new Map(), previous: null,
   moments: [], focus: [], known: new Map(), hits: new Map(), valid: null, selected: null, sequence: 0,
-  searchAvailable: false, playing: null,
+  searchAvailable: false, playing: null, expanded: new Set(), cursor: null, drawCap: DRAW_CAP,
 };
 const exposed = {
   ready: false, busy: false, renders: 0, nodes: [], edges: [], perspective: null, lastRender: null,
   changes: null, moments: [], searchAvailable: false, hits: {}, valid: null, problem: null, fact: null,
-  context: null,
+  context: null, clusters: [], cap: null, timings: [],
 };
 window.__explorer = exposed;
+// What cytoscape renders of each node's label (shown or not, and where), for the tests.
+exposed.labels = () => (state.cy ? renderedLabels(state.cy) : []);
+exposed.crossings = () => (state.cy ? edgesThroughNodes(state.cy) : []);
+// Zoom about the drawing's centre, and tap an element, as a person would (tests, tools).
+exposed.zoom = (level) => state.cy?.zoom({ level, renderedPosition: { x: state.cy.width() / 2,
+                                                                     y: state.cy.height() / 2 } });
+exposed.tap = (id) => state.cy?.$id(id).emit("tap");
+// A lower drawing cap, to see the held-back groups on a small tenant (tests, demos); redraws the view.
+exposed.setDrawCap = (cap) => {
+  state.drawCap = cap;
+  state.expanded = new Set();
+  if (!state.perspective) return;
+  state.model = perspectiveModel(state.perspective, state.known, state.expanded, state.drawCap);
+  drawModel();
+  exposeModel();
+  renderSummary(state.perspective, $("summary").dataset.live === "true", state.observing);
+};
 // Where each drawn node is, relative to the standpoint's centre (the tests check that rings grow with hops).
 exposed.radii = () => {
   if (!state.cy) return {};
@@ -210,12 +227,17 @@ async function showPerspective({ record } = {}) {
   const params = standpoint();
   const at = believedAt();
   const serve = record ?? $("record").checked;
-  // Observing (the default) asks what was believed now, which records no recall; serving records one.
-  params.as_of = at || (serve ? null : new Date().toISOString());
+  // Observing (the default) reads the same live view the agent would be served, with `record=false`: no recall is
+  // recorded. Only a moment of the slider asks for `as_of` (a fold of the log up to then: slower, and never now).
+  params.as_of = at;
+  params.record = at || serve ? null : "false";
   const sequence = ++state.sequence;
+  const asked = performance.now();
   const perspective = await api.perspective(params);
   if (sequence !== state.sequence) return;
+  const answered = performance.now();
   await render(perspective, { live: !at, observing: !at && !serve });
+  exposed.timings.push({ kind: at ? "as_of" : "live", request: answered - asked, total: performance.now() - asked });
 }
 
 function normalise(perspective) {
@@ -223,7 +245,7 @@ function normalise(perspective) {
            focus: perspective.focus || [], as_of: perspective.as_of, deeper: perspective.deeper,
            items: perspective.items || [], count_groups: perspective.count_groups || [],
            counts: perspective.counts || {}, forgotten: perspective.forgotten ?? perspective.counts?.forgotten,
-           context: perspective.context, parameters: perspective.parameters || {} };
+           context: perspective.context, parameters: perspective.parameters || {}, recall: perspective.recall ?? null };
 }
 
 // ------------------------------------------------------------------------------------------------ drawing
@@ -232,19 +254,19 @@ async function render(raw, { live, observing } = {}) {
   const started = performance.now();
   const perspective = normalise(raw);
   const previous = state.perspective;
+  const sameStandpoint = previous && previous.agent === perspective.agent && previous.serving === perspective.serving
+    && JSON.stringify(previous.focus) === JSON.stringify(perspective.focus);
+  if (!sameStandpoint) state.expanded = new Set();
   state.perspective = perspective;
   state.items = new Map(perspective.items.map((item) => [item.fact_id, item]));
-  state.model = perspectiveModel(perspective, state.known);
-  const changes = previous && previous.agent === perspective.agent && previous.serving === perspective.serving
-    && JSON.stringify(previous.focus) === JSON.stringify(perspective.focus) ? diff(previous, perspective) : null;
+  state.model = perspectiveModel(perspective, state.known, state.expanded, state.drawCap);
+  // "Changed since the previous view" only between two views of the same agent from the same standpoint.
+  const changes = sameStandpoint ? diff(previous, perspective) : null;
   const modelled = performance.now();
-  if (state.cytoscape) {
-    state.cy = await drawGraph(state.cytoscape, $("graph"), state.cy, state.model,
-                               { onFact: (id) => guarded(() => openFact(id)), onEntity: refocus });
-  }
+  renderSummary(perspective, live, observing);  // first: its height sets the drawing's
+  drawModel();
   const laidOut = performance.now();
   renderItems(changes);
-  renderSummary(perspective, live, observing);
   const listed = performance.now();
   await new Promise((resolve) => requestAnimationFrame(() => resolve()));
   const ms = performance.now() - started;
@@ -253,8 +275,7 @@ async function render(raw, { live, observing } = {}) {
                          parts: { model: modelled - started, graph: laidOut - modelled, list: listed - laidOut,
                                   frame: performance.now() - listed } };
   exposed.perspective = perspective;
-  exposed.nodes = state.model.nodes;
-  exposed.edges = state.model.edges;
+  exposeModel();
   exposed.changes = changes;
   exposed.renders += 1;
   $("deeper").disabled = false;
@@ -265,6 +286,143 @@ async function render(raw, { live, observing } = {}) {
   if (changes) await explainChanges(changes);
   await applyValidTime();
   learnEntities();
+}
+
+let resizing = null;
+const resized = new ResizeObserver(() => {
+  // a narrower window, a rotated phone, a summary of another height: fit the drawing to its new box
+  cancelAnimationFrame(resizing);
+  resizing = requestAnimationFrame(() => {
+    if (!state.cy) return;
+    state.cy.resize();
+    state.cy.fit(undefined, 12);
+    placeLabels(state.cy);
+  });
+});
+
+function drawModel() {
+  if (!state.cytoscape) return;
+  resized.observe($("graph"));
+  state.cy = drawGraph(state.cytoscape, $("graph"), state.cy, state.model,
+                       { onFact: (id) => guarded(() => openFact(id)), onEntity: refocus,
+                         onCluster: (cluster) => guarded(() => openCluster(cluster)) });
+  state.cursor = null;
+  state.cy.on("tap", (event) => { if (event.target !== state.cy) moveCursor(event.target.id(), false); });
+}
+
+function exposeModel() {
+  exposed.nodes = state.model.nodes;
+  exposed.edges = state.model.edges;
+  exposed.clusters = state.model.clusters;
+  exposed.cap = state.model.cap;
+}
+
+async function openCluster(cluster) {
+  // "N more about X": the API only counts them, so thinking about X (adding it to the focus) brings them into
+  // view. "N more via X" (held back by the drawing cap): draw them.
+  if (cluster.kind === "rest") {
+    selectTab("items");
+    $("counted")?.scrollIntoView({ block: "start" });
+    $("counted")?.focus();
+    return;
+  }
+  if (cluster.kind === "count") {
+    if (!state.focus.includes(cluster.about) && cluster.about !== state.perspective.agent) {
+      state.focus = [...state.focus, cluster.about];
+      renderFocus();
+    }
+    await showPerspective();
+    return;
+  }
+  for (const id of cluster.facts) state.expanded.add(id);
+  state.model = perspectiveModel(state.perspective, state.known, state.expanded, state.drawCap);
+  drawModel();
+  exposeModel();
+  renderSummary(state.perspective, $("summary").dataset.live === "true", state.observing);
+  moveCursor(cluster.about, true);
+}
+
+// ------------------------------------------------------------------------------------------------ keyboard
+
+const TIERS = { full: 0, gist: 1, marker: 2 };
+
+// The fact a node's "why" opens: its strongest drawn fact, preferring the one towards the standpoint.
+function factOf(ref) {
+  const node = state.model.nodes.find((n) => n.id === ref);
+  if (!node) return null;
+  const ringOf = (id) => state.model.nodes.find((n) => n.id === id)?.ring ?? 99;
+  const touching = state.model.edges.filter((e) => e.drawn && (e.source === ref || e.target === ref));
+  touching.sort((a, b) => TIERS[a.tier] - TIERS[b.tier]
+    || ringOf(a.source === ref ? a.target : a.source) - ringOf(b.source === ref ? b.target : b.source)
+    || b.activation - a.activation);
+  return touching[0] || null;
+}
+
+function describeCursor(element) {
+  if (element.data("kind") !== "entity") return `${element.data("label")} (Enter: ${element.data("kind") === "count"
+    ? "focus on it" : "draw them"})`;
+  const fact = factOf(element.id());
+  const item = fact && state.items.get(fact.id);
+  const where = element.data("ring") === 0 ? element.data("role") : `${element.data("ring")} hop(s) away`;
+  return `${element.data("label")} (${element.id()}, ${where})`
+    + (item ? `; Enter: why ${item.subject_label} —${item.relation}→ ${item.object_label} (${item.tier},`
+      + ` activation ${item.activation.toFixed(2)})` : "; no fact of this view touches it");
+}
+
+function moveCursor(id, show = true) {
+  if (!state.cy) return;
+  const target = state.cy.$id(id);
+  if (!target.length || !target.isNode()) return;
+  state.cy.nodes(".cursor").removeClass("cursor");
+  target.addClass("cursor");
+  state.cursor = id;
+  exposed.cursor = id;
+  $("graph-cursor").textContent = describeCursor(target);
+  if (show) {
+    const p = target.renderedPosition();
+    const { clientWidth: w, clientHeight: h } = $("graph");
+    if (p.x < 20 || p.y < 20 || p.x > w - 20 || p.y > h - 20) state.cy.center(target);
+    placeLabels(state.cy);
+  }
+}
+
+// Arrow keys move to the nearest node in that direction (on screen), Enter opens its "why", Home the agent.
+function graphKey(event) {
+  if (!state.cy) return;
+  const directions = { ArrowRight: [1, 0], ArrowLeft: [-1, 0], ArrowDown: [0, 1], ArrowUp: [0, -1] };
+  if (event.key === "Home" || (!state.cursor && directions[event.key])) {
+    event.preventDefault();
+    moveCursor(state.perspective.agent);
+    return;
+  }
+  if (directions[event.key]) {
+    event.preventDefault();
+    const [dx, dy] = directions[event.key];
+    const from = state.cy.$id(state.cursor).renderedPosition();
+    let best = null;
+    for (const n of state.cy.nodes()) {
+      if (n.id() === state.cursor) continue;
+      const p = n.renderedPosition();
+      const along = (p.x - from.x) * dx + (p.y - from.y) * dy;
+      const across = Math.abs((p.x - from.x) * dy - (p.y - from.y) * dx);
+      if (along <= 0 || across > along * 2) continue;
+      const cost = along + across * 2;
+      if (!best || cost < best.cost) best = { cost, id: n.id() };
+    }
+    if (best) moveCursor(best.id);
+    return;
+  }
+  if (event.key === "Enter" && state.cursor) {
+    event.preventDefault();
+    const node = state.cy.$id(state.cursor);
+    if (node.data("kind") !== "entity") {
+      guarded(() => openCluster(node.data()));
+      return;
+    }
+    const fact = factOf(state.cursor);
+    state.returnTo = "graph";
+    if (fact) guarded(() => openFact(fact.id));
+  }
 }
 
 function diff(before, after) {
@@ -316,6 +474,7 @@ async function explainChanges(changes) {
 }
 
 function renderSummary(perspective, live, observing) {
+  state.observing = observing;
   const counts = perspective.counts || {};
   const parts = [el("strong", {}, labelOf(perspective.agent))];
   if (perspective.serving) parts.push(` serving ${labelOf(perspective.serving)}`);
@@ -325,6 +484,16 @@ function renderSummary(perspective, live, observing) {
   if (perspective.deeper) parts.push(" · deeper");
   parts.push(` · ${counts.full ?? 0} full, ${counts.gist ?? 0} gist, ${counts.marker ?? 0} marker,`
     + ` ${counts.count ?? 0} counted, ${counts.forgotten ?? perspective.forgotten ?? 0} forgotten`);
+  const cap = state.model?.cap;
+  if (cap && cap.countGroups > cap.countNodes) {
+    parts.push(el("span", { class: "capped" }, ` · ${cap.countNodes} of ${cap.countGroups} counted groups drawn`
+      + " (the largest; the list has all)"));
+  }
+  if (cap && cap.heldEdges) {
+    parts.push(el("span", { class: "capped", id: "capped" }, ` · drawn: ${cap.drawnNodes} of ${cap.nodes} entities`
+      + ` (at most ${cap.cap}); ${cap.heldEdges} weaker markers held back in ${cap.groups} grey nodes: tap one,`
+      + " or Enter on it, to draw them; the list has them all"));
+  }
   parts.push(el("span", { class: "ids" }, ` · perspective ${perspective.perspective_id}`));
   if (!state.cytoscape) parts.push(el("div", {}, "(graph library missing: the list shows the items)"));
   $("summary").replaceChildren(...parts);
@@ -335,8 +504,9 @@ function itemButton(item) {
   const why = item.tier === "full" ? item.reason || "(no reason recorded)"
     : item.tier === "gist" ? item.reason || "" : "";
   return el("button", { type: "button", class: "item", dataset: { factId: item.fact_id, tier: item.tier },
-                        onclick: () => guarded(() => openFact(item.fact_id)) },
-    el("span", { class: "score" }, item.activation.toFixed(2)),
+                        onclick: () => { state.returnTo = "list"; guarded(() => openFact(item.fact_id)); } },
+    el("span", { class: "score", title: "activation A = B + ln(confidence) + spread" },
+       `A ${item.activation.toFixed(2)}`),
     `${item.subject_label} —${item.relation}→ ${item.object_label}`,
     why ? el("span", { class: "why" }, why) : null);
 }
@@ -352,7 +522,7 @@ function renderItems(changes) {
   }
   const counted = state.perspective.count_groups;
   if (counted.length) {
-    groups.push(el("li", {}, el("h3", {}, "counted"), el("ul", { class: "items" },
+    groups.push(el("li", {}, el("h3", { id: "counted", tabindex: "-1" }, "counted"), el("ul", { class: "items" },
       counted.map((g) => el("li", { dataset: { about: g.about } }, `${g.count} more about ${g.label}`)))));
   }
   const forgotten = state.perspective.counts.forgotten ?? state.perspective.forgotten ?? 0;
@@ -425,6 +595,7 @@ async function learnEntities() {
     }
     state.cy?.$id(node.id).data({ hub: node.hub, label: node.label, display: node.display });
   }
+  if (state.cy) placeLabels(state.cy);
   exposed.nodes = state.model.nodes;
 }
 
@@ -576,9 +747,15 @@ function renderContext(context) {
 
 async function search(query) {
   const { agent, serving } = standpoint();
-  // Observing searches what is believed now with `as_of`, which records nothing; serving records `looked_up`.
-  const asOf = believedAt() || ($("record").checked ? undefined : new Date().toISOString());
-  showSearch(await api.search({ agent, query, serving: serving || undefined, k: 20, as_of: asOf }));
+  // Observing searches the live index with `record: false`, which records nothing; serving records `looked_up`;
+  // only a moment of the slider asks with `as_of`.
+  const asOf = believedAt() || undefined;
+  const started = performance.now();
+  const answer = await api.search({ agent, query, serving: serving || undefined, k: 20, as_of: asOf,
+                                    record: asOf || $("record").checked ? undefined : false });
+  showSearch(answer);
+  await new Promise((resolve) => requestAnimationFrame(() => resolve()));
+  exposed.timings.push({ kind: "search", total: performance.now() - started });
 }
 
 function showSearch(answer) {
@@ -649,12 +826,18 @@ function wire() {
   });
   $("standpoint").addEventListener("submit", (event) => {
     event.preventDefault();
-    guarded(() => showPerspective());
+    guarded(async () => {
+      await showPerspective();
+      // one column (a narrow screen): bring the drawing into view under the form
+      if (matchMedia("(max-width: 900px)").matches) $("summary").scrollIntoView({ block: "start" });
+    });
   });
   $("deeper").addEventListener("click", () => guarded(async () => {
     const perspective = await api.deepen(state.perspective.perspective_id, Number($("budget").value) || undefined);
     await render(perspective, { live: true });
   }));
+  $("graph").addEventListener("keydown", graphKey);
+  $("graph").addEventListener("focus", () => { if (!state.cursor && state.perspective) moveCursor(state.perspective.agent); });
   $("focus-input").addEventListener("input", suggest);
   $("serving").addEventListener("input", suggest);
   $("focus-input").addEventListener("keydown", (event) => {
@@ -721,7 +904,10 @@ function wire() {
     buttons[Math.max(0, Math.min(buttons.length - 1, at + move))].focus();
   });
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && state.selected) {
+    if (event.key === "Escape" && state.selected && state.returnTo === "graph") {
+      state.returnTo = null;
+      $("graph").focus();
+    } else if (event.key === "Escape" && state.selected) {
       selectTab("items");
       $("items").querySelector(`[data-fact-id="${state.selected}"]`)?.focus();
     }
