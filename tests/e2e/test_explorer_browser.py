@@ -608,11 +608,23 @@ def test_keyboard_only_from_the_key_to_a_facts_why_through_the_graph(page: Page,
     page.keyboard.type("Wang")  # the select's own type-ahead, by name
     assert page.evaluate("document.activeElement.value") == "agent:wang-assistant"
     page.keyboard.press("Tab")
-    page.keyboard.type("person:wang")
+    for box, name, ref in (("serving", "王总", "person:wang"), ("focus-input", "李总", LI)):  # names, not refs
+        assert page.evaluate("document.activeElement.id") == box
+        page.keyboard.type(name)
+        wait_until(page, f"document.querySelector('#{box}').getAttribute('aria-expanded') === 'true'")
+        page.keyboard.press("ArrowDown")
+        active = page.evaluate(f"document.getElementById(document.querySelector('#{box}')"
+                               ".getAttribute('aria-activedescendant')).textContent")
+        assert ref in active, active
+        page.keyboard.press("Enter")
+        page.keyboard.press("Tab")
+    assert page.evaluate("document.querySelector('#serving').dataset.ref") == "person:wang"
+    assert page.inner_text("#focus-list").startswith("李总")
     tab_to("document.activeElement.id === 'show'")
     before = renders(page)
     page.keyboard.press("Enter")
-    wait_render(page, before)
+    drawn = wait_render(page, before)
+    assert drawn["perspective"]["serving"] == "person:wang" and drawn["perspective"]["focus"] == [LI]
     tab_to("document.activeElement.id === 'graph'")
     assert page.evaluate("window.__explorer.cursor") == "agent:wang-assistant"
     visited = {"agent:wang-assistant"}
@@ -635,3 +647,21 @@ def test_keyboard_only_from_the_key_to_a_facts_why_through_the_graph(page: Page,
     assert page.is_visible("#panel-details") and page.is_visible("#breakdown")
     page.keyboard.press("Escape")
     assert page.evaluate("document.activeElement.id") == "graph"
+
+
+def test_a_name_that_names_several_entities_is_refused_with_its_candidates(page: Page, explorer: Explorer) -> None:
+    sign_in(page, explorer.story_key)
+    page.select_option("#agent", WANG["agent"])
+    page.fill("#focus-input", "contract")
+    page.press("#focus-input", "Enter")
+    problem = wait_until(page, "window.__explorer.problem")
+    assert "ambiguous" in problem and CONTRACT in problem, problem
+    assert page.inner_text("#focus-list") == ""
+    page.fill("#focus-input", "Li")  # an alias names one
+    page.press("#focus-input", "Enter")
+    wait_until(page, "document.querySelector('#focus-list').textContent.includes('李总')")
+    page.fill("#serving", "nobody at all")
+    before = renders(page)
+    page.click("#show")
+    assert "unknown" in wait_until(page, "window.__explorer.problem")
+    assert renders(page) == before

@@ -2,6 +2,7 @@
 // Everything drawn is also exposed as data on window.__explorer (the browser tests read it, not pixels).
 
 import { api, ApiError, key } from "./api.js";
+import { boxRef, nameBox, resolveName } from "./names.js";
 import { DRAW_CAP, drawGraph, edgesThroughNodes, perspectiveModel, placeLabels, renderedLabels } from "./graph.js";
 
 const $ = (id) => document.getElementById(id);
@@ -192,11 +193,25 @@ function trueAt() {
 
 // ------------------------------------------------------------------------------------------------ standpoint
 
-function standpoint() {
+async function standpoint() {
   const agent = $("agent").value;
   if (!agent) throw new ApiError(0, "No agent", "pick an agent first (use an API key to list them)");
   const budget = Number($("budget").value) || undefined;
-  return { agent, serving: $("serving").value.trim() || null, focus: [...state.focus], budget_tokens: budget };
+  await addTypedFocus();  // a name typed in the focus box and not yet added counts
+  return { agent, serving: await boxRef($("serving"), state.known), focus: [...state.focus], budget_tokens: budget };
+}
+
+function addFocus(ref) {
+  if (ref && !state.focus.includes(ref)) state.focus.push(ref);
+  renderFocus();
+}
+
+async function addTypedFocus() {
+  const input = $("focus-input");
+  const text = input.value.trim();
+  if (!text) return;
+  addFocus(await resolveName(text, state.known));
+  input.value = "";
 }
 
 function renderFocus() {
@@ -207,24 +222,9 @@ function renderFocus() {
     } }, "×"))));
 }
 
-let suggestTimer = null;
-function suggest(event) {
-  clearTimeout(suggestTimer);
-  const text = event.target.value.trim();
-  if (!text || !key.get()) return;
-  suggestTimer = setTimeout(async () => {
-    try {
-      const found = await api.entities(text, 20);
-      for (const e of found.data) state.known.set(e.ref, e);
-      $("entity-options").replaceChildren(...found.data.map((e) => el("option", { value: e.ref }, e.label)));
-    } catch (error) {
-      showProblem(error);
-    }
-  }, 150);
-}
 
 async function showPerspective({ record } = {}) {
-  const params = standpoint();
+  const params = await standpoint();
   const at = believedAt();
   const serve = record ?? $("record").checked;
   // Observing (the default) reads the same live view the agent would be served, with `record=false`: no recall is
@@ -698,7 +698,10 @@ function setStandpoint(perspective) {
     select.append(el("option", { value: perspective.agent }, perspective.agent));
   }
   select.value = perspective.agent;
-  $("serving").value = perspective.serving || "";
+  const serving = $("serving");
+  serving.value = perspective.serving ? labelOf(perspective.serving) : "";
+  serving.dataset.ref = perspective.serving || "";
+  serving.dataset.picked = serving.value;
   state.focus = [...(perspective.focus || [])];
   renderFocus();
 }
@@ -746,7 +749,7 @@ function renderContext(context) {
 // ------------------------------------------------------------------------------------------------ search
 
 async function search(query) {
-  const { agent, serving } = standpoint();
+  const { agent, serving } = await standpoint();
   // Observing searches the live index with `record: false`, which records nothing; serving records `looked_up`;
   // only a moment of the slider asks with `as_of`.
   const asOf = believedAt() || undefined;
@@ -838,15 +841,19 @@ function wire() {
   }));
   $("graph").addEventListener("keydown", graphKey);
   $("graph").addEventListener("focus", () => { if (!state.cursor && state.perspective) moveCursor(state.perspective.agent); });
-  $("focus-input").addEventListener("input", suggest);
-  $("serving").addEventListener("input", suggest);
+  nameBox($("serving"), state.known, () => {});
+  nameBox($("focus-input"), state.known, (entity) => addFocus(entity.ref), { keep: false });
   $("focus-input").addEventListener("keydown", (event) => {
-    if (event.key !== "Enter") return;
+    // Enter on a suggestion picked it (the name box); Enter on typed text adds what it names
+    if (event.key !== "Enter" || event.defaultPrevented) return;
     event.preventDefault();
-    const ref = event.target.value.trim();
-    if (ref && !state.focus.includes(ref)) state.focus.push(ref);
-    event.target.value = "";
-    renderFocus();
+    const text = event.target.value.trim();
+    if (/^[a-z][a-z0-9_-]*:\S+$/.test(text)) {  // a ref: at once
+      addFocus(text);
+      event.target.value = "";
+      return;
+    }
+    guarded(addTypedFocus);
   });
   const slider = $("believed");
   slider.addEventListener("input", describeSlider);
