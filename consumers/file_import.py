@@ -80,7 +80,7 @@ def _strings(value: object) -> Iterator[str]:
 def _attributable(line: str, tenant: str, refs: set[str], session_ids: set[str]) -> bool:
     try:
         envelope = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         envelope = None
     if isinstance(envelope, dict) and isinstance(envelope.get("tenant"), str) and envelope["tenant"] != tenant:
         return False
@@ -108,7 +108,7 @@ def redact_rejects(home: Path, tenant: str, subjects: Iterable[str]) -> int:
         for i, text in enumerate(lines):
             try:
                 row = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(row, dict) and isinstance(row.get("input"), str) and row["input"] != "[forgotten]" and \
                     _attributable(row["input"], tenant, refs, session_ids):

@@ -30,7 +30,7 @@ def subject_key(value: bytes | None, coordinates: str) -> ContentKey | None:
         return None
     try:
         envelope = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(envelope, dict) or not isinstance(envelope.get("tenant"), str):
         return None

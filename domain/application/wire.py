@@ -234,6 +234,8 @@ def parse_envelope(raw: bytes | str | dict[str, Any]) -> EnvelopeBase:
             raw = json.loads(raw)
         except json.JSONDecodeError as error:
             raise WireError(f"not JSON: {error}", field="envelope") from None
+        except RecursionError:  # the parser recurses once per level: a poison input, not a crash of the consumer
+            raise WireError("not JSON we take: arrays and objects nested too deep", field="envelope") from None
     if not isinstance(raw, dict):
         raise WireError("an envelope is a JSON object", field="envelope")
     try:

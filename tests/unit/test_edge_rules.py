@@ -204,3 +204,17 @@ def test_the_nesting_scan_never_recurses_and_refuses_before_parsing() -> None:
     assert not nesting_exceeds(at_limit) and load_json(at_limit)
     unterminated = b'"' + b'\\"[' * 200_000  # one string to the end: no bracket in it counts
     assert not nesting_exceeds(unterminated)
+
+
+@pytest.mark.parametrize("depth", [1_000, 3_000, 100_000])
+def test_an_envelope_nested_too_deep_is_a_wire_error_not_a_crash_of_the_consumer(depth: int) -> None:
+    """Kafka and `noumena import` hand raw bytes to the wire parser: a deep one is refused (dead-lettered, or kept in
+    the rejects file) like any bad input, and the dead-letter sealing finds no subject in it."""
+    from consumers.dead_letters.sealing import subject_key
+
+    raw = ('{"event_id": "e1", "tenant": "acme", "type": "entity.registered", "payload": '
+           + "[" * depth + "]" * depth + "}").encode()
+    with pytest.raises(WireError) as refused:
+        parse_envelope(raw)
+    assert refused.value.field == "envelope" and "nested too deep" in str(refused.value)
+    assert subject_key(raw, "t:0:1") is None
