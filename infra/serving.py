@@ -309,10 +309,14 @@ class ProjectionFollower:
 
     @contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read connection on the live database for this thread (a snapshot of the last committed batch)."""
+        """A read connection on the live database for this thread, inside one read transaction: every query of
+        the block sees the same committed batch. (Without it each statement is a transaction of its own, and a
+        reader asking several questions, such as a perspective index loaded table by table, can mix batches: the
+        index stamped with a later position than its sessions or entities were read at never gets those rows.)"""
         with self._swap:
             self._swap.wait_for(lambda: not self._swapping)
             self._readers += 1
+        depth = getattr(self._local, "depth", 0)
         try:
             cached = getattr(self._local, "cursor", None)
             if cached is None or cached[0] != self._generation:
@@ -321,7 +325,15 @@ class ProjectionFollower:
                     cursor.execute("SET TimeZone = 'UTC'")
                     self._cursors.append(cursor)
                 cached = self._local.cursor = (self._generation, cursor)
-            yield cached[1]
+            if not depth:  # (a block inside another on this thread shares its transaction)
+                cached[1].execute("BEGIN TRANSACTION")
+            self._local.depth = depth + 1
+            try:
+                yield cached[1]
+            finally:
+                self._local.depth = depth
+                if not depth:
+                    cached[1].execute("ROLLBACK")  # (it only read)
         finally:
             with self._swap:
                 self._readers -= 1

@@ -30,7 +30,7 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
     (focus from the message and recent turns), live workers, the rolling summary, the recent turns, within the
     budget. Records the facts shown clearly as recalled (mode `pushed`); 422 if the hard constraints alone do
     not fit (they are never cut)."""
-    served = memory.context(caller, session_id, request.message, request.budget_tokens)
+    served = memory.context(caller, session_id, request.message, request.budget_tokens, request.min_position)
     if format == "markdown":
         return PlainTextResponse(served.text, media_type="text/markdown; charset=utf-8",
                                  headers={"X-Context-Id": served.context_id})

@@ -23,7 +23,8 @@ def recall(request: RecallCreate, caller: CallerDep, memory: MemoryDep) -> Recal
     """Facts about a subject from the nearest tier that has any (session, then episodic, then semantic), saying
     which tier answered; recorded as recalled by the agent (`looked_up`, or `deepened` with `deeper`)."""
     result = memory.recall(caller, request.agent, request.subject, relation=request.relation,
-                           serving=request.serving, session_id=request.session_id, deeper=request.deeper)
+                           serving=request.serving, session_id=request.session_id, deeper=request.deeper,
+                           min_position=request.min_position)
     data = [RecalledFact(tier=hit.tier, **{k: v for k, v in hit.fact.items() if k != "status"})
             for hit in result.hits]
     return RecallPublic(answered_by=result.answered_by, tiers_checked=result.tiers_checked, data=data,

@@ -62,9 +62,9 @@ def get_perspective(
 
 @router.post("/{perspective_id}/deepen", response_model=PerspectivePublic, responses=RESPONSES)
 def deepen(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep, budget_tokens: Budget = None,
-           format: Format = "json") -> Response:
+           format: Format = "json", min_position: MinPosition = None) -> Response:
     """Think deeper from the same standpoint: one more hop and a lower threshold (recorded as `deepened`)."""
-    return _answer(memory.deepen(caller, perspective_id, budget_tokens), format)
+    return _answer(memory.deepen(caller, perspective_id, budget_tokens, min_position), format)
 
 
 @router.get("/{perspective_id}/explain", response_model=ExplanationPublic)

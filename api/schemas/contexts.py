@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas.common import MIN_POSITION_TEXT
 from domain.values import Count, text
 
 
@@ -15,6 +16,7 @@ class ContextRequest(BaseModel):
     message: text(0, 50_000) | None = Field(default=None, examples=["给李总再出一版报价"])
     budget_tokens: Count | None = Field(default=None, ge=1, le=200_000,
                                       description="Token budget of the whole block (default 3000).")
+    min_position: Count | None = Field(default=None, ge=0, description=MIN_POSITION_TEXT)
 
 
 class ContextBlockPublic(BaseModel):

@@ -6,8 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.schemas.common import WritePublic
-from domain.values import Flag, Identifier, Ref, RelationName
+from api.schemas.common import MIN_POSITION_TEXT, WritePublic
+from domain.values import Count, Flag, Identifier, Ref, RelationName
 
 
 class UsedCreate(BaseModel):
@@ -33,6 +33,7 @@ class RecallCreate(BaseModel):
     session_id: Identifier | None = Field(default=None, description="The session tier (default: the agent's live"
                                           " main sessions serving that person).")
     deeper: Flag = Field(default=False, description="Also facts archived for disuse (they come back).")
+    min_position: Count | None = Field(default=None, ge=0, description=MIN_POSITION_TEXT)
 
 
 class RecalledFact(BaseModel):

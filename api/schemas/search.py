@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas.common import MIN_POSITION_TEXT
 from domain.values import Count, Identifier, Ref, Timestamp, text
 
 
@@ -22,8 +23,7 @@ class SearchRequest(BaseModel):
     as_of: Timestamp | None = Field(default=None, description="Search what was believed then (records nothing).")
     record: bool = Field(default=True, description="false: an observer's search of what the agent may see now, "
                          "not recorded as the agent's use.")
-    min_position: Count | None = Field(default=None, ge=0, description="Read your writes: wait (bounded) until this "
-                                     "log position, returned by a write, is visible.")
+    min_position: Count | None = Field(default=None, ge=0, description=MIN_POSITION_TEXT)
 
 
 class SearchItemPublic(BaseModel):

@@ -76,6 +76,13 @@ class OntologyService:
         self._last_now: datetime | None = None
         self.last_position: int | None = None
         """The log position of this process's latest write."""
+        self._written: dict[str, int] = {}
+        """By tenant: the log position of this process's latest write in it (read-your-writes waits for it)."""
+
+    def written_position(self, tenant: str) -> int:
+        """The log position of this process's latest write in `tenant` (0: none yet): a read of the tenant served
+        by this process answers from a state at least that far (read-your-writes, `Application.fresh`)."""
+        return self._written.get(tenant, 0)
 
     @contextmanager
     def _held(self) -> Iterator[None]:
@@ -234,6 +241,8 @@ class OntologyService:
                         self._ask_for_snapshot(state, self._doubled(state.tenant))
                 if positions:
                     self.last_position = positions[-1]
+                    for item, position in zip(pending, positions, strict=False):
+                        self._written[item.tenant] = position
                 return BatchResult(outcomes, positions)
             raise ConcurrencyError(f"gave up after {MAX_RETRIES} version conflicts with other writers")
 

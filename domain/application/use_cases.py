@@ -435,12 +435,14 @@ class Application:
     # ------------------------------------------------------------------ recall by tier, workers
 
     def recall(self, who: Caller | str, agent: str, subject: str, *, relation: str | None = None,
-               serving: str | None = None, session_id: str | None = None, deeper: bool = False) -> RecallResult:
+               serving: str | None = None, session_id: str | None = None, deeper: bool = False,
+               min_position: int | None = None) -> RecallResult:
         """Tier-aware recall (domain/application/recall.py): facts about `subject` from the nearest tier that has
         any — the session, then the person served (episodic), then the org (semantic) — saying which tier
         answered. The facts found are recorded as recalled by `agent`; a deeper recall also brings back facts
         archived for disuse."""
         tenant = self._acting_as(who, agent, serving, session_id)
+        self.fresh(tenant, min_position)
         with self.service.reading(tenant) as state:
             state.require_entity(agent, "agent")
             state.require_entity(subject, "subject")
@@ -471,21 +473,26 @@ class Application:
         """The last position in the event log."""
         return self.log.max_position()
 
-    def must_wait(self, min_position: int | None) -> bool:
-        """Whether a read naming `min_position` would have to wait for the projector."""
-        return bool(min_position) and (self.read_model is None or self.read_model.position < (min_position or 0))
+    def fresh(self, tenant: str, min_position: int | None = None) -> None:
+        """Read-your-writes, before every read of `tenant` this process serves from its read side (the DuckDB read
+        model and the perspective and search indexes that follow it): wait (bounded) until that side has applied
+        this process's latest write in the tenant, and `min_position` when given (a position another replica's
+        write returned). Every read use case calls it first, so no entry point can forget it; what a read finds
+        in the folded state (`service.reading`) is current already (it reads the log's tail itself).
 
-    def wait_for(self, min_position: int | None) -> None:
-        """Read-your-writes: wait (bounded) until the read model has applied `min_position`."""
-        if min_position is None or min_position <= 0:
-            return
-        read_model = self._read_model()
-        end = self.log.max_position()
-        if min_position > end:
-            raise InvalidInput(f"min_position {min_position} is beyond the end of the log ({end}): no write"
-                               " returned it", field="min_position")
-        if not read_model.wait_for(min_position, self.settings.read_wait_seconds):
-            raise ProjectionBehind(f"the read model reached position {read_model.position}, not {min_position},"
+        A `min_position` beyond the end of the log is refused (no write returned it); a read side that does not
+        get there within `read_wait_seconds` makes the read a ProjectionBehind (503, retry)."""
+        if min_position is not None and min_position > 0:
+            end = self.log.max_position()
+            if min_position > end:
+                raise InvalidInput(f"min_position {min_position} is beyond the end of the log ({end}): no write"
+                                   " returned it", field="min_position")
+        target = max(min_position or 0, self.service.written_position(tenant))
+        read_model = self.read_model
+        if read_model is None or target <= read_model.position:
+            return  # (no read side of its own: the engines read the log to its end on each call)
+        if not read_model.wait_for(target, self.settings.read_wait_seconds):
+            raise ProjectionBehind(f"the read model reached position {read_model.position}, not {target},"
                                    f" within {self.settings.read_wait_seconds:g} s; retry")
 
     def _read_model(self) -> ReadModel:
@@ -496,35 +503,35 @@ class Application:
     def entity(self, who: Caller | str, ref: str, min_position: int | None = None) -> dict[str, Any] | None:
         """One entity as it is now (tenant-wide keys)."""
         tenant = self._tenant_wide(who, "reading entities")
-        self.wait_for(min_position)
+        self.fresh(tenant, min_position)
         return self._read_model().entity(tenant, ref)
 
     def search_entities(self, who: Caller | str, text: str, skip: int, limit: int, min_position: int | None = None
                         ) -> tuple[list[dict[str, Any]], int]:
         """Entities by ref, label or alias (tenant-wide keys)."""
         tenant = self._tenant_wide(who, "reading entities")
-        self.wait_for(min_position)
+        self.fresh(tenant, min_position)
         return self._read_model().search_entities(tenant, text, skip, limit)
 
     def fact(self, who: Caller | str, fact_id: str, min_position: int | None = None
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """One fact's versions and changes (tenant-wide keys)."""
         tenant = self._tenant_wide(who, "reading facts by id")
-        self.wait_for(min_position)
+        self.fresh(tenant, min_position)
         return self._read_model().fact_history(tenant, fact_id)
 
     def graph(self, who: Caller | str, recorded_at: datetime | None, valid_at: datetime | None, skip: int,
               limit: int, min_position: int | None = None) -> tuple[list[dict[str, Any]], int]:
         """The facts believed at `recorded_at` (tenant-wide keys)."""
         tenant = self._tenant_wide(who, "reading the graph")
-        self.wait_for(min_position)
+        self.fresh(tenant, min_position)
         return self._read_model().graph_as_of(tenant, recorded_at, valid_at, skip, limit)
 
     def session(self, who: Caller | str, session_id: str, min_position: int | None = None
                 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """A session and its workers (tenant-wide keys)."""
         tenant = self._tenant_wide(who, "reading sessions")
-        self.wait_for(min_position)
+        self.fresh(tenant, min_position)
         return self._read_model().session(tenant, session_id)
 
     # ------------------------------------------------------------------ recall by content
@@ -539,8 +546,7 @@ class Application:
         `record` is off (an observer's look, e.g. the explorer's); an as-of search records nothing. Its evidence
         is kept for `explain`."""
         tenant = self._acting_as(who, agent, serving, session_id)
-        if min_position is not None and self.read_model is not None:
-            self.wait_for(min_position)
+        self.fresh(tenant, min_position)
         answer = self.searches.search(tenant, agent, query, serving=serving, session_id=session_id, k=k,
                                       as_of=as_of, about=about)
         if not self.perspectives.records_recalls:  # (a benchmark's engine over an index not built from the log)
@@ -573,8 +579,7 @@ class Application:
         would be shown, from the same live index, without it counting as the agent's use.
         """
         tenant = self._acting_as(who, agent, serving)
-        if min_position is not None and self.read_model is not None:
-            self.wait_for(min_position)
+        self.fresh(tenant, min_position)
         served = self.perspectives.perspective(tenant, agent, serving, focus, as_of, budget_tokens, deeper)
         if not self.perspectives.records_recalls:
             return served
@@ -600,7 +605,8 @@ class Application:
         self._written(positions)
         return positions
 
-    def deepen(self, who: Caller | str, perspective_id: str, budget_tokens: int | None = None) -> Perspective:
+    def deepen(self, who: Caller | str, perspective_id: str, budget_tokens: int | None = None,
+               min_position: int | None = None) -> Perspective:
         """Think deeper from a perspective served before: same standpoint, one more hop, a lower threshold (a
         scoped key only from a perspective of its agents)."""
         caller = as_caller(who)
@@ -608,7 +614,7 @@ class Application:
         before, _ = self.evidence.perspective(tenant, perspective_id)
         self._acting_as(caller, before.agent, before.serving)
         return self.perspective(tenant, before.agent, before.serving, before.focus, before.as_of,
-                                budget_tokens or before.budget_tokens, deeper=True)
+                                budget_tokens or before.budget_tokens, deeper=True, min_position=min_position)
 
     def explain(self, who: Caller | str | None, perspective_id: str) -> Perspective:
         """The evidence of a served perspective: inputs, parameters and outputs. Kept as its request (the default
@@ -634,7 +640,7 @@ class Application:
         return self.perspectives.reproduce(kept)
 
     def context(self, who: Caller | str, session_id: str, message: str | None = None,
-                budget_tokens: int | None = None) -> Context:
+                budget_tokens: int | None = None, min_position: int | None = None) -> Context:
         """The context block for a main session, compiled for this request. Like a perspective, it is a use of
         the facts it shows clearly (mode `pushed`, through the recall buffer), and its evidence is kept. A scoped
         key asks only for a session of its agents (an unknown session is the engine's 404, as for any key)."""
@@ -645,6 +651,7 @@ class Application:
                 session = state.sessions.get(session_id)
             if session is not None:
                 self._acting_as(caller, session.agent, session.serving, session_id)
+        self.fresh(tenant, min_position)
         served = self.contexts.context(tenant, session_id, message, budget_tokens)
         served.recall = self._record_recall(tenant, served.agent, served.context_id, served.shown_clearly(),
                                             RecallMode.PUSHED, served.served_at)
