@@ -35,6 +35,7 @@ from infra.settings import Settings, for_another_process
 from infra.state_snapshots import FileStateSnapshots
 
 if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
+    from infra.readiness import Warmup
     from infra.serving import FollowedReadModel, KafkaFollower, ProjectionFollower
     from projections.source import RawLog
 
@@ -188,8 +189,12 @@ class Served:
     application: Application
     follower: ProjectionFollower | None
     kafka: KafkaFollower | None
+    warmup: Warmup | None = None
+    """Readiness: caught up with the log as it was at start, every index loaded (infra/readiness.py)."""
 
     def stop(self) -> None:
+        if self.warmup is not None:
+            self.warmup.stop()
         if self.kafka is not None:
             self.kafka.stop()
         if self.follower is not None:
@@ -201,20 +206,23 @@ def serve(noumena: Noumena, *, projector: bool = True, kafka: bool = True,
     """Start the projector in this process (it owns the DuckDB file; reads by query and perspectives follow it)
     and the Kafka consumer when NOUMENA_KAFKA_BOOTSTRAP is set. `perspectives` replaces the perspective engine
     built from the log (benchmarks)."""
+    from infra.readiness import Warmup
     from infra.serving import KafkaFollower, ProjectionFollower
 
     follower = ProjectionFollower(noumena.log, noumena.settings) if projector else None
     application = noumena.application
     if follower is not None or perspectives is not None:
         application = application_reading(noumena, follower, perspectives)
+    warmup = Warmup(application, follower, noumena.log.tenants)  # (the log's end now: what ready must reach)
     if follower is not None:
         follower.start()
+    warmup.start()
     noumena.consolidation.start()
     consumer = None
     if kafka and noumena.settings.kafka_bootstrap:
         consumer = KafkaFollower(session_event_consumer(noumena))
         consumer.start()
-    return Served(application, follower, consumer)
+    return Served(application, follower, consumer, warmup)
 
 
 def session_event_consumer(noumena: Noumena, **options: Any) -> Any:

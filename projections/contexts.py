@@ -90,6 +90,12 @@ class Contexts:
 
     # ------------------------------------------------------------------------------------------ indexes
 
+    def warm(self, tenant: str) -> None:
+        """Build the tenant's name and constraint indexes now (a served replica does it before it says ready,
+        so its first context does not pay for a pass over every entity and fact)."""
+        with self._service.reading(tenant) as state:
+            self._indexes(tenant, state)
+
     def _indexes(self, tenant: str, state: Ontology) -> _TenantIndexes:
         """Names and constraint facts of the tenant, caught up with `state` by reading its stream's new events."""
         cached = self._tenants.get(tenant)

@@ -119,6 +119,33 @@ class Searches:
         index.position = pindex.position
         return index
 
+    def warm(self, tenants: Sequence[str]) -> None:
+        """Seed now the search indexes of `tenants` that have none yet, all from one pass over the log (a served
+        replica does it before it says ready: a tenant's first search would otherwise pay for its seeding, the
+        pass over the log and the embedding of every fact)."""
+        with self.perspectives.lock:
+            self.perspectives.catch_up()
+            pindexes = {tenant: self.perspectives.index(tenant) for tenant in dict.fromkeys(tenants)
+                        if tenant not in self._indexes}
+            seeded = {tenant: self._new(tenant) for tenant in pindexes}
+            asserted: dict[str, dict[str, dict[str, Any]]] = {tenant: {} for tenant in pindexes}
+            with_facts = [pindex.position for pindex in pindexes.values() if pindex.fact_count]
+            for position, topic, data in self.perspectives.records(max(with_facts)) if with_facts else ():
+                pindex = pindexes.get(data.get("tenant"))  # type: ignore[arg-type]
+                if pindex is None or not pindex.fact_count or position > pindex.position:
+                    continue
+                if topic == "fact.asserted":
+                    asserted[pindex.tenant][data["fact_id"]] = data
+                else:
+                    seeded[pindex.tenant].apply(pindex, position, topic, data)  # aliases and messages
+            for tenant, index in seeded.items():
+                pindex = pindexes[tenant]
+                if pindex.fact_count:
+                    index.sync(pindex, asserted[tenant])
+                index.position = pindex.position
+                index.flush()
+                self._indexes[tenant] = index
+
     def _fold(self, tenant: str, until: float | None) -> tuple[PerspectiveIndex, SearchIndex]:
         index = self._new(tenant)
         pindex = fold(tenant, self.perspectives.records(), until=until,

@@ -23,25 +23,33 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "Not ready: the projector stopped or lags too far."}})
+@router.get("/readyz", responses={503: {"description": "Not ready: still starting (`start` says how far), or the"
+                                                   " projector stopped or lags too far; `Retry-After` says when to"
+                                                   " ask again."}})
 def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
-    """Ready to serve: the projector runs and its lag (log positions not yet projected) is small."""
-    follower = request.app.state.served.follower
+    """Ready to serve: caught up with the log as it was at start and every index loaded (`start`: the phase, the
+    positions applied and to apply), then while the projector runs and its lag (log positions not yet projected)
+    is small."""
+    served = request.app.state.served
+    follower = served.follower
     body: dict[str, Any] = {"log_position": memory.log_position()}
     ready = True
+    if served.warmup is not None:
+        body["start"] = served.warmup.progress()
+        ready = served.warmup.ready
     if follower is None:
         body |= {"projector": "absent"}
     else:
         lag = follower.lag()
         body |= {"projector": "running" if follower.running else "stopped", "projection_position": follower.position,
                  "projection_lag": lag, "projector_error": follower.last_error}
-        ready = follower.running and lag <= READY_LAG and follower.last_error is None
+        ready = ready and follower.running and lag <= READY_LAG and follower.last_error is None
     kafka = request.app.state.served.kafka
     if kafka is not None:
         body["kafka"] = "running" if kafka.running else f"stopped: {kafka.last_error}"
         ready = ready and kafka.running
     body["status"] = "ready" if ready else "not ready"
-    return JSONResponse(body, status_code=200 if ready else 503)
+    return JSONResponse(body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": "1"})
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})

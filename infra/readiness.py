@@ -1,0 +1,111 @@
+"""When a served replica is ready (`GET /readyz`): caught up with the log as it was when the process started, and
+every index a read uses loaded, so the first request after ready is served like the hundredth.
+
+A thread of its own (`Warmup`) waits until the projector has applied the log position the process started at
+(the positions applied and to apply are the progress `/readyz` shows meanwhile), then loads, for every tenant:
+the perspective indexes (from the live DuckDB file), the folded state the rules decide on, the search indexes
+(seeded from one pass over the log, every fact embedded) and the context's name and constraint indexes. Each of
+those would otherwise be loaded by the first request that needs it: seconds at tens of thousands of events, with
+the request waiting. A failure (an embedding service down, say) is reported by `/readyz` and the loading tried
+again a few seconds later; requests are served meanwhile, as before (readiness tells a load balancer where to send
+traffic, it refuses nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from domain.application.use_cases import Application
+from infra.context_engine import EngineContexts
+from infra.perspective_engine import EnginePerspectives
+from infra.search_engine import EngineSearches
+
+if TYPE_CHECKING:
+    from infra.serving import ProjectionFollower
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 5.0
+"""How long after a failed loading it is tried again."""
+
+
+class Warmup:
+    """Brings a replica to ready in the background (started by `infra.bootstrap.serve`)."""
+
+    def __init__(self, application: Application, follower: ProjectionFollower | None,
+                 tenants: Any = None) -> None:
+        self._application = application
+        self._follower = follower
+        self._tenants = tenants if tenants is not None else getattr(application.log, "tenants", list)
+        """() -> every tenant (the event log's `tenants`)."""
+        self.to_apply = application.log.max_position()
+        """The end of the log when the process started: ready once the projector has applied it."""
+        self.phase = "catching up" if follower is not None else "loading indexes"
+        self.error: str | None = None
+        self.seconds: float | None = None
+        """How long it took to get ready."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="noumena-warmup", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    @property
+    def ready(self) -> bool:
+        return self.phase == "ready"
+
+    def progress(self) -> dict[str, Any]:
+        """What `/readyz` shows of the start: the phase, the positions applied and to apply, the last failure."""
+        applied = self._follower.position if self._follower is not None else self.to_apply
+        return {"phase": self.phase, "applied": min(applied, self.to_apply), "to_apply": self.to_apply,
+                "error": self.error}
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        follower = self._follower
+        while follower is not None and not self._stop.is_set():
+            if follower.wait_for(self.to_apply, 0.5):
+                break
+        self.phase = "loading indexes"
+        while not self._stop.is_set():
+            try:
+                warm(self._application, list(self._tenants()))
+            except Exception as error:  # (reported by /readyz; the replica serves meanwhile)
+                self.error = repr(error)
+                log.exception("loading the indexes failed; trying again in %g s", RETRY_SECONDS)
+                self._stop.wait(RETRY_SECONDS)
+                continue
+            self.error = None
+            self.seconds = time.monotonic() - started
+            self.phase = "ready"
+            log.info("ready in %.1f s (log position %d at start)", self.seconds, self.to_apply)
+            return
+
+
+def warm(application: Application, tenants: list[str]) -> None:
+    """Load what the first read of each tenant would: its folded state, its perspective, search and context
+    indexes (each engine only if it is this process's own, not one a benchmark put in)."""
+    for tenant in tenants:
+        with application.service.reading(tenant):
+            pass  # (caught up: loaded from its snapshot, the log's tail folded)
+    perspectives = application.perspectives
+    if not isinstance(perspectives, EnginePerspectives):
+        return
+    perspectives.engine  # noqa: B018  (loads every tenant's index)
+    if isinstance(application.searches, EngineSearches):
+        searches = application.searches.searches  # (loads the embedder)
+        with perspectives.lock:
+            searches.warm(tenants)
+    if isinstance(application.contexts, EngineContexts):
+        contexts = application.contexts.contexts
+        with perspectives.lock:
+            for tenant in tenants:
+                contexts.warm(tenant)
