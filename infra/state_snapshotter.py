@@ -10,11 +10,12 @@ after a forget). It competes with the writers for a core only, at a lower priori
 does (infra/purge_worker.py).
 
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
-  makes after a long fold and as the state doubles), with the process's settings as JSON on its stdin's first
-  line; then one line per request: `{"tenant": ...}`. A request is handed over (and the process started) once the
-  writes pause (`PAUSE`, 1 s without one), or `LATEST` (30 s) after it was made: the fold then runs beside idle
-  writers, not busy ones. It answers each on stdout: `{"tenant": ..., "stored": [version,
-  "whole" | "changes"] or null}`. A tenant is asked for again only once its request is answered.
+  makes each time a state is `every` events ahead of the last one asked for), with the process's settings as JSON on
+  its stdin's first line; then one line per request: `{"tenant": ...}`. A request is handed over (and the process
+  started) once the writes pause (`PAUSE`, 1 s without one), or `LATEST` (5 s) after it was made: the fold runs
+  beside idle writers when it can, and keeps up with writers that never pause (a bulk import, a busy stream), so
+  that a crash leaves a short tail to fold. It answers each on stdout: `{"tenant": ..., "stored": [version, "whole"
+  | "changes"] or null}`. A tenant is asked for again only once its request is answered.
 - **Stopped** when the writing process closes its store: its stdin closes (it ends when idle), or it is terminated
   if it is taking a snapshot (that one is not stored: its temporary file is deleted; the writing process snapshots
   in place as it stops). It also ends by itself when its stdin closes because the writing process died.
@@ -50,8 +51,9 @@ PAUSE = 1.0
 """Seconds without a write before the snapshotter is handed a request: it works while the writers pause (on a
 shared machine a fold beside a busy writer slows it: measured, a niced process spinning beside bench_event_log's
 writes took ~20% off their rate at load 2)."""
-LATEST = 30.0
-"""...but no later than this many seconds after the request, if the writes never pause."""
+LATEST = 5.0
+"""...but no later than this many seconds after the request, if the writes never pause: the snapshot on disk then
+stays within about `every` events plus what is written in this time and one fold behind the log."""
 RESTART_AFTER = 60.0
 """Seconds before a snapshotter that died is started again (on the next request)."""
 STOP_SECONDS = 10.0
@@ -140,6 +142,7 @@ class SnapshotterProcess:
 
     def _feed(self) -> None:
         while (tenant := self._queue.get()) is not None:
+            self._running()  # (started now, so its imports are done by the time the writes pause)
             self._await_pause()
             process = self._running()
             if process is None:  # (it died less than a minute ago: this request is dropped)

@@ -11,10 +11,10 @@ reads.
 A tenant's state starts from its latest snapshot (`StateSnapshots`), when there is a usable one, plus the events
 after it; the snapshot's maps may be read on demand, and a record found damaged then (`SnapshotDamaged`) makes the
 state be folded afresh from the whole log (a write is decided again on it). While the service writes, it only asks
-for snapshots (`StateSnapshots.request`: after a long fold, and each time the state has doubled since the last one
-asked for); they are taken off its path, by a process that folds the log itself, so a write never waits for one.
-When the process stops, it snapshots in place each state far enough ahead of the snapshot on disk
-(docs/operations.md#restarting-fast).
+for snapshots (`StateSnapshots.request`: after a long fold, and each time the state is `every` events ahead of the
+last one asked for, so a crash leaves a short tail to fold); they are taken off its path, by a process that folds
+the log itself, so a write never waits for one. When the process stops, it snapshots in place each state far enough
+ahead of the snapshot on disk (docs/operations.md#restarting-fast).
 """
 
 from __future__ import annotations
@@ -237,8 +237,8 @@ class OntologyService:
                 if self._snapshots is not None:
                     self._snapshots.wrote()
                     self._forgot.update(p.tenant for p in pending if isinstance(p.event, SubjectForgotten))
-                    for state in states.values():  # (each time the state doubles: one costs as much as its size)
-                        self._ask_for_snapshot(state, self._doubled(state.tenant))
+                    for state in states.values():
+                        self._ask_for_snapshot(state, self._snapshots.every)
                 if positions:
                     self.last_position = positions[-1]
                     for item, position in zip(pending, positions, strict=False):
@@ -302,12 +302,6 @@ class OntologyService:
                     self._snapshotted[tenant] = state.version
         self._snapshots.close()
 
-    def _doubled(self, tenant: str) -> int:
-        """How far a state must be ahead of its last snapshot for the next: `every`, and at least that
-        snapshot's version (so the log folded for snapshots stays in proportion to the log)."""
-        assert self._snapshots is not None
-        return max(self._snapshots.every, self._snapshotted.get(tenant, 0))
-
     def _ask_for_snapshot(self, state: Ontology, lag: int) -> None:
         """Ask for a snapshot of the tenant (taken off this process's path) if `state` is `lag` events or more
         ahead of the last one."""
@@ -355,9 +349,7 @@ class OntologyService:
         for event in events:
             state.apply(event)
         if self._snapshots is not None:
-            # after a long fold at once (a start), so the next start is short; otherwise as the state grows
-            self._ask_for_snapshot(state, self._snapshots.every if len(events) >= self._snapshots.every
-                                   else self._doubled(tenant))
+            self._ask_for_snapshot(state, self._snapshots.every)
         return state
 
     def _now(self) -> datetime:

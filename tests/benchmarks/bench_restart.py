@@ -9,7 +9,14 @@ Then, each in a fresh process (spawned, so nothing is warm but the operating sys
 2. baseline: a restart with snapshots off (NOUMENA_STATE_SNAPSHOT_EVERY=0): bootstrap, the whole log folded, the
    first write (an `AssertFact`) acknowledged;
 3. a restart from the snapshot the previous stop left: bootstrap, snapshot loaded, tail folded, the first write;
-4. a restart after a crash: the snapshot is `NOUMENA_STATE_SNAPSHOT_EVERY` (10,000) events behind the log.
+4. a restart after a crash: the snapshot is `NOUMENA_STATE_SNAPSHOT_EVERY` (10,000) events behind the log;
+5. a restart after SIGKILL: a process writes NOUMENA_BENCH_RESTART_KILLED (default 30,000) events through the
+   service (`AssertFact` batches of 500, as the HTTP API and the Kafka consumer write, asking for snapshots as it
+   goes) and is killed with SIGKILL right after its last write is acknowledged;
+6. a restart right after a bulk import: a process writes NOUMENA_BENCH_RESTART_BULK (default 150,000) events the
+   same way and stops cleanly, as `noumena import` does.
+
+Cases 5 and 6 print how far the snapshot on disk was behind the log when the restart began.
 
 Times are measured inside each process from just before `bootstrap()` to the write's return (the interpreter's
 start and imports, the same for all, are printed apart). The ratio baseline / snapshot is the result; the goal is
@@ -49,6 +56,9 @@ from infra.settings import Settings  # noqa: E402
 
 SIZES = [int(n) for n in os.environ.get("NOUMENA_BENCH_RESTART_EVENTS", "100000,1000000").split(",")]
 ROUNDS = int(os.environ.get("NOUMENA_BENCH_ROUNDS", "3"))
+KILLED = int(os.environ.get("NOUMENA_BENCH_RESTART_KILLED", "30000"))
+BULK = int(os.environ.get("NOUMENA_BENCH_RESTART_BULK", "150000"))
+BULK_BATCH = 500
 STORE = os.environ.get("NOUMENA_BENCH_STORE", "sqlite")
 TENANT = "bench"
 ENTITIES = 2000
@@ -154,6 +164,62 @@ def _restart(home: str, every: int, out: str) -> None:
                                      "loaded": loaded, "stored": getattr(snapshots, "stored", [])}))
 
 
+def _write_through_service(home: str, n: int, kill: bool) -> None:
+    """In a fresh process: `n` fact assertions through the service in batches, then SIGKILL or a clean stop."""
+    import signal
+
+    from domain import commands as c
+    from infra.bootstrap import bootstrap
+
+    noumena = bootstrap(_settings(Path(home)))
+    rng = random.Random(n)
+    refs = [f"person:p{i}" if i % 10 == 0 else f"thing:e{i}" for i in range(ENTITIES)]
+    for first in range(0, n, BULK_BATCH):
+        batch = [c.AssertFact(tenant=TENANT, subject=rng.choice(refs), relation=f"bulk{rng.randrange(7)}",
+                              object=rng.choice(refs), reason=f"bulk {first + i} {rng.random()}")
+                 for i in range(min(BULK_BATCH, n - first))]
+        result = noumena.service.execute_batch(batch)
+        assert all(o.ok for o in result.outcomes)
+    if kill:
+        os.kill(os.getpid(), signal.SIGKILL)
+    noumena.close()
+
+
+def write_through_service(home: Path, n: int, kill: bool) -> float:
+    started = time.perf_counter()
+    process = multiprocessing.get_context("spawn").Process(target=_write_through_service, args=(str(home), n, kill))
+    process.start()
+    process.join()
+    if process.exitcode != (-9 if kill else 0):
+        raise SystemExit(f"the writing process ended with {process.exitcode}")
+    return time.perf_counter() - started
+
+
+def snapshot_lag(home: Path) -> tuple[int, int]:
+    """(the log's length, the stream version of the snapshot on disk) of the benchmark's tenant."""
+    from infra.eventlog import EventsourcingLog
+    from infra.mapper import stream_id
+    from infra.state_snapshots import FileStateSnapshots
+
+    settings = _settings(home)
+    log = EventsourcingLog(settings.event_store_env(), settings.key_store())
+    last = list(log.recorder.select_events(stream_id(TENANT), desc=True, limit=1))
+    snapshots = FileStateSnapshots(home, log, log.keys, 10_000)
+    stored = snapshots.stored_version(TENANT)
+    snapshots.close()
+    log.close()
+    return (last[0].originator_version if last else 0), stored
+
+
+def after_writes(home: Path, n: int, kill: bool, what: str) -> None:
+    seconds = write_through_service(home, n, kill)
+    length, stored = snapshot_lag(home)
+    restarted = restart(home, 10_000)
+    print(f"  {what}: {n:,} events written through the service in {seconds:.1f} s ({n / seconds:,.0f}/s), the "
+          f"snapshot {length - stored:,} events behind the log ({length:,}): first write after "
+          f"{restarted['first_write']:.2f} s; goal <= 1 s: {'met' if restarted['first_write'] <= 1 else 'NOT met'}")
+
+
 def restart(home: Path, every: int) -> dict:
     out = home / f"restart-{time.monotonic_ns()}.json"
     process = multiprocessing.get_context("spawn").Process(target=_restart, args=(str(home), every, str(out)))
@@ -198,12 +264,17 @@ def measure(n: int, root: Path) -> None:
     print(f"  after a crash, the snapshot {behind:,} events behind: first write after {crashed['first_write']:.2f} s"
           f" (then the stop stores a new one: +{crashed['stop']:.2f} s); interpreter imports "
           f"{first['imports']:.2f} s apart")
+    if KILLED:
+        after_writes(home, KILLED, True, "after SIGKILL")
+    if BULK:
+        after_writes(home, BULK, False, "right after a bulk import (clean stop)")
 
 
 def main() -> None:
     tune_collector_for_a_long_lived_heap()  # (as the served process does)
     os.umask(0o077)  # (a private home, as noumena makes its own)
-    print(f"bench_restart: store {STORE}, sizes {SIZES}, rounds {ROUNDS}, load average {os.getloadavg()[0]:.1f}")
+    print(f"bench_restart: store {STORE}, sizes {SIZES}, rounds {ROUNDS}, killed after {KILLED:,}, bulk {BULK:,}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     kept = os.environ.get("NOUMENA_BENCH_RESTART_HOME")
     if kept:  # (logs kept there and reused by the next run: writing 1M events takes minutes)
         Path(kept).mkdir(parents=True, exist_ok=True)
