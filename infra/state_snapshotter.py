@@ -257,8 +257,12 @@ def main() -> int:
             except Exception:  # (answered: the writing process goes on, the next request tries again)
                 log.exception("state snapshot of tenant %s not taken", tenant)
                 stored = None
-            sys.stdout.write(json.dumps({"tenant": tenant, "stored": stored}) + "\n")
-            sys.stdout.flush()
+            try:
+                sys.stdout.write(json.dumps({"tenant": tenant, "stored": stored}) + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:  # (the writing process died: the snapshot is stored, no one to tell)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nothing to flush at exit)
+                break
     finally:
         snapshots.close()
         event_log.close()
