@@ -45,6 +45,8 @@ class RegisterEntity(Command):
     aliases: tuple[Label, ...] = ()
     hub: Flag = False
     needs_review: Flag = False
+    session_id: Identifier | None = None
+    """The session the entity was named in, if any (its label is then that session's words)."""
 
 
 class DefineRelation(Command):

@@ -16,6 +16,9 @@ class EntityRegistered(DomainEvent):
     aliases: tuple[str, ...] = ()
     hub: bool = False
     needs_review: bool = False
+    session_id: str | None = None
+    """The session it was named in (a consolidation's), if any: the label is that session's words and is sealed
+    with it (domain/forgetting.py). Absent in events written before it existed."""
 
 
 class EntityUpdated(DomainEvent):
@@ -30,6 +33,8 @@ class EntityUpdated(DomainEvent):
     hub: bool
     needs_review: bool | None = None
     """None: unchanged. False: a person reviewed it and kept it as a distinct entity."""
+    session_id: str | None = None
+    """As `EntityRegistered.session_id`."""
 
 
 class EntitiesMerged(DomainEvent):

@@ -43,6 +43,10 @@ FORGOTTEN = "[forgotten]"
 EMPTY_WHEN_FORGOTTEN = frozenset({"aliases", "mentions", "facts", "invalidations", "rejections"})
 """Content fields that are lists: forgotten, they read as empty."""
 
+CLEAR_LABELS = ("agent:", "session:")
+"""Entities whose labels stay in the clear: the organization's own agents, and sessions (whose labels are made
+from their ids, never from content). Every other entity's label and aliases are sealed under its own key."""
+
 SUBJECT_PATTERN = re.compile(r"^(person|session|fact|memory):\S{1,300}$")
 
 
@@ -77,17 +81,43 @@ _GROUPS: dict[tuple[str, str, str, str], tuple[str, frozenset[str]]] = {}
 """Group id and owners by (tenant, scope, person subject, person object or bucket): made once each."""
 
 
-def fact_key(tenant: str, fact_id: str, scope: str, subject: str, obj: str) -> ContentKey:
+def author_of(state: object, provenance: object) -> str | None:
+    """Whose words an event's reason is: the person served by the session it was drawn from (a worker's main
+    session's), else a `person:` actor; None when no person can be named."""
+    session_id = getattr(provenance, "session_id", None)
+    if session_id is not None:
+        sessions = getattr(state, "sessions", {})
+        session = sessions.get(session_id)
+        if session is not None:
+            serving = session.serving
+            if serving is None and session.parent_session_id in sessions:
+                serving = sessions[session.parent_session_id].serving
+            if serving is not None and serving.startswith("person:"):
+                return serving  # type: ignore[no-any-return]
+    actor = getattr(provenance, "actor", None)
+    return actor if actor is not None and actor.startswith("person:") else None
+
+
+def fact_key(tenant: str, fact_id: str, scope: str, subject: str, obj: str, author: str | None = None
+             ) -> ContentKey:
     """The key of a fact's reason: owned by the fact and by the people or session it belongs to (its `person:`
     or `session:` scope; for an org fact, a `person:` subject or object), derived from the key of the group of
-    facts with the same other owners."""
+    facts with the same other owners. In an org fact between two people, a reason whose `author` is one of them
+    is that person's own words: sealed for them alone (key id `.../fact/<id>/by/<person>`), so forgetting the
+    other party leaves it (and forgetting the author erases it)."""
+    key_id = f"{tenant}/fact/{fact_id}"
     if scope != "org":
         found = (tenant, scope, "", "")
     else:
         person_subject = subject if subject.startswith("person:") else ""
         person_object = obj if obj.startswith("person:") else ""
-        found = (tenant, "org", person_subject, person_object) if person_subject or person_object else \
-            (tenant, "org", "", fact_id[:2])
+        if author is not None and person_subject and person_object and person_subject != person_object and \
+                author in (person_subject, person_object):
+            found, key_id = (tenant, "org", author, ""), f"{key_id}/by/{author}"
+        elif person_subject or person_object:
+            found = (tenant, "org", person_subject, person_object)
+        else:
+            found = (tenant, "org", "", fact_id[:2])
     group = _GROUPS.get(found)
     if group is None:
         if scope != "org":
@@ -98,34 +128,44 @@ def fact_key(tenant: str, fact_id: str, scope: str, subject: str, obj: str) -> C
         if len(_GROUPS) >= _KEPT:
             _GROUPS.clear()
         group = _GROUPS[found] = (f"{tenant}/facts/{name}", others)
-    return ContentKey(f"{tenant}/fact/{fact_id}", group[1], group[0])
+    return ContentKey(key_id, group[1], group[0])
+
+
+def fact_keys(tenant: str, fact: object) -> list[ContentKey]:
+    """Every key a fact's events may be sealed with: the fact's own, and in an org fact between two people, each
+    party's (`fact_key` with an author)."""
+    fact_id, scope, subject, obj = (getattr(fact, name) for name in ("fact_id", "scope", "subject", "object"))
+    keys = [fact_key(tenant, fact_id, scope, subject, obj)]
+    if scope == "org" and subject != obj and subject.startswith("person:") and obj.startswith("person:"):
+        keys += [fact_key(tenant, fact_id, scope, subject, obj, author) for author in (subject, obj)]
+    return keys
 
 
 def own_owners(key: ContentKey) -> frozenset[str]:
     """Every owner of the key itself: for a group member, the group's owners and the member (`fact:<id>`)."""
     if key.group is None:
         return key.owners
-    return key.owners | {"fact:" + key.key_id.rsplit("/fact/", 1)[1]}
+    return key.owners | {"fact:" + key.key_id.split("/fact/", 1)[1].split("/", 1)[0]}
 
 
 def fact_groups(state: object, fact_id: str) -> dict[str, dict[str, frozenset[str]]]:
-    """For forgetting one fact: its group, with every other fact of that group and its owners (their keys are
-    stored on their own before the group's key is deleted)."""
+    """For forgetting one fact: each group one of its keys is in, with every other fact's key in that group and
+    its owners (their keys are stored on their own before the group's key is deleted)."""
     tenant = getattr(state, "tenant", "")
     facts = getattr(state, "facts", {})
     fact = facts.get(fact_id)
     if fact is None:
         return {}
-    group = fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object).group
-    assert group is not None
-    siblings: dict[str, frozenset[str]] = {}
+    splits: dict[str, dict[str, frozenset[str]]] = {key.group: {} for key in fact_keys(tenant, fact)
+                                                    if key.group is not None}
     for other in facts.values():
         if other.fact_id == fact_id:  # (a fact without a reason may have had one in a corroboration)
             continue
-        key = fact_key(tenant, other.fact_id, other.scope, other.subject, other.object)
-        if key.group == group:
-            siblings[key.key_id] = own_owners(key)
-    return {group: siblings}
+        for key in fact_keys(tenant, other):
+            siblings = splits.get(key.group)  # type: ignore[arg-type]
+            if siblings is not None:
+                siblings[key.key_id] = own_owners(key)
+    return splits
 
 
 def _session_owners(state: object, session_id: str, serving: str | None = None, parent: str | None = None
@@ -179,19 +219,26 @@ def content_key(state: object, event: DomainEvent) -> ContentKey | None:
     tenant = event.tenant
     if kind == _ENTITY:
         ref = event.ref  # type: ignore[attr-defined]
-        if not ref.startswith(("person:", "memory:")):
+        if ref.startswith(CLEAR_LABELS):
             return None
-        return ContentKey(f"{tenant}/entity/{ref}", frozenset((ref,)))
+        session_id = event.session_id  # type: ignore[attr-defined]
+        if session_id is None or ref.startswith(("person:", "memory:")):
+            return ContentKey(f"{tenant}/entity/{ref}", frozenset((ref,)))
+        # a thing named in a session (a ticket a consolidation found in the conversation): its label is that
+        # session's words, and goes with the session and the person it serves
+        return ContentKey(f"{tenant}/entity/{ref}", frozenset((ref,)) | _session_owners(state, session_id))
     if kind == _ASSERTED or kind == _FACT:
         if event.reason is None:  # type: ignore[attr-defined]
             return None
         fact_id = event.fact_id  # type: ignore[attr-defined]
+        author = author_of(state, event.provenance)  # type: ignore[attr-defined]
         if kind == _ASSERTED:
-            return fact_key(tenant, fact_id, event.scope, event.subject, event.object)  # type: ignore[attr-defined]
+            return fact_key(tenant, fact_id, event.scope, event.subject, event.object,  # type: ignore[attr-defined]
+                            author)
         fact = getattr(state, "facts", {}).get(fact_id)
         if fact is None:
             return fact_key(tenant, fact_id, "org", "", "")
-        return fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object)
+        return fact_key(tenant, fact_id, fact.scope, fact.subject, fact.object, author)
     session_id = event.session_id  # type: ignore[attr-defined]
     known = _SESSION_KEYS.get(tenant)  # (by tenant, then session: no key id to build for a cached key)
     cached = known.get(session_id) if known is not None else None
@@ -217,14 +264,28 @@ _SESSION_KEYS: dict[str, dict[str, tuple[weakref.ref[object], ContentKey]]] = {}
 _KEPT = 100_000
 
 
-def linked_memories(state: object, person: str) -> list[str]:
-    """The keys of the `memory:` entities a fact links to a person (by the fact's subject or object, or by its
-    `person:` scope): "forget me" erases them too. Found in the ontology when the person is forgotten (its
-    `memory_links`, kept as facts are asserted), so writing a fact records nothing for it."""
+def has_own_label_key(ref: str) -> bool:
+    """Whether an entity's label is sealed under a key of its own that a forgotten person may take along (see
+    `linked_entities`): every entity but people (their own key, erased with them) and `CLEAR_LABELS`."""
+    return not ref.startswith(("person:", *CLEAR_LABELS))
+
+
+def linked_entities(state: object, person: str) -> list[str]:
+    """The keys of the entities whose labels go with a person (found in the ontology's `entity_links`, kept as
+    facts are asserted, so writing a fact records nothing for it): every `memory:` entity a fact links to the
+    person, and every other entity linked to no person still remembered but them. A fact links the entities it
+    names to the people it names (subject, object, scope) and to the person served by its `session:` scope or
+    by the session it was drawn from."""
     if not person.startswith("person:"):
         return []
     tenant = getattr(state, "tenant", "")
-    return [f"{tenant}/entity/{ref}" for ref in sorted(getattr(state, "memory_links", {}).get(person, ()))]
+    people = getattr(state, "linked_people", {})
+    forgotten = getattr(state, "forgotten_people", {})
+    found = []
+    for ref in sorted(getattr(state, "entity_links", {}).get(person, ())):
+        if ref.startswith("memory:") or not any(p != person and p not in forgotten for p in people.get(ref, ())):
+            found.append(f"{tenant}/entity/{ref}")
+    return found
 
 
 def sessions_erased_with(state: object, subject: str) -> list[str]:
@@ -255,7 +316,7 @@ def sessions_erased_with(state: object, subject: str) -> list[str]:
 @dataclass(frozen=True)
 class ForgetPlan:
     """What forgetting a subject deletes besides the keys it owns, worked out from the ontology: the groups to
-    split (`fact_groups`), further keys (`linked_memories`) and further owners whose every key goes too
+    split (`fact_groups`), further keys (`linked_entities`) and further owners whose every key goes too
     (`sessions_erased_with`)."""
 
     splits: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
@@ -271,7 +332,7 @@ def state_snapshot_key(tenant: str) -> ContentKey:
 
 def forget_plan(state: object, subject: str) -> ForgetPlan:
     splits = fact_groups(state, subject.split(":", 1)[1]) if subject.startswith("fact:") else {}
-    return ForgetPlan(splits, tuple(linked_memories(state, subject)), tuple(sessions_erased_with(state, subject)))
+    return ForgetPlan(splits, tuple(linked_entities(state, subject)), tuple(sessions_erased_with(state, subject)))
 
 
 def check_subject(subject: str) -> str:

@@ -36,7 +36,7 @@ from domain.facts import (
     FactState,
     FactStatus,
 )
-from domain.forgetting import SubjectForgotten
+from domain.forgetting import SubjectForgotten, has_own_label_key
 from domain.recalls import FactsRecalled, RecallsCoalesced
 from domain.relations import BUILTIN_RELATIONS, RelationType, RelationTypeDefined, default_relation
 from domain.sessions import (
@@ -98,10 +98,13 @@ class Ontology:
     compactions: dict[str, CompactionState] = field(default_factory=dict)
     person_scopes: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
     """(subject, relation, object) -> the person scopes in which it is currently believed (for promotion)."""
-    memory_links: dict[str, set[str]] = field(default_factory=dict)
-    """`person:` ref -> the `memory:` refs a fact links to it (the fact's other end, with the person as its subject,
-    object or scope): what forgetting the person erases with it (domain/forgetting.py), found without a pass over
-    every fact."""
+    entity_links: dict[str, set[str]] = field(default_factory=dict)
+    """`person:` ref -> the entities with labels of their own (`has_own_label_key`) a fact links to it: the fact
+    names the person as its subject, object or scope, or was scoped to or drawn from a session serving them. What
+    forgetting the person may erase with it (`linked_entities` in domain/forgetting.py), found without a pass
+    over every fact."""
+    linked_people: dict[str, set[str]] = field(default_factory=dict)
+    """The other way round: entity ref -> the people facts link it to (is it linked to anyone but the forgotten?)."""
     forgotten_people: dict[str, str] = field(default_factory=dict)
     """`person:` refs forgotten and not registered anew since, with their forget receipt's id."""
     recall_count: int = 0
@@ -181,14 +184,27 @@ class Ontology:
         if self._journal is not None:
             self._journal.append((_LISTPOP, items, None, None))
 
-    def _link_memories(self, subject: str, obj: str, scope: str) -> None:
-        memories = [ref for ref in (subject, obj) if ref.startswith("memory:")]
-        for person in dict.fromkeys((subject, obj, scope)):
-            if person.startswith("person:"):
-                if person not in self.memory_links:
-                    self._set(self.memory_links, person, set())
-                for ref in memories:
-                    self._add(self.memory_links[person], ref)
+    def _link_entities(self, e: FactAsserted) -> None:
+        people = [ref for ref in (e.subject, e.object, e.scope) if ref.startswith("person:")]
+        for session_id in (e.scope[8:] if e.scope.startswith("session:") else None, e.provenance.session_id):
+            session = self.sessions.get(session_id) if session_id is not None else None
+            if session is not None:
+                served = self.person_served_by(session)
+                if served is not None and served.startswith("person:"):
+                    people.append(served)
+        if not people:
+            return
+        refs = [ref for ref in (e.subject, e.object) if has_own_label_key(ref)]
+        for person in dict.fromkeys(people):
+            if person not in self.entity_links:
+                self._set(self.entity_links, person, set())
+            for ref in refs:
+                self._add(self.entity_links[person], ref)
+        for ref in refs:
+            if ref not in self.linked_people:
+                self._set(self.linked_people, ref, set())
+            for person in people:
+                self._add(self.linked_people[ref], person)
 
     # ------------------------------------------------------------------ queries used by the rules
 
@@ -215,6 +231,21 @@ class Ontology:
         """Writes about a forgotten person are refused until the person is registered anew."""
         if ref is not None and ref in self.forgotten_people:
             raise SubjectWasForgotten(ref, self.forgotten_people[ref], field_name)
+
+    def person_served_by(self, session: SessionState) -> str | None:
+        """The person a session serves: its own `serving`, else (a worker) its main session's."""
+        if session.serving is None and session.parent_session_id in self.sessions:
+            return self.sessions[session.parent_session_id].serving
+        return session.serving
+
+    def require_session_not_forgotten(self, session_id: str | None, field_name: str) -> None:
+        """Writes into a session that served a forgotten person (its content was erased with them) are refused
+        like writes about the person: the session's key would be made anew, and what is written would read."""
+        if session_id is None or not self.forgotten_people:
+            return
+        session = self.sessions.get(session_id)
+        if session is not None:
+            self.require_not_forgotten(self.person_served_by(session), field_name)
 
     def require_session(self, session_id: str, field_name: str = "session_id") -> SessionState:
         session = self.sessions.get(session_id)
@@ -304,8 +335,8 @@ class Ontology:
                 self._set(self.functional_current, slot, e.fact_id)
         if holds_key and e.scope != "org":
             self._track_person_scope(fact, current=True)
-        if e.subject.startswith("memory:") or e.object.startswith("memory:"):
-            self._link_memories(e.subject, e.object, e.scope)
+        if has_own_label_key(e.subject) or has_own_label_key(e.object):
+            self._link_entities(e)
 
     @_applies
     def _(self, e: FactCorroborated) -> None:

@@ -52,7 +52,6 @@ from domain.sessions import (
     SessionEnded,
     SessionKind,
     SessionStarted,
-    SessionState,
     WorkerDispatched,
     WorkerReported,
     message_fingerprint,
@@ -92,16 +91,20 @@ def create_tenant(cmd: c.CreateTenant, state: Ontology, now: datetime) -> list[D
 
 @_decide.register
 def register_entity(cmd: c.RegisterEntity, state: Ontology, now: datetime) -> list[DomainEvent]:
+    if cmd.session_id is not None:
+        state.require_session(cmd.session_id)
+        state.require_session_not_forgotten(cmd.session_id, "session_id")
     existing = state.entities.get(cmd.ref)
     if existing is None:
         return [EntityRegistered(**_base(cmd, now), ref=cmd.ref, label=cmd.label, aliases=cmd.aliases,
-                                 hub=cmd.hub, needs_review=cmd.needs_review)]
+                                 hub=cmd.hub, needs_review=cmd.needs_review, session_id=cmd.session_id)]
     aliases = tuple(dict.fromkeys(existing.aliases + cmd.aliases + (
         (existing.label,) if existing.label != cmd.label else ())))
     aliases = tuple(a for a in aliases if a != cmd.label)
     if (cmd.label, cmd.hub) == (existing.label, existing.hub) and set(cmd.aliases) <= set(existing.aliases):
         return []  # registering the same entity again is idempotent
-    return [EntityUpdated(**_base(cmd, now), ref=cmd.ref, label=cmd.label, aliases=aliases, hub=cmd.hub)]
+    return [EntityUpdated(**_base(cmd, now), ref=cmd.ref, label=cmd.label, aliases=aliases, hub=cmd.hub,
+                          session_id=cmd.session_id)]
 
 
 @_decide.register
@@ -125,10 +128,13 @@ def _not_forgotten(state: Ontology, *refs: tuple[str | None, str]) -> None:
         state.require_not_forgotten(ref, field_name)
 
 
-def _session_serving(state: Ontology, session: SessionState) -> str | None:
-    if session.serving is None and session.parent_session_id in state.sessions:
-        return state.sessions[session.parent_session_id].serving
-    return session.serving
+def _not_from_forgotten_sessions(state: Ontology, scope: str, source: c.Source | None) -> None:
+    """A write scoped to, or drawn from, a session that served a forgotten person is refused: its words are that
+    person's (a consolidation, compaction or worker started before the forget and writing after it included)."""
+    if scope.startswith("session:"):
+        state.require_session_not_forgotten(scope.removeprefix("session:"), "scope")
+    if source is not None:
+        state.require_session_not_forgotten(source.session_id, "source.session_id")
 
 
 def _check_scope(state: Ontology, scope: str) -> None:
@@ -147,11 +153,12 @@ def assert_fact(cmd: c.AssertFact, state: Ontology, now: datetime) -> list[Domai
         state.require_entity(cmd.object, "object")
     if cmd.scope != "org":
         _check_scope(state, cmd.scope)
-    if state.forgotten_people:
-        _not_forgotten(state, (cmd.subject, "subject"), (cmd.object, "object"), (cmd.scope, "scope"))
     source = cmd.source
     if source is not None and source.session_id is not None:
         state.require_session(source.session_id, "source.session_id")
+    if state.forgotten_people:
+        _not_forgotten(state, (cmd.subject, "subject"), (cmd.object, "object"), (cmd.scope, "scope"))
+        _not_from_forgotten_sessions(state, cmd.scope, source)
     start = cmd.valid_from or cmd.occurred_at or now
     if cmd.valid_to is not None and cmd.valid_to <= start:
         said = "valid_from" if cmd.valid_from else "occurred_at, the default valid_from" if cmd.occurred_at else (
@@ -379,6 +386,7 @@ def keep_entity(cmd: c.KeepEntity, state: Ontology, now: datetime) -> list[Domai
 @_decide.register
 def start_consolidation(cmd: StartConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
     compaction = _compaction(state, cmd.compaction_id)
+    state.require_session_not_forgotten(compaction.session_id, "compaction_id")
     if compaction.status is ConsolidationStatus.COMPLETED:
         raise InvalidInput(f"compaction {cmd.compaction_id} is already consolidated", field="compaction_id")
     return [ConsolidationStarted(**_base(cmd, now), compaction_id=cmd.compaction_id,
@@ -389,6 +397,7 @@ def start_consolidation(cmd: StartConsolidation, state: Ontology, now: datetime)
 @_decide.register
 def complete_consolidation(cmd: CompleteConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
     compaction = _compaction(state, cmd.compaction_id)
+    state.require_session_not_forgotten(compaction.session_id, "compaction_id")
     if compaction.status is not ConsolidationStatus.RUNNING:
         raise InvalidInput(f"compaction {cmd.compaction_id} is {compaction.status.value}, not running",
                            field="compaction_id")
@@ -400,6 +409,7 @@ def complete_consolidation(cmd: CompleteConsolidation, state: Ontology, now: dat
 @_decide.register
 def fail_consolidation(cmd: FailConsolidation, state: Ontology, now: datetime) -> list[DomainEvent]:
     compaction = _compaction(state, cmd.compaction_id)
+    state.require_session_not_forgotten(compaction.session_id, "compaction_id")
     return [ConsolidationFailed(**_base(cmd, now), compaction_id=cmd.compaction_id,
                                 session_id=compaction.session_id, reason=cmd.reason,
                                 attempt=compaction.attempts)]
@@ -428,9 +438,18 @@ def _named_fact(state: Ontology, cmd: c.InvalidateFact | c.CorrectFact) -> tuple
     return latest, "subject"
 
 
+def _fact_not_forgotten(state: Ontology, fact: FactState, source: c.Source | None, named_by: str) -> None:
+    """An invalidation or correction carries a reason sealed with the fact's key: refused, like an assertion,
+    for a fact about a forgotten person or one of the sessions that served them."""
+    if state.forgotten_people:
+        _not_forgotten(state, (fact.subject, named_by), (fact.object, named_by), (fact.scope, named_by))
+        _not_from_forgotten_sessions(state, fact.scope, source)
+
+
 @_decide.register
 def invalidate_fact(cmd: c.InvalidateFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     fact, named_by = _named_fact(state, cmd)
+    _fact_not_forgotten(state, fact, cmd.source, named_by)
     if fact.status is FactStatus.INVALIDATED and cmd.valid_to is not None and timelines.ends_after(
             fact.valid_to, cmd.valid_to):
         # An earlier end for a fact already ended: a correction of its interval (transaction time keeps the old).
@@ -459,6 +478,7 @@ def invalidate_fact(cmd: c.InvalidateFact, state: Ontology, now: datetime) -> li
 @_decide.register
 def correct_fact(cmd: c.CorrectFact, state: Ontology, now: datetime) -> list[DomainEvent]:
     fact, named_by = _named_fact(state, cmd)
+    _fact_not_forgotten(state, fact, cmd.source, named_by)
     if fact.status is FactStatus.ARCHIVED:
         raise FactNotCurrent(fact.fact_id, fact.status.value, field=named_by,
                              hint="; an archived fact is restored before it is corrected")
@@ -544,6 +564,7 @@ def start_session(cmd: c.StartSession, state: Ontology, now: datetime) -> list[D
         state.require_not_forgotten(cmd.serving, "serving")
     if cmd.parent_session_id is not None:
         state.require_session(cmd.parent_session_id, "parent_session_id")
+        state.require_session_not_forgotten(cmd.parent_session_id, "parent_session_id")
     existing = state.sessions.get(cmd.session_id)
     if existing is not None:
         same = (existing.agent, existing.kind, existing.serving, existing.parent_session_id) == (
@@ -568,8 +589,7 @@ def _live_session(state: Ontology, session_id: str, field_name: str = "session_i
     session = state.require_session(session_id, field_name)
     if session.ended:
         raise SessionAlreadyEnded(session_id)
-    if state.forgotten_people:
-        state.require_not_forgotten(_session_serving(state, session), field_name)
+    state.require_session_not_forgotten(session_id, field_name)
     return session
 
 
@@ -627,9 +647,8 @@ def report_worker(cmd: c.ReportWorker, state: Ontology, now: datetime) -> list[D
 
 @_decide.register
 def compact_session(cmd: c.CompactSession, state: Ontology, now: datetime) -> list[DomainEvent]:
-    session = state.require_session(cmd.session_id)
-    if state.forgotten_people:
-        state.require_not_forgotten(_session_serving(state, session), "session_id")
+    state.require_session(cmd.session_id)
+    state.require_session_not_forgotten(cmd.session_id, "session_id")
     return [SessionCompacted(**_base(cmd, now), session_id=cmd.session_id,
                              through_message_id=cmd.through_message_id, summary=cmd.summary,
                              mentions=cmd.mentions, facts=cmd.facts, invalidations=cmd.invalidations,

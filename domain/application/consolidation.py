@@ -29,7 +29,7 @@ from domain.consolidation import (
     FailConsolidation,
     StartConsolidation,
 )
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, SubjectWasForgotten
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated
 from domain.ontology import Ontology
 from domain.resolution import NameIndex, Resolution, ResolvedBy, resolve
@@ -49,9 +49,20 @@ class ConsolidationReport:
 
 
 def pending_compactions(state: Ontology) -> list[CompactionState]:
-    """Compactions not yet consolidated: pending, or left running by a process that died."""
+    """Compactions not yet consolidated: pending, or left running by a process that died. Not those of sessions
+    that served a forgotten person: their content was erased with the person, and nothing drawn from it is
+    written any more."""
     return [k for k in state.compactions.values()
-            if k.status in (ConsolidationStatus.PENDING, ConsolidationStatus.RUNNING)]
+            if k.status in (ConsolidationStatus.PENDING, ConsolidationStatus.RUNNING)
+            and not _erased(state, k.session_id)]
+
+
+def _erased(state: Ontology, session_id: str) -> bool:
+    try:
+        state.require_session_not_forgotten(session_id, "session_id")
+    except SubjectWasForgotten:
+        return True
+    return False
 
 
 def _default_scope(session: SessionState) -> str:
@@ -78,7 +89,7 @@ def plan_consolidation(state: Ontology, compaction: CompactionState, extraction:
         if resolution.by in (ResolvedBy.NEW, ResolvedBy.AMBIGUOUS) and mention.ref not in state.entities:
             commands.append(c.RegisterEntity(**base, event_id=f"{compaction.compaction_id}/entity/{i}",
                                              ref=mention.ref, label=mention.label,
-                                             needs_review=resolution.needs_review))
+                                             needs_review=resolution.needs_review, session_id=session.session_id))
             names.add(mention.ref, [mention.label])
     default_scope = _default_scope(session)
     actor = f"consolidation:{extractor}"
@@ -211,7 +222,13 @@ class ConsolidationWorker:
         with self._lock:
             with self.service.reading(tenant) as state:
                 pending = [k.compaction_id for k in pending_compactions(state)]
-            return [consolidate(self.service, tenant, compaction_id, self.extractor) for compaction_id in pending]
+            reports = []
+            for compaction_id in pending:
+                try:
+                    reports.append(consolidate(self.service, tenant, compaction_id, self.extractor))
+                except SubjectWasForgotten as error:  # its person was forgotten meanwhile: refused, and done
+                    log.info("consolidation %s not written: %s", compaction_id, error)
+            return reports
 
     def retry(self, tenant: str, compaction_id: str) -> ConsolidationReport:
         with self._lock:

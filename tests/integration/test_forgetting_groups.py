@@ -89,8 +89,10 @@ def _check_program(backend: str, program: list[tuple]) -> None:
             elif isinstance(event, EntityRegistered) and event.ref.startswith(("person:", "memory:")):
                 def owners_at(at: int, ref: str = event.ref) -> set[str]:
                     # a memory is also erased with a person a fact linked it to before that person was forgotten
+                    # (a fact scoped to session s0 links it to person:p0, whom the session serves)
                     linked = {o for p, f in links if p < at and ref in (f.subject, f.object)
-                              for o in (f.subject, f.object, f.scope) if o.startswith("person:")}
+                              for o in (f.subject, f.object, "person:p0" if f.scope == "session:s0" else f.scope)
+                              if o.startswith("person:")}
                     return {ref} | (linked if ref.startswith("memory:") else set())
 
                 gone = any(at > x.position and subject in owners_at(at) for at, subject in forgets)

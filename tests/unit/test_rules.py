@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from domain import commands as c
 from domain.errors import DomainError, UnknownEntity, UnknownTenant
 from domain.events import DomainEvent
-from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactStatus
-from domain.forgetting import linked_memories
+from domain.facts import FactAsserted, FactCorroborated, FactInvalidated, FactState, FactStatus
+from domain.forgetting import linked_entities
 from domain.ontology import Ontology
 from domain.rules import decide
 
@@ -146,16 +146,27 @@ REFS = ["person:li", "person:wang", "memory:tea", "memory:fair", "thing:cup"]
 @given_facts(st.lists(st.tuples(st.sampled_from(REFS), st.sampled_from(REFS),
                                 st.sampled_from(["org", "person:li", "person:wang", "session:s1"]),
                                 st.sampled_from(["knows", "prefers", "mentions"])), max_size=25))
-def test_the_memories_a_person_takes_along_are_those_a_scan_of_every_fact_finds(facts) -> None:
-    """`linked_memories` reads the ontology's `memory_links`, kept as facts are asserted, instead of a pass over
-    every fact (a forget held the write lock for it: seconds at 1M facts read from a snapshot)."""
+def test_the_entities_a_person_takes_along_are_those_a_scan_of_every_fact_finds(facts) -> None:
+    """`linked_entities` reads the ontology's `entity_links` and `linked_people`, kept as facts are asserted,
+    instead of a pass over every fact (a forget held the write lock for it: seconds at 1M facts read from a
+    snapshot). The reference: every memory a fact links to the person, and every other entity with a label of
+    its own that facts link to them and to no one else (a fact scoped to session s1 links to person:wang, whom
+    it serves)."""
     state = given(*people(*REFS), c.StartSession(tenant=T, session_id="s1", agent="person:li", serving="person:wang"))
     for subject, obj, scope, relation in facts:
         if subject != obj:
             when(state, c.AssertFact(tenant=T, subject=subject, relation=relation, object=obj, scope=scope,
                                      reason="r"))
+
+    def linked(fact: FactState) -> set[str]:
+        ends = {fact.subject, fact.object, "person:wang" if fact.scope == "session:s1" else fact.scope}
+        return {ref for ref in ends if ref.startswith("person:")}
+
     for person in ("person:li", "person:wang", "memory:tea"):
         scanned = sorted({f"{T}/entity/{ref}" for fact in state.facts.values() for ref in (fact.subject, fact.object)
-                          if person.startswith("person:") and ref.startswith("memory:")
-                          and person in (fact.subject, fact.object, fact.scope)})
-        assert linked_memories(state, person) == scanned
+                          if person.startswith("person:") and not ref.startswith("person:")
+                          and person in linked(fact)
+                          and (ref.startswith("memory:") or all(linked(other) <= {person}
+                                                                for other in state.facts.values()
+                                                                if ref in (other.subject, other.object)))})
+        assert linked_entities(state, person) == scanned

@@ -1,0 +1,255 @@
+"""What `forget person:Z` erases, and what it keeps, as one rule (docs/forgetting.md): nothing more is written into
+Z's erased sessions (late consolidations included); in an org fact between two people each party's own words are
+sealed for that party; labels of things created in Z's sessions or linked only to Z go with Z. On SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from domain import commands as c
+from domain.application.consolidation import consolidate
+from domain.application.ontology_service import OntologyService
+from domain.consolidation import CompactionInput, Extraction, ExtractedFact, ExtractedMention
+from domain.errors import SubjectWasForgotten
+from domain.forgetting import FORGOTTEN, SubjectForgotten
+from infra.bootstrap import Noumena
+from infra.mapper import stream_id
+from tests.conftest import TickingClock
+
+T = "acme"
+STORES = ["sqlite", "postgres"]
+
+
+def _people(service: OntologyService) -> None:
+    run = service.execute
+    run(c.CreateTenant(tenant=T))
+    for ref, label in (("person:y", "Y"), ("person:z", "Zed MARKER-Z-NAME"), ("agent:a", "agent A"),
+                       ("file:doc", "a doc")):
+        run(c.RegisterEntity(tenant=T, ref=ref, label=label))
+    run(c.StartSession(tenant=T, session_id="s-z", agent="agent:a", serving="person:z"))
+    run(c.DispatchWorker(tenant=T, session_id="s-z", worker_session_id="w-z", task="look it up"))
+    run(c.StartSession(tenant=T, session_id="s-y", agent="agent:a", serving="person:y"))
+
+
+def _fresh(noumena: Noumena) -> OntologyService:
+    """The log read back by a new service: what any process would fold, not a cache."""
+    return OntologyService(noumena.log, clock=TickingClock())
+
+
+# ---------------------------------------------------------------- nothing is written into Z's sessions any more
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_after_forgetting_a_person_every_write_into_their_sessions_is_refused(make_noumena, store):
+    noumena = make_noumena(store)
+    service = noumena.service
+    _people(service)
+    noumena.application.forget(T, "person:z")
+    late = {
+        "scope": c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
+                              reason="MARKER-Z-LATE-SCOPED", scope="session:s-z"),
+        "scope ": c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
+                               reason="MARKER-Z-LATE-WORKER-SCOPED", scope="session:w-z"),
+        "source.session_id": c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
+                                          reason="MARKER-Z-LATE-DRAWN", scope="org",
+                                          source=c.Source(session_id="s-z", message_ids=("m1",))),
+        "session_id": c.AppendMessage(tenant=T, session_id="w-z", message_id="m9", role="user",
+                                      content="MARKER-Z-LATE-MESSAGE"),
+        "parent_session_id": c.StartSession(tenant=T, session_id="w-late", agent="agent:a", kind="worker",
+                                            parent_session_id="s-z", task="MARKER-Z-LATE-TASK"),
+    }
+    for field, command in late.items():
+        with pytest.raises(SubjectWasForgotten) as refused:
+            service.execute(command)
+        assert refused.value.field == field.strip() and refused.value.ref == "person:z"
+    # the same writes into Y's sessions pass: the rule is about the forgotten person's sessions only
+    service.execute(c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
+                                 reason="KEEP-Y-SCOPED", scope="session:s-y"))
+    reasons = {f.reason for f in _fresh(noumena).ontology(T).facts.values()}
+    assert reasons == {"KEEP-Y-SCOPED"}
+    # registered anew, the person (and the sessions that served them) are open again, with new keys
+    service.execute(c.RegisterEntity(tenant=T, ref="person:z", label="Zed again"))
+    service.execute(c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
+                                 reason="NEW-Z-SCOPED", scope="session:s-z"))
+    assert "NEW-Z-SCOPED" in {f.reason for f in _fresh(noumena).ontology(T).facts.values()}
+
+
+class _HeldExtractor:
+    """A real extractor's shape (domain.consolidation.Extractor) that waits, mid-extraction, until the test lets
+    it go: the forget happens while it runs."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        self.started, self.go = threading.Event(), threading.Event()
+
+    def extract(self, work: CompactionInput) -> Extraction:
+        self.started.set()
+        assert self.go.wait(30)
+        return Extraction(
+            mentions=[ExtractedMention(ref="ticket:z-1", label="MARKER-Z-TICKET damaged goods")],
+            facts=[ExtractedFact(subject="agent:a", relation="handles", object="ticket:z-1",
+                                 reason="MARKER-Z-CONSOLIDATED said in the call", scope="org")],
+            explicit=True)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_consolidation_started_before_the_forget_writes_nothing_after_it(make_noumena, store):
+    noumena = make_noumena(store)
+    service = noumena.service
+    _people(service)
+    service.execute(c.AppendMessage(tenant=T, session_id="s-z", message_id="m1", role="user",
+                                    content="MARKER-Z-MESSAGE my parcel arrived broken"))
+    service.execute(c.CompactSession(tenant=T, session_id="s-z", through_message_id="m1", summary="a call"))
+    (compaction,) = service.ontology(T).compactions
+    extractor = _HeldExtractor()
+    outcome: list[BaseException | object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(consolidate(service, T, compaction, extractor))
+        except BaseException as error:  # noqa: BLE001 (handed to the test's thread)
+            outcome.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert extractor.started.wait(30)
+    noumena.application.forget(T, "person:z")
+    extractor.go.set()
+    thread.join(30)
+    assert isinstance(outcome[0], SubjectWasForgotten) and outcome[0].field == "compaction_id"
+    events = [x.event for x in noumena.log.read(0, 10_000)]
+    assert isinstance(events[-1], SubjectForgotten), events[-1]  # nothing was written after the forget
+    state = _fresh(noumena).ontology(T)
+    assert "ticket:z-1" not in state.entities and not state.facts
+    assert noumena.consolidation.run_pending(T) == []  # and the erased compaction is no longer pending
+
+
+# ---------------------------------------------------------------- each party's own words in an org fact
+
+
+def _knows(noumena: Noumena) -> str:
+    """`person:y knows person:z`, an org fact: asserted from Y's session in Y's words, corroborated from Z's in
+    Z's, invalidated by an agent quoting no one."""
+    run = noumena.service.execute
+    run(c.AssertFact(tenant=T, subject="person:y", relation="knows", object="person:z", scope="org",
+                     reason="KEEP-Y-WORDS we met at the fair", source=c.Source(session_id="s-y")))
+    run(c.AssertFact(tenant=T, subject="person:y", relation="knows", object="person:z", scope="org",
+                     reason="MARKER-Z-WORDS Y is my neighbour", source=c.Source(session_id="w-z")))
+    run(c.AssertFact(tenant=T, subject="person:z", relation="trusts", object="person:y", scope="org",
+                     reason="MARKER-Z-ACTOR-WORDS", source=c.Source(actor="person:z")))
+    run(c.AssertFact(tenant=T, subject="person:y", relation="met", object="person:z", scope="org",
+                     reason="MARKER-UNATTRIBUTED-WORDS"))
+    (fact,) = [f.fact_id for f in noumena.service.ontology(T).facts.values() if f.relation == "knows"
+               and f.subject == "person:y"]
+    return fact
+
+
+def _reasons(noumena: Noumena) -> dict[str, str]:
+    """Every reason in the log, by its marker's first word, as a fresh fold reads it."""
+    found = {}
+    for x in noumena.log.read(0, 10_000):
+        reason = getattr(x.event, "reason", None)
+        if isinstance(reason, str) and x.event.event_id is None:
+            found[getattr(x.event, "fact_id")] = found.get(getattr(x.event, "fact_id"), ()) + (reason,)
+    return found
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_forgetting_one_party_of_an_org_fact_keeps_the_other_partys_own_words(make_noumena, store):
+    noumena = make_noumena(store)
+    _people(noumena.service)
+    _knows(noumena)
+    texts = lambda: [r for reasons in _reasons(noumena).values() for r in reasons]  # noqa: E731
+    assert {"KEEP-Y-WORDS we met at the fair", "MARKER-Z-WORDS Y is my neighbour"} <= set(texts())
+    noumena.application.forget(T, "person:z")
+    after = texts()
+    assert "KEEP-Y-WORDS we met at the fair" in after  # Y's own words about knowing Z stay
+    assert not [r for r in after if "MARKER" in r], after  # Z's go, and words no one can be named for go too
+    assert after.count(FORGOTTEN) == 3
+    state = _fresh(noumena).ontology(T)
+    assert state.entities["person:z"].label == FORGOTTEN and state.entities["person:y"].label == "Y"
+    # forgetting Y as well erases Y's words
+    noumena.application.forget(T, "person:y")
+    assert set(texts()) == {FORGOTTEN}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_forgetting_the_author_or_the_fact_erases_the_authors_words(make_noumena, store):
+    noumena = make_noumena(store)
+    _people(noumena.service)
+    fact = _knows(noumena)
+    noumena.application.forget(T, "person:y")
+    reasons = _reasons(noumena)[fact]
+    assert reasons == (FORGOTTEN, "MARKER-Z-WORDS Y is my neighbour")  # Y's go with Y, Z's stay
+    again = make_noumena(store, home=noumena.settings.home.parent / "again")
+    _people(again.service)
+    fact = _knows(again)
+    again.application.forget(T, f"fact:{fact}")  # forgetting the fact erases every party's words in it
+    assert _reasons(again)[fact] == (FORGOTTEN, FORGOTTEN)
+    others = [r for f, rs in _reasons(again).items() if f != fact for r in rs]
+    assert "MARKER-Z-ACTOR-WORDS" in others and "MARKER-UNATTRIBUTED-WORDS" in others
+
+
+# ---------------------------------------------------------------- labels that are the forgotten person's words
+
+
+class _TicketExtractor:
+    """An extractor's shape (domain.consolidation.Extractor): finds a ticket in the conversation."""
+
+    name = "tickets"
+
+    def extract(self, work: CompactionInput) -> Extraction:
+        return Extraction(
+            mentions=[ExtractedMention(ref="ticket:z-1", label="Zed: MARKER-Z-TICKET damaged goods, private "
+                                                                "address change")],
+            facts=[ExtractedFact(subject="agent:a", relation="handles", object="ticket:z-1", reason="from the call",
+                                 scope="org")])
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_labels_of_things_created_in_a_persons_sessions_or_linked_only_to_them_go_with_them(make_noumena, store):
+    noumena = make_noumena(store)
+    service = noumena.service
+    run = service.execute
+    _people(service)
+    run(c.AppendMessage(tenant=T, session_id="s-z", message_id="m1", role="user", content="my parcel is broken"))
+    run(c.CompactSession(tenant=T, session_id="s-z", through_message_id="m1", summary="a call"))
+    (compaction,) = service.ontology(T).compactions
+    consolidate(service, T, compaction, _TicketExtractor())
+    for ref, label in (("ticket:z-2", "MARKER-Z-SECOND-TICKET refund"), ("ticket:shared", "KEEP-SHARED-TICKET"),
+                       ("file:z-notes", "MARKER-Z-NOTES"), ("ticket:nobodys", "KEEP-NOBODYS-TICKET")):
+        run(c.RegisterEntity(tenant=T, ref=ref, label=label, aliases=(label + " alias",)))
+    run(c.AssertFact(tenant=T, subject="person:z", relation="opened", object="ticket:z-2", scope="org"))
+    run(c.AssertFact(tenant=T, subject="agent:a", relation="wrote", object="file:z-notes", scope="org",
+                     source=c.Source(session_id="w-z")))  # linked to Z by the session it was drawn from
+    run(c.AssertFact(tenant=T, subject="person:z", relation="opened", object="ticket:shared", scope="org"))
+    run(c.AssertFact(tenant=T, subject="agent:a", relation="handles", object="ticket:shared", scope="person:y"))
+    state = service.ontology(T)
+    assert state.entities["ticket:z-1"].label.startswith("Zed: MARKER-Z-TICKET")
+    noumena.application.forget(T, "person:z")
+    entities = _fresh(noumena).ontology(T).entities
+    for ref in ("ticket:z-1", "ticket:z-2", "file:z-notes"):
+        assert (entities[ref].label, entities[ref].aliases) == (FORGOTTEN, ()), ref
+    assert entities["ticket:shared"].label == "KEEP-SHARED-TICKET"  # linked to Y too: Y still knows it by name
+    assert entities["ticket:nobodys"].label == "KEEP-NOBODYS-TICKET"
+    assert entities["agent:a"].label == "agent A" and entities["file:doc"].label == "a doc"
+    stored = b"".join(x.state for x in noumena.log.recorder.select_events(stream_id(T)))  # type: ignore[attr-defined]
+    assert b"MARKER" not in stored and b"KEEP-SHARED-TICKET" not in stored  # every such label is sealed
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_forgetting_a_session_erases_the_labels_of_what_was_named_in_it(make_noumena, store):
+    noumena = make_noumena(store)
+    service = noumena.service
+    _people(service)
+    service.execute(c.RegisterEntity(tenant=T, ref="ticket:w-1", label="MARKER-W-TICKET", session_id="w-z"))
+    service.execute(c.RegisterEntity(tenant=T, ref="person:named", label="KEEP-A-PERSON-NAMED", session_id="w-z"))
+    noumena.application.forget(T, "session:s-z")  # takes its worker w-z along
+    entities = _fresh(noumena).ontology(T).entities
+    assert entities["ticket:w-1"].label == FORGOTTEN
+    assert entities["person:named"].label == "KEEP-A-PERSON-NAMED"  # a person's name is theirs, never a session's
+    assert entities["person:z"].label == "Zed MARKER-Z-NAME"
