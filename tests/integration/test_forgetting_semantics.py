@@ -12,8 +12,9 @@ import pytest
 from domain import commands as c
 from domain.application.consolidation import consolidate
 from domain.application.ontology_service import OntologyService
-from domain.consolidation import CompactionInput, Extraction, ExtractedFact, ExtractedMention
+from domain.consolidation import CompactionInput, ExtractedFact, ExtractedMention, Extraction
 from domain.errors import SubjectWasForgotten
+from domain.facts import FactAsserted, FactCorroborated
 from domain.forgetting import FORGOTTEN, SubjectForgotten
 from infra.bootstrap import Noumena
 from infra.mapper import stream_id
@@ -148,13 +149,13 @@ def _knows(noumena: Noumena) -> str:
     return fact
 
 
-def _reasons(noumena: Noumena) -> dict[str, str]:
-    """Every reason in the log, by its marker's first word, as a fresh fold reads it."""
-    found = {}
+def _reasons(noumena: Noumena) -> dict[str, tuple[str, ...]]:
+    """Every fact's reasons in the log (its assertion's, then its corroborations'), as they read now."""
+    found: dict[str, tuple[str, ...]] = {}
     for x in noumena.log.read(0, 10_000):
-        reason = getattr(x.event, "reason", None)
-        if isinstance(reason, str) and x.event.event_id is None:
-            found[getattr(x.event, "fact_id")] = found.get(getattr(x.event, "fact_id"), ()) + (reason,)
+        event = x.event
+        if isinstance(event, FactAsserted | FactCorroborated) and event.reason is not None:
+            found[event.fact_id] = found.get(event.fact_id, ()) + (event.reason,)
     return found
 
 

@@ -210,18 +210,18 @@ def test_the_tag_of_a_v3_record_covers_the_json_in_the_clear_too() -> None:
 
 @pytest.mark.parametrize("encrypt", [True, False])
 def test_a_text_that_looks_like_a_v1_field_reads_as_written(tmp_path: Path, encrypt: bool) -> None:
-    """A text of a field that is not sealed (a `file:` entity's label; anything when nothing is sealed) may start
+    """A text of a field that is not sealed (an `agent:` entity's label; anything when nothing is sealed) may start
     with v1's marker: it reads back as written and never breaks reading the log."""
     texts = ["sealed:v1:oops", "sealed:v1:a:b:c", f"sealed:v1:{'A' * 16}:{'B' * 25}:t/x",  # (not base64)
              f"sealed:v1:{'A' * 16}:{'B' * 24}:no/such/key"]
     app = bootstrap(Settings(home=tmp_path, event_store="sqlite", encrypt_content=encrypt))
     app.service.execute(c.CreateTenant(tenant="t"))
     for i, text in enumerate(texts):
-        app.service.execute(c.RegisterEntity(tenant="t", ref=f"file:f{i}", label=text))
+        app.service.execute(c.RegisterEntity(tenant="t", ref=f"agent:f{i}", label=text))
     app.close()
     app = bootstrap(Settings(home=tmp_path, event_store="sqlite", encrypt_content=encrypt))
     entities = app.service.ontology("t").entities
-    labels = [entities[f"file:f{i}"].label for i in range(len(texts))]
+    labels = [entities[f"agent:f{i}"].label for i in range(len(texts))]
     app.close()
     assert labels[:3] == texts[:3]
     # the limit: a text shaped exactly like a v1 field is taken for one, whose key does not exist
