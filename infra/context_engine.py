@@ -35,6 +35,14 @@ class EngineContexts:
 
         self._build = build
         self._contexts: Contexts | None = None
+        perspectives.on_forgotten.append(self._drop_replaced)
+
+    def _drop_replaced(self) -> None:
+        """After a forget: a context service built on a replaced perspective engine holds folded state and names
+        read before it; drop it now rather than on the next request."""
+        contexts = self._contexts
+        if contexts is not None and contexts.perspectives is not self._perspectives.engine:
+            self._contexts = None
 
     @property
     def contexts(self) -> Contexts:

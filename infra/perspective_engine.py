@@ -41,6 +41,8 @@ class EnginePerspectives:
         the log)."""
         self.lock = threading.Lock()
         """Held while an index is walked; the context engine walks the same indexes under it."""
+        self.on_forgotten: list[Callable[[], None]] = []
+        """Called after `forgotten`: the context and search engines drop what they built on a replaced engine."""
 
     @property
     def engine(self) -> Perspectives:
@@ -69,8 +71,10 @@ class EnginePerspectives:
             fresh = self._load()
             with self.lock:
                 self._engine = fresh
-            return
-        self._reload(self._engine, tenants)
+        else:
+            self._reload(self._engine, tenants)
+        for drop in self.on_forgotten:
+            drop()
 
     def reproduce(self, served: Perspective) -> Perspective:
         return self.engine.reproduce(served)

@@ -28,6 +28,15 @@ class EngineSearches:
         self._clock = clock
         self._embedder = embedder
         self._searches: Searches | None = None
+        perspectives.on_forgotten.append(self._drop_replaced)
+
+    def _drop_replaced(self) -> None:
+        """After a forget: a search service built on a replaced perspective engine holds indexes and words read
+        before it; drop it now (keeping its embedder, which holds no text) rather than on the next search."""
+        searches = self._searches
+        if searches is not None and searches.perspectives is not self._perspectives.engine:
+            self._embedder = lambda embedder=searches.embedder: embedder  # type: ignore[misc]
+            self._searches = None
 
     @property
     def searches(self) -> Searches:

@@ -33,6 +33,7 @@ from domain.context import (
     recalled_lines,
     select_constraints,
 )
+from domain.context.tokens import forget_cached as forget_cached_lines
 from domain.entities import EntitiesMerged, EntityRegistered, EntityUpdated
 from domain.errors import InvalidInput, UnknownContext
 from domain.facts import FactAsserted
@@ -87,6 +88,21 @@ class Contexts:
         self.folder = folder or TrimmingFolder()
         self._tenants: dict[str, _TenantIndexes] = {}
         self._trees: dict[tuple[str, str], tuple[Ontology, SummaryTree]] = {}
+        perspectives.followers.append(self)
+
+    # ------------------------------------------------------------------------------------------ following
+
+    def applied(self, pindex: object, position: int, topic: str, data: dict[str, Any]) -> None:
+        """The perspective service applied a record: nothing to do (the indexes here catch up on use)."""
+
+    def refolded(self, tenant: str) -> None:
+        """The perspective service folded `tenant` again (after a forget): drop the names, summary trees and the
+        folded state held for it (they hold labels and summaries read before the forget), and the token counts
+        cached by line (the lines of served contexts)."""
+        self._tenants.pop(tenant, None)
+        for key in [key for key in self._trees if key[0] == tenant]:
+            del self._trees[key]
+        forget_cached_lines()
 
     # ------------------------------------------------------------------------------------------ indexes
 

@@ -26,6 +26,11 @@ class Analyzer:
     """Turns text into terms (strings). One per index; the stemmer keeps a cache of its own."""
 
     def __init__(self) -> None:
+        self.forget_cached()
+
+    def forget_cached(self) -> None:
+        """Drop the words seen so far (the stemmer's cache and ours hold every word of every text and query
+        analyzed): after a forget, they may be the forgotten person's."""
         self._stemmer = Stemmer.Stemmer("english")
         self._stem = lru_cache(maxsize=200_000)(self._stemmer.stemWord)
 

@@ -88,8 +88,10 @@ class Searches:
 
     def refolded(self, tenant: str) -> None:
         """The perspective service folded `tenant` again (after a forget): drop what this index derived from
-        content; it is built again from the log (which now reads `[forgotten]`) on next use."""
+        content; it is built again from the log (which now reads `[forgotten]`) on next use. The analyzer's word
+        caches go too (they are shared by the tenants: the others' words come back as they are used)."""
         self._indexes.pop(tenant, None)
+        self.analyzer.forget_cached()
 
     def index(self, tenant: str) -> tuple[PerspectiveIndex, SearchIndex]:
         """The tenant's perspective and search indexes, caught up with the log."""

@@ -18,6 +18,11 @@ def _wide(text: str) -> int:
     return 0 if text.isascii() else sum(1 for char in text if ord(char) >= 0x2E80 and is_wide(char))
 
 
+def forget_cached() -> None:
+    """Drop the cached lines (they are the text of served contexts: after a forget, perhaps the forgotten's)."""
+    _wide.cache_clear()
+
+
 def line_tokens(text: str) -> int:
     """`estimate_tokens` of one line and its newline."""
     wide = _wide(text)
