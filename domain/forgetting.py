@@ -5,12 +5,19 @@ sealed in the log with data keys kept outside it. Each key has owners — the su
 erase it. Forgetting a subject deletes every key it owns, so every copy of that content in the log becomes
 unreadable, and replays show `[forgotten]` with the structure (ids, refs, relations, times) intact.
 
-Who owns which content (`content_key`):
+Who owns which content (`content_key`); docs/forgetting.md states it as one rule ("a text goes with the person
+whose words it is, or whose words it is about when no one else can be named for it"):
 
 - label and aliases of `person:` and `memory:` entities: the entity's key, owned by the entity; a memory's
-  key is also deleted when a person a fact links it to is forgotten (`linked_memories`);
+  key is also deleted when a person a fact links it to is forgotten (`linked_entities`);
+- label and aliases of any other entity but agents and sessions (`CLEAR_LABELS`): the entity's key, owned by the
+  entity and, when it was named in a session (`session_id`: a consolidation's), by that session, its main
+  session and the person it serves; forgetting a person also deletes the keys of the entities linked to them and
+  to no other person still remembered (`linked_entities`);
 - a fact's reason (assert, corroborate, invalidate, correct): the fact's key, owned by the fact, by its `person:` or
-  `session:` scope, and, for an org-scoped fact, by a `person:` subject or object. A fact's key is not
+  `session:` scope, and, for an org-scoped fact, by its `person:` subject or object; in an org fact between two
+  people, a reason whose author (`author_of`: the person its source session serves, or a `person:` actor) is one
+  of them is owned by that person alone, so forgetting the other leaves it. A fact's key is not
   stored on its own: it is derived from the key of its *group* (the facts with the same owners besides
   themselves, e.g. every fact scoped to `person:li`; org facts that name no person are spread over
   `ORG_GROUPS` groups by id). Forgetting an owner of the group deletes the group's key; forgetting one fact
@@ -20,10 +27,11 @@ Who owns which content (`content_key`):
   owned by the session, its main session (for workers) and the person it serves.
 
 So "forget me" (a person) erases their name, their episodic facts' reasons, the reasons of org facts about
-them, and every session that served them: its messages, tasks, reports and summaries, its workers', and the
+them (but not the other party's own words), the labels of what their sessions named or what is linked to them
+alone, and every session that served them: its messages, tasks, reports and summaries, its workers', and the
 reasons of facts scoped to any of those sessions (`sessions_erased_with`: the forget deletes the keys those
-sessions own as well). Forgetting a session erases its workers' the same way. In other people's facts that
-mention them only their name is blanked: the other person's own words (the fact's reason) stay, and nothing else breaks.
+sessions own as well). Forgetting a session erases its workers' the same way. Nothing more is written into a
+forgotten person's sessions (domain/rules.py). Other people's words stay, and nothing else breaks.
 """
 
 from __future__ import annotations

@@ -6,16 +6,22 @@ PostgreSQL."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from domain import commands as c
 from domain.application.consolidation import consolidate
 from domain.application.ontology_service import OntologyService
 from domain.consolidation import CompactionInput, ExtractedFact, ExtractedMention, Extraction
+from domain.entities import EntityRegistered
 from domain.errors import SubjectWasForgotten
 from domain.facts import FactAsserted, FactCorroborated
-from domain.forgetting import FORGOTTEN, SubjectForgotten
+from domain.forgetting import FORGOTTEN, SubjectForgotten, fact_key
+from domain.ports import Pending
+from domain.values import Provenance
+from infra import event_json
 from infra.bootstrap import Noumena
 from infra.mapper import stream_id
 from tests.conftest import TickingClock
@@ -254,3 +260,35 @@ def test_forgetting_a_session_erases_the_labels_of_what_was_named_in_it(make_nou
     assert entities["ticket:w-1"].label == FORGOTTEN
     assert entities["person:named"].label == "KEEP-A-PERSON-NAMED"  # a person's name is theirs, never a session's
     assert entities["person:z"].label == "Zed MARKER-Z-NAME"
+
+
+# ---------------------------------------------------------------- logs written before these rules
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_log_written_before_these_rules_reads_and_forgets_as_it_was_written(make_noumena, store):
+    """Events stored by earlier versions: an entity registration without `session_id` whose ticket label is in
+    the clear, and Y's reason in `person:y knows person:z` sealed under the key both people owned. They read as
+    written; a forget of Z erases that reason (its key was Z's too) and cannot reach the label (it was never
+    sealed); what is written from now on follows the new rules beside them."""
+    noumena = make_noumena(store)
+    _people(noumena.service)
+    version = noumena.service.ontology(T).version
+    old_ticket = EntityRegistered(tenant=T, recorded_at=datetime(2026, 9, 1, tzinfo=UTC), ref="ticket:old",
+                                  label="OLD-CLEAR-TICKET")
+    noumena.log.recorder.insert_events([StoredEvent(  # type: ignore[attr-defined]
+        originator_id=stream_id(T), originator_version=version + 1, topic=event_json.topic_of(old_ticket),
+        state=event_json.encode(old_ticket, without={"session_id"}))])  # (the shape of an earlier version)
+    fact_id = "0" * 32
+    old_fact = FactAsserted(tenant=T, recorded_at=datetime(2026, 9, 1, tzinfo=UTC), fact_id=fact_id,
+                            subject="person:y", relation="knows", object="person:z", scope="org",
+                            reason="OLD-Y-WORDS", confidence=0.7, provenance=Provenance(session_id="s-y"))
+    noumena.log.append([Pending(T, version + 2, old_fact, fact_key(T, fact_id, "org", "person:y", "person:z"))])
+    noumena.service.reload(T)
+    state = _fresh(noumena).ontology(T)
+    assert state.entities["ticket:old"].label == "OLD-CLEAR-TICKET" and state.facts[fact_id].reason == "OLD-Y-WORDS"
+    noumena.service.execute(c.AssertFact(tenant=T, subject="person:y", relation="knows", object="person:z",
+                                         scope="org", reason="NEW-Y-WORDS", source=c.Source(session_id="s-y")))
+    noumena.application.forget(T, "person:z")
+    assert _reasons(noumena)[fact_id] == (FORGOTTEN, "NEW-Y-WORDS")  # the old rule for the old event, the new
+    assert _fresh(noumena).ontology(T).entities["ticket:old"].label == "OLD-CLEAR-TICKET"  # for the new one
