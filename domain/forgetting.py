@@ -272,10 +272,13 @@ _SESSION_KEYS: dict[str, dict[str, tuple[weakref.ref[object], ContentKey]]] = {}
 _KEPT = 100_000
 
 
+_NOT_TAKEN_ALONG = ("person:", *CLEAR_LABELS)
+
+
 def has_own_label_key(ref: str) -> bool:
     """Whether an entity's label is sealed under a key of its own that a forgotten person may take along (see
     `linked_entities`): every entity but people (their own key, erased with them) and `CLEAR_LABELS`."""
-    return not ref.startswith(("person:", *CLEAR_LABELS))
+    return not ref.startswith(_NOT_TAKEN_ALONG)
 
 
 def linked_entities(state: object, person: str) -> list[str]:

@@ -184,27 +184,55 @@ class Ontology:
         if self._journal is not None:
             self._journal.append((_LISTPOP, items, None, None))
 
-    def _link_entities(self, e: FactAsserted) -> None:
-        people = [ref for ref in (e.subject, e.object, e.scope) if ref.startswith("person:")]
-        for session_id in (e.scope[8:] if e.scope.startswith("session:") else None, e.provenance.session_id):
-            session = self.sessions.get(session_id) if session_id is not None else None
-            if session is not None:
-                served = self.person_served_by(session)
-                if served is not None and served.startswith("person:"):
-                    people.append(served)
+    def _link_entities(self, e: FactAsserted, refs: tuple[str, ...]) -> None:
+        """Record which people the fact links `refs` (its ends with labels of their own) to."""
+        people: list[str] = []
+        for end in (e.subject, e.object):
+            if end.startswith("person:"):
+                people.append(end)
+        scope = e.scope
+        if scope != "org":
+            if scope.startswith("person:"):
+                people.append(scope)
+            elif scope.startswith("session:"):
+                self._link_session_person(scope[8:], people)
+        if e.provenance.session_id is not None:
+            self._link_session_person(e.provenance.session_id, people)
         if not people:
             return
-        refs = [ref for ref in (e.subject, e.object) if has_own_label_key(ref)]
-        for person in dict.fromkeys(people):
-            if person not in self.entity_links:
-                self._set(self.entity_links, person, set())
+        entity_links, linked_people = self.entity_links, self.linked_people
+        fast = self._journal is None  # (a fold: nothing to undo, so the sets are changed directly)
+        for person in people:
+            linked = entity_links.get(person)
+            if linked is None:
+                linked = set()
+                self._set(entity_links, person, linked)
             for ref in refs:
-                self._add(self.entity_links[person], ref)
+                if ref in linked:
+                    continue
+                if fast:
+                    linked.add(ref)
+                else:
+                    self._add(linked, ref)
         for ref in refs:
-            if ref not in self.linked_people:
-                self._set(self.linked_people, ref, set())
+            linked = linked_people.get(ref)
+            if linked is None:
+                linked = set()
+                self._set(linked_people, ref, linked)
             for person in people:
-                self._add(self.linked_people[ref], person)
+                if person in linked:
+                    continue
+                if fast:
+                    linked.add(person)
+                else:
+                    self._add(linked, person)
+
+    def _link_session_person(self, session_id: str, people: list[str]) -> None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            served = self.person_served_by(session)
+            if served is not None and served.startswith("person:"):
+                people.append(served)
 
     # ------------------------------------------------------------------ queries used by the rules
 
@@ -335,8 +363,10 @@ class Ontology:
                 self._set(self.functional_current, slot, e.fact_id)
         if holds_key and e.scope != "org":
             self._track_person_scope(fact, current=True)
-        if has_own_label_key(e.subject) or has_own_label_key(e.object):
-            self._link_entities(e)
+        if has_own_label_key(e.subject):
+            self._link_entities(e, (e.subject, e.object) if has_own_label_key(e.object) else (e.subject,))
+        elif has_own_label_key(e.object):
+            self._link_entities(e, (e.object,))
 
     @_applies
     def _(self, e: FactCorroborated) -> None:
