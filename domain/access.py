@@ -130,6 +130,23 @@ class _Reach:
             raise NotPermitted(f"{ref} is a hub (many unrelated parties touch it): facts about it are written with"
                                f" a tenant-wide key", field=field)
 
+    def sees(self, scope: str) -> bool:
+        try:
+            self.scope(scope, "scope")
+        except NotPermitted:
+            return False
+        return True
+
+    def memory(self, ref: str, field: str) -> None:
+        """A `memory:` entity's label is a remembered statement: content of the scopes its facts are in. A fact
+        naming one that only facts in scopes the key's agents do not see touch would show that statement in
+        their own perspective and search (a memory no fact touches yet is nobody's: it may be used)."""
+        if not ref.startswith("memory:") or ref in self.agents or ref not in self.state.entities:
+            return
+        touching = [f for f in self.state.facts.values() if ref in (f.subject, f.object)]
+        if touching and not any(self.sees(f.scope) for f in touching):
+            raise NotPermitted(f"{ref} is remembered in memory this key's agents do not see", field=field)
+
     def scope(self, scope: str, field: str) -> None:
         """A scope the key's agents see: org, a person they serve, a session of theirs."""
         if scope == "org":
@@ -157,17 +174,20 @@ class _Reach:
                                    f" key can read", field=f"{field}.message_ids[{index}]")
 
 
-def check_may_write_fact(state: Ontology, agents: Collection[str], *, subject: str, relation: str, scope: str,
-                         session_id: str | None = None, message_ids: Sequence[str] = (), actor: str | None = None,
-                         field_prefix: str = "") -> None:
+def check_may_write_fact(state: Ontology, agents: Collection[str], *, subject: str, relation: str, obj: str,
+                         scope: str, session_id: str | None = None, message_ids: Sequence[str] = (),
+                         actor: str | None = None, field_prefix: str = "") -> None:
     """Raise NotPermitted (naming the field) unless a key scoped to `agents` may write this fact: as its agents,
-    into memory they see. The object is free (a fact may relate one's own to anything): who sees the fact is
-    decided by its scope and subject, which are checked. An empty `agents` is a tenant-wide key."""
+    into memory they see. The object is free (a fact may relate one's own to anyone: who sees the fact is decided
+    by its scope and subject, which are checked), except a remembered statement the key may not read. An empty
+    `agents` is a tenant-wide key."""
     if not agents:
         return
     check_may_assert(agents, relation)
     reach = _Reach(state, agents)
     reach.party(subject, f"{field_prefix}subject")
+    reach.memory(subject, f"{field_prefix}subject")
+    reach.memory(obj, f"{field_prefix}object")
     reach.scope(scope, f"{field_prefix}scope")
     source = f"{field_prefix}source"
     if actor is not None:

@@ -286,8 +286,8 @@ class Application:
         source = command.source or c.Source()
         with self.service.reading(caller.tenant) as state:
             check_may_write_fact(state, caller.agents, subject=command.subject, relation=command.relation,
-                                 scope=command.scope, session_id=source.session_id, message_ids=source.message_ids,
-                                 actor=source.actor)
+                                 obj=command.object, scope=command.scope, session_id=source.session_id,
+                                 message_ids=source.message_ids, actor=source.actor)
 
     def invalidate_fact(self, who: Caller | str, **fields: Any) -> Written:
         """End a current fact, named by `fact_id` or by subject, relation, object and scope."""

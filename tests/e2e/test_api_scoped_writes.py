@@ -30,10 +30,12 @@ SECRET = "4242"
 
 def org_events(tenant: str) -> list[dict[str, Any]]:
     """agent:sales serves person:c1 (main session sales-c1); agent:other serves person:c3 (main session other-c3,
-    whose message om1 holds SECRET); agent:hub and team:all are hubs; ticket:t1 is a plain thing."""
+    whose message om1 holds SECRET, as does memory:c3-door, remembered in Cao's scope); agent:hub and team:all are
+    hubs; ticket:t1 is a plain thing; memory:unlinked a statement no fact touches yet."""
     entities = [("agent:sales", "Sales", False), ("agent:other", "Other", False), ("agent:hub", "Hub", True),
                 ("team:all", "Everyone", True), ("person:c1", "Chen", False), ("person:c3", "Cao", False),
-                ("ticket:t1", "Ticket one", False)]
+                ("ticket:t1", "Ticket one", False), ("memory:c3-door", f"Cao's door code is {SECRET}", False),
+                ("memory:unlinked", "A statement nobody remembered yet", False)]
     events: list[dict[str, Any]] = [{"event_id": f"e-{ref}", "tenant": tenant, "type": "entity.registered",
                                      "payload": {"ref": ref, "label": label, "hub": hub}}
                                     for ref, label, hub in entities]
@@ -63,6 +65,7 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "own message without a session": {"relation": "quoted", "source": {"message_ids": ["m1"]}},
     "a plain thing as subject": {"subject": "ticket:t1", "object": "person:c1"},
     "another agent as object": {"subject": "person:c1", "relation": "asked_for", "object": "agent:other"},
+    "a memory no fact touches yet": {"object": "memory:unlinked"},
 }
 REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "other agent as subject": ({"subject": "agent:other"}, "subject"),
@@ -79,6 +82,8 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
                                        "source.message_ids[0]"),
     "foreign message without a session": ({"source": {"message_ids": ["m1", "om1"]}}, "source.message_ids[1]"),
     "a serves fact": ({"subject": "agent:sales", "relation": "serves", "object": "person:c3"}, "relation"),
+    "another person's memory as object": ({"object": "memory:c3-door"}, "object"),
+    "another person's memory as subject": ({"subject": "memory:c3-door"}, "subject"),
 }
 
 
@@ -94,6 +99,9 @@ def org(api_server: Server) -> dict[str, Any]:  # noqa: F811
     private = c.post("/v1/facts", json={"subject": "person:c3", "relation": "owns", "object": "ticket:t1",
                                         "scope": "person:c3", "reason": "Cao's private ticket"})
     assert private.status_code == 200, private.text
+    door = c.post("/v1/facts", json={"subject": "person:c3", "relation": "told", "object": "memory:c3-door",
+                                     "scope": "person:c3"})
+    assert door.status_code == 200, door.text
     with api_server.admin() as admin:
         issued = admin.post("/v1/admin/keys", json={"tenant": T, "label": "sales", "agents": ["agent:sales"]})
         assert issued.status_code == 200, issued.text
@@ -167,6 +175,9 @@ def test_nothing_a_scoped_key_was_refused_shows_in_another_agents_perspective(or
         view = org["tenant"].client.get("/v1/perspectives", params=params)
         assert view.status_code == 200, view.text
         assert not any(f"INJECTED {case}" in view.text for case in REFUSED), view.text
+    own_view = org["scoped"].get("/v1/perspectives", params={"agent": "agent:sales", "serving": "person:c1",
+                                                             "min_position": position, "format": "markdown"})
+    assert own_view.status_code == 200 and SECRET not in own_view.text, own_view.text
     graph = org["tenant"].client.get("/v1/graph", params={"limit": 1000, "min_position": position}).json()["data"]
     reasons = {row["reason"] for row in graph}
     assert not reasons & {f"INJECTED {case}" for case in REFUSED}
@@ -195,7 +206,9 @@ def test_a_search_never_confirms_the_words_of_a_message_the_searcher_may_not_rea
 
     assert lexical(org["scoped"], "agent:sales", "person:c1", SECRET) == set()
     assert lexical(org["scoped"], "agent:sales", "person:c1", "door code") == set()
-    assert lexical(c, "agent:other", "person:c3", SECRET) == {written["person:c3"]["fact_id"]}
+    found_by_other = lexical(c, "agent:other", "person:c3", SECRET)
+    assert written["person:c3"]["fact_id"] in found_by_other
+    assert not found_by_other & {written["person:c1"]["fact_id"], written["org"]["fact_id"]}
 
 
 # ---------------------------------------------------------------------------------------------------- MCP
@@ -211,6 +224,8 @@ def mcp_org(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         noumena.application.ingest(T, org_events(T))
         noumena.application.assert_fact(T, subject="person:c3", relation="owns", object="ticket:t1",
                                         scope="person:c3", reason="Cao's private ticket")
+        noumena.application.assert_fact(T, subject="person:c3", relation="told", object="memory:c3-door",
+                                        scope="person:c3")
         key = ApiKeyStore(settings.api_keys_path()).create(T, "sales", ("agent:sales",)).key
     finally:
         noumena.close()

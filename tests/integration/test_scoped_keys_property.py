@@ -1,7 +1,8 @@
 """Agent-scoped keys over random organisations, through the application (every entry point's path): a key
 scoped to some agents writes a fact exactly when a reference written from docs/hardening.md says it may (its
-agents, the persons they serve, their sessions and messages), and no search it makes finds a fact by the words
-of a message its agents may not read, whatever facts a tenant-wide writer made citing that message."""
+agents, the persons they serve, their sessions and messages, remembered statements it may read), and no search
+it makes finds a fact by the words of a message its agents may not read, whatever facts a tenant-wide writer made
+citing that message, nor by a remembered statement only facts it may not see hold."""
 
 from __future__ import annotations
 
@@ -22,11 +23,17 @@ from tests.properties import examples
 AGENTS = ["agent:a0", "agent:a1", "agent:a2"]
 PERSONS = ["person:p0", "person:p1", "person:p2"]
 THINGS = ["ticket:t0"]
+MEMORIES = ["memory:r0", "memory:r1", "memory:r2"]
 
 
 def secret(session: int) -> str:
     """A word only session `session`'s message holds."""
     return f"zq{session}hidden"
+
+
+def remembered(memory: str) -> str:
+    """A word only `memory`'s statement (its label) holds."""
+    return f"zq{memory.removeprefix('memory:r')}stated"
 
 
 @dataclass
@@ -45,9 +52,9 @@ def _facts(draw: st.DrawFn, sessions: list[str], count: int) -> list[dict[str, A
     facts = []
     for _ in range(count):
         session_id = draw(st.sampled_from([None, *sessions]))
-        subject = draw(st.sampled_from(AGENTS + PERSONS + THINGS))
+        subject = draw(st.sampled_from(AGENTS + PERSONS + THINGS + MEMORIES))
         facts.append({"subject": subject,
-                      "object": draw(st.sampled_from([r for r in PERSONS + THINGS if r != subject])),
+                      "object": draw(st.sampled_from([r for r in PERSONS + THINGS + MEMORIES if r != subject])),
                       "scope": draw(st.sampled_from(scopes)),
                       "source": Source(session_id=session_id,
                                        message_ids=tuple(draw(st.lists(st.sampled_from(messages), max_size=2,
@@ -77,17 +84,30 @@ class Reference:
             person for agent, person in org.serves if agent in self.agents}
         self.session_of = {f"m-{s}": s for s, _, _ in org.sessions}
         self.sessions = {s: (agent, person) for s, agent, person in org.sessions}
+        self.written: list[dict[str, Any]] = list(org.tenant_writes)
+        """Every fact written so far (by the tenant, then what the key was let write)."""
+        self.by_tenant = list(org.tenant_writes)
+
+    def sees(self, scope: str) -> bool:
+        return scope == "org" or scope in self.served or scope.removeprefix("session:") in self.own_sessions
+
+    def may_name(self, ref: str, facts: list[dict[str, Any]]) -> bool:
+        """A remembered statement is the key's to name if no fact holds it yet or one it sees does."""
+        touching = [f for f in facts if ref in (f["subject"], f["object"])]
+        return not ref.startswith("memory:") or not touching or any(self.sees(f["scope"]) for f in touching)
 
     def may_write(self, fact: dict[str, Any]) -> bool:
         subject, scope, source = fact["subject"], fact["scope"], fact["source"]
         kind = subject.split(":")[0]
-        subject_ok = subject in self.agents or (kind == "person" and subject in self.served) or kind == "ticket"
-        scope_ok = scope == "org" or scope in self.served or scope.removeprefix("session:") in self.own_sessions
+        subject_ok = subject in self.agents or (kind == "person" and subject in self.served) or kind in (
+            "ticket", "memory")
+        memories_ok = self.may_name(subject, self.written) and self.may_name(fact["object"], self.written)
+        scope_ok = self.sees(scope)
         actor_ok = source.actor is None or source.actor in self.agents or source.actor in self.served
         session_ok = source.session_id is None or source.session_id in self.own_sessions
         messages_ok = all(self.session_of[m] in self.own_sessions and source.session_id in (None, self.session_of[m])
                           for m in source.message_ids)
-        return subject_ok and scope_ok and actor_ok and session_ok and messages_ok
+        return subject_ok and memories_ok and scope_ok and actor_ok and session_ok and messages_ok
 
     def may_read(self, agent: str, serving: str | None, session: str) -> bool:
         """Whether a viewer (agent serving `serving`) may read the messages of `session`: a session of the agent
@@ -115,7 +135,8 @@ def _build(noumena: Noumena, org: Organisation) -> str:
     noumena.service.execute(CreateTenant(tenant=tenant))
     envelopes: list[dict[str, Any]] = [
         {"event_id": f"{tenant}-{ref}", "tenant": tenant, "type": "entity.registered",
-         "payload": {"ref": ref, "label": ref.split(":")[1]}} for ref in AGENTS + PERSONS + THINGS]
+         "payload": {"ref": ref, "label": remembered(ref) if ref in MEMORIES else ref.split(":")[1]}}
+        for ref in AGENTS + PERSONS + THINGS + MEMORIES]
     for k, (session, agent, person) in enumerate(org.sessions):
         envelopes.append({"event_id": f"{tenant}-{session}", "tenant": tenant, "type": "session.started",
                           "payload": {"session_id": session, "agent": agent, "serving": person}})
@@ -146,9 +167,15 @@ def test_a_scoped_key_neither_writes_nor_learns_what_its_agents_may_not_see(noum
         except NotPermitted:
             accepted = False
         assert accepted == reference.may_write(fact), (fact, reference.__dict__)
+        if accepted:
+            reference.written.append(fact)
     for agent in org.key_agents:
         for serving in [None, *sorted(reference.served)]:
             for k, (session, _, _) in enumerate(org.sessions):
                 answer = app.search_for(caller, agent, secret(k), serving=serving, k=100)
                 found = [item for item in answer.items if item.scores["lexical"] > 0]
                 assert not found or reference.may_read(agent, serving, session), (agent, serving, session, found)
+            for memory in MEMORIES:
+                answer = app.search_for(caller, agent, remembered(memory), serving=serving, k=100)
+                found = [item for item in answer.items if item.scores["lexical"] > 0]
+                assert not found or reference.may_name(memory, reference.by_tenant), (agent, serving, memory, found)
