@@ -7,6 +7,7 @@ shows in another agent's perspective."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -215,7 +216,7 @@ def test_a_search_never_confirms_the_words_of_a_message_the_searcher_may_not_rea
 
 
 @pytest.fixture(scope="module")
-def mcp_org(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def mcp_org(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     """The same organization in a home of its own (the MCP server folds the log in its own process)."""
     settings = Settings(home=tmp_path_factory.mktemp("mcp") / "home", event_store="sqlite")
     noumena = bootstrap(settings)
@@ -226,10 +227,11 @@ def mcp_org(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                                         scope="person:c3", reason="Cao's private ticket")
         noumena.application.assert_fact(T, subject="person:c3", relation="told", object="memory:c3-door",
                                         scope="person:c3")
+        others = noumena.application.perspective(T, "agent:other", "person:c3").perspective_id
         key = ApiKeyStore(settings.api_keys_path()).create(T, "sales", ("agent:sales",)).key
     finally:
         noumena.close()
-    return settings.home, key
+    return settings.home, key, others
 
 
 def _tool_args(body: dict[str, Any]) -> dict[str, Any]:
@@ -238,7 +240,7 @@ def _tool_args(body: dict[str, Any]) -> dict[str, Any]:
     return args | {k: v for k, v in (body.get("source") or {}).items()}
 
 
-async def _scoped_tools(home: Path, key: str) -> dict[str, Any]:
+async def _scoped_tools(home: Path, key: str, others_perspective: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOUMENA_")}
     env |= {"NOUMENA_HOME": str(home), "NOUMENA_EVENT_STORE": "sqlite", "NOUMENA_API_KEY": key}
     params = StdioServerParameters(command=sys.executable, args=["-m", "api", "mcp"], env=env, cwd=str(ROOT))
@@ -261,6 +263,8 @@ async def _scoped_tools(home: Path, key: str) -> dict[str, Any]:
                 seen[f"{tool} {name}"] = await call(tool, args | change)
         seen["perspective own"] = await call("perspective", {"agent": "agent:sales", "serving": "person:c1"})
         seen["perspective agent"] = await call("perspective", {"agent": "agent:other"})
+        seen["deepen own"] = await call("deepen", {"perspective_id": _data(seen["perspective own"])})
+        seen["deepen agent"] = await call("deepen", {"perspective_id": others_perspective})
         seen["context own"] = await call("context", {"session_id": "sales-c1", "message": "hi"})
         seen["context agent"] = await call("context", {"session_id": "other-c3", "message": "hi"})
         seen["correct Authorization"] = await call("correct", {"subject": "person:c3", "relation": "owns",
@@ -270,24 +274,31 @@ async def _scoped_tools(home: Path, key: str) -> dict[str, Any]:
     return seen
 
 
+def _data(result: Any) -> str:
+    """The perspective id a `perspective` tool call answered."""
+    assert not result.isError, _text(result)
+    answer = result.structuredContent or json.loads(result.content[0].text)
+    return str(answer.get("result", answer)["perspective_id"])
+
+
 def _text(result: Any) -> str:
     return " ".join(getattr(part, "text", "") for part in result.content)
 
 
 def test_mcp_tools_with_a_scoped_key_write_and_ask_only_as_its_own(mcp_org: tuple[Path, str]) -> None:
-    home, key = mcp_org
-    seen = asyncio.run(_scoped_tools(home, key))
+    home, key, others = mcp_org
+    seen = asyncio.run(_scoped_tools(home, key, others))
     for case in ACCEPTED:
         assert not seen[f"accepted {case}"].isError, _text(seen[f"accepted {case}"])
     for case, (_, field) in REFUSED.items():
         result = seen[f"refused {case}"]
         assert result.isError and f": {field}: " in _text(result), (case, _text(result))
     assert seen["refused new entity"].isError and ": subject: " in _text(seen["refused new entity"])
-    for name in ("recall own", "search own", "perspective own", "context own"):
+    for name in ("recall own", "search own", "perspective own", "deepen own", "context own"):
         assert not seen[name].isError, (name, _text(seen[name]))
     for name, result in seen.items():
         tool, _, field = name.partition(" ")
-        if tool in ("recall", "search", "perspective", "context", "correct", "forget") and field != "own":
+        if tool in ("recall", "search", "perspective", "deepen", "context", "correct", "forget") and field != "own":
             assert result.isError and f": {field}: " in _text(result), (name, _text(result))
     settings = Settings(home=home, event_store="sqlite")
     noumena = bootstrap(settings)
