@@ -51,6 +51,7 @@ from domain.errors import (
     UnknownTenant,
 )
 from domain.facts import FactAsserted, FactCorrected, FactCorroborated, FactInvalidated
+from domain.ontology import Ontology
 from domain.perspective import Perspective, RecallRecord
 from domain.ports import (
     ContextEngine,
@@ -262,8 +263,14 @@ class Application:
         caller = as_caller(who)
         tenant = caller.tenant
         command = c.AssertFact(tenant=tenant, **fields)
-        self._may_write(caller, command)
-        written, events = self._run_batch([command])
+        if caller.scoped:
+            # decided and written in one turn of the tenant: no write between them (a `serves` fact ended, a
+            # session taken over) changes what the key may do
+            with self.service.writing(tenant) as state:
+                self._check_write(state, caller, command)
+                written, events = self._run_batch([command])
+        else:
+            written, events = self._run_batch([command])
         for event in events:
             # (not a neighbour's remainder a placement split off, nor the org copy a promotion made)
             if isinstance(event, FactAsserted) and (event.object, event.scope) == (command.object, command.scope):
@@ -276,18 +283,18 @@ class Application:
         """Assert a fact, registering first those of its refs that are new with the labels given (MCP
         `remember`). Checked before anything is registered: a refused fact leaves no entity behind."""
         caller = as_caller(who)
-        self._may_write(caller, c.AssertFact(tenant=caller.tenant, **fields))
+        if caller.scoped:
+            with self.service.reading(caller.tenant) as state:
+                self._check_write(state, caller, c.AssertFact(tenant=caller.tenant, **fields))
         self.register_unknown(caller.tenant, labels)
         return self.assert_fact(caller, **fields)
 
-    def _may_write(self, caller: Caller, command: c.AssertFact) -> None:
-        if not caller.scoped:
-            return
+    @staticmethod
+    def _check_write(state: Ontology, caller: Caller, command: c.AssertFact) -> None:
         source = command.source or c.Source()
-        with self.service.reading(caller.tenant) as state:
-            check_may_write_fact(state, caller.agents, subject=command.subject, relation=command.relation,
-                                 obj=command.object, scope=command.scope, session_id=source.session_id,
-                                 message_ids=source.message_ids, actor=source.actor)
+        check_may_write_fact(state, caller.agents, subject=command.subject, relation=command.relation,
+                             obj=command.object, scope=command.scope, session_id=source.session_id,
+                             message_ids=source.message_ids, actor=source.actor)
 
     def invalidate_fact(self, who: Caller | str, **fields: Any) -> Written:
         """End a current fact, named by `fact_id` or by subject, relation, object and scope."""
