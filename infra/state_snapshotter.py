@@ -12,9 +12,10 @@ does (infra/purge_worker.py).
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
   makes each time a state is `every` events ahead of the last one asked for), with the process's settings as JSON on
   its stdin's first line; then one line per request: `{"tenant": ...}`. A request is handed over (and the process
-  started) once the writes pause (`PAUSE`, 1 s without one), or `LATEST` (5 s) after it was made: the fold runs
-  beside idle writers when it can, and keeps up with writers that never pause (a bulk import, a busy stream), so
-  that a crash leaves a short tail to fold. It answers each on stdout: `{"tenant": ..., "stored": [version, "whole"
+  started) once the writes pause (`PAUSE`, 1 s without one), or `LATEST` (5 s) after it was made, or at once
+  when the tenant is asked for again meanwhile (its state is then twice the interval ahead): the fold runs beside
+  idle writers when it can, and keeps up with writers that never pause (a bulk import, a busy stream), so that a
+  crash leaves a short tail to fold. It answers each on stdout: `{"tenant": ..., "stored": [version, "whole"
   | "changes"] or null}`. A tenant is asked for again only once its request is answered.
 - **Stopped** when the writing process closes its store: its stdin closes (it ends when idle), or it is terminated
   if it is taking a snapshot (that one is not stored: its temporary file is deleted; the writing process snapshots
@@ -71,6 +72,9 @@ class SnapshotterProcess:
         self._changed = threading.Condition()
         self._asked: set[str] = set()
         """Tenants asked for and not yet answered (queued, or sent to the snapshotter)."""
+        self._pressing: set[str] = set()
+        """Tenants asked for again while their request waited for a pause: the state is already twice the
+        interval ahead, so the request is handed over without waiting any longer (bulk writes never pause)."""
         self._feeder: threading.Thread | None = None
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
@@ -90,7 +94,11 @@ class SnapshotterProcess:
         """Ask for a snapshot of `tenant` from the log; returns at once (the snapshotter is started, and the
         request written to it, on a thread of this object's)."""
         with self._changed:
-            if self._closed or tenant in self._asked:
+            if self._closed:
+                return
+            if tenant in self._asked:
+                self._pressing.add(tenant)
+                self._changed.notify_all()
                 return
             self._asked.add(tenant)
             if self._feeder is None:
@@ -143,7 +151,7 @@ class SnapshotterProcess:
     def _feed(self) -> None:
         while (tenant := self._queue.get()) is not None:
             self._running()  # (started now, so its imports are done by the time the writes pause)
-            self._await_pause()
+            self._await_pause(tenant)
             process = self._running()
             if process is None:  # (it died less than a minute ago: this request is dropped)
                 self._answered(tenant)
@@ -155,14 +163,16 @@ class SnapshotterProcess:
             except (OSError, ValueError):  # (it died meanwhile: the reader reports it)
                 self._answered(tenant)
 
-    def _await_pause(self) -> None:
-        """Until the writes have paused `pause` seconds, or `latest` seconds have passed, or the store closes."""
+    def _await_pause(self, tenant: str) -> None:
+        """Until the writes have paused `pause` seconds, or `latest` seconds have passed, or the tenant was asked
+        for again meanwhile, or the store closes."""
         asked = time.monotonic()
         with self._changed:
             while not self._closed:
                 now = time.monotonic()
                 quiet = now - self._last_write
-                if quiet >= self.pause or now - asked >= self.latest:
+                if quiet >= self.pause or now - asked >= self.latest or tenant in self._pressing:
+                    self._pressing.discard(tenant)
                     return
                 self._changed.wait(min(self.pause - quiet, asked + self.latest - now))
 
@@ -217,6 +227,7 @@ class SnapshotterProcess:
     def _answered(self, tenant: str) -> None:
         with self._changed:
             self._asked.discard(tenant)
+            self._pressing.discard(tenant)
             self._changed.notify_all()
 
 
