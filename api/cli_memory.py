@@ -12,7 +12,7 @@ from rich.table import Table
 from api.cli_support import Tenant, application, console
 
 consolidation_app = typer.Typer(help="Consolidation ('sleep') of compacted sessions.", no_args_is_help=True)
-entities_app = typer.Typer(help="Entities: review ambiguous ones, merge, keep.", no_args_is_help=True)
+entities_app = typer.Typer(help="Entities: find by name, review ambiguous ones, merge, keep.", no_args_is_help=True)
 facts_app = typer.Typer(help="Facts: promotion to the organization.", no_args_is_help=True)
 
 
@@ -46,6 +46,20 @@ def consolidation_retry(compaction_id: str, tenant: Tenant) -> None:
         console.print(f"{report.compaction_id}: {report.status.value} {report.reason or report.counts}")
         if report.reason:
             raise typer.Exit(1)
+
+
+@entities_app.command("find")
+def entities_find(name: str, tenant: Tenant,
+                  limit: Annotated[int, typer.Option(min=1, max=1000, help="Most entities shown.")] = 10) -> None:
+    """The entities NAME may mean (label, alias, ref; Chinese or Latin; a typo), best first."""
+    with application() as memory:
+        found, count = memory.find_entities(tenant, name, limit)
+        table = Table("ref", "label", "score", "match", "matched")
+        for f in found:
+            table.add_row(f.ref, f.label, f"{f.score:.2f}", f.match, f.matched)
+        console.print(table)
+        if count > len(found):
+            console.print(f"{count - len(found)} more")
 
 
 @entities_app.command("review")

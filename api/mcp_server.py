@@ -82,12 +82,28 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
             raise ToolError("NOUMENA_API_KEY: unknown or revoked API key; nothing was done")
         return Caller(tenant, record.agents)
 
+    def named(value: str, field: str) -> str:
+        """A ref given as itself or by a name that names exactly one entity the key may see."""
+        return _call(lambda: memory.resolve_ref(caller(), value, field))
+
     def checked(function: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(function)
         def call(*args: Any, **kwargs: Any) -> T:
             caller()
             return function(*args, **kwargs)
         return server.tool()(call)  # type: ignore[no-any-return]
+
+    @checked
+    def find_entities(
+        name: Annotated[text(1, 200), Field(description="A name as a person would say it, in any script: a label,"
+                                            " an alias, a ref or part of one; typos are tolerated. E.g. 王总, Wang")],
+        limit: Annotated[Count, Field(ge=1, le=50, description="Most entities returned")] = 10,
+    ) -> dict[str, Any]:
+        """Find entities by name, best first, with their refs: use it whenever you know someone or something only
+        by name and a tool needs a ref."""
+        found, count = _call(lambda: memory.find_entities(caller(), name, limit))
+        return {"entities": [{"ref": f.ref, "label": f.label, "kind": f.kind, "score": f.score, "match": f.match,
+                              "matched": f.matched} for f in found], "count": count}
 
     @checked
     def perspective(

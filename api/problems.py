@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from domain.application.entity_finder import AmbiguousName
 from domain.application.use_cases import BatchRejected, ProjectionBehind, TenantMismatch
 from domain.errors import (
     ConcurrencyError,
@@ -44,6 +45,12 @@ class FieldError(BaseModel):
     index: int | None = Field(default=None, description="For a batch: which item.")
 
 
+class Candidate(BaseModel):
+    ref: str
+    label: str
+    match: str = Field(description="How the name matched it (see `GET /v1/entities`).")
+
+
 class Problem(BaseModel):
     """An RFC 9457 problem document."""
 
@@ -54,21 +61,26 @@ class Problem(BaseModel):
     instance: str | None = Field(default=None, examples=["/v1/facts"])
     field: str | None = Field(default=None, description="The first offending field, as a dotted path.")
     errors: list[FieldError] = Field(default_factory=list)
+    candidates: list[Candidate] | None = Field(default=None, description="For `ambiguous-name`: the entities the"
+                                               " name may mean; pass one's ref instead.")
 
 
 class ApiProblem(Exception):
     """Raised by routes to answer with a problem document."""
 
     def __init__(self, status: int, slug: str, title: str, detail: str, *, field: str | None = None,
-                 errors: list[FieldError] | None = None, headers: dict[str, str] | None = None) -> None:
+                 errors: list[FieldError] | None = None, headers: dict[str, str] | None = None,
+                 candidates: list[Candidate] | None = None) -> None:
         super().__init__(detail)
         self.status, self.slug, self.title, self.detail = status, slug, title, detail
         self.field, self.errors, self.headers = field, errors or [], headers or {}
+        self.candidates = candidates
 
 
 def problem_response(request: Request, problem: ApiProblem) -> JSONResponse:
     body = Problem(type=PROBLEM_TYPE + problem.slug, title=problem.title, status=problem.status,
-                   detail=problem.detail, instance=request.url.path, field=problem.field, errors=problem.errors)
+                   detail=problem.detail, instance=request.url.path, field=problem.field, errors=problem.errors,
+                   candidates=problem.candidates)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=problem.status,
                         media_type=MEDIA_TYPE, headers=problem.headers)
 
@@ -85,6 +97,10 @@ def _domain_problem(error: DomainError) -> ApiProblem:
     if isinstance(error, TenantMismatch):
         return ApiProblem(403, "tenant-mismatch", "Not your tenant", str(error), field=error.field,
                           errors=[FieldError(field=error.field or "tenant", detail=str(error), index=error.index)])
+    if isinstance(error, AmbiguousName):
+        return ApiProblem(422, "ambiguous-name", "The name does not say which entity", error.message,
+                          field=error.field, errors=[FieldError(field=error.field or "name", detail=error.message)],
+                          candidates=[Candidate(ref=c.ref, label=c.label, match=c.match) for c in error.candidates])
     if isinstance(error, NotPermitted):
         return ApiProblem(403, "forbidden", "Not permitted for this key", error.message, field=error.field)
     if isinstance(error, UnknownFact):

@@ -284,6 +284,17 @@ class ReadModel(Protocol):
 
     def search_entities(self, tenant: str, text: str, skip: int, limit: int) -> tuple[list[dict[str, Any]], int]: ...
 
+    @property
+    def generation(self) -> int:
+        """How many times the read model was rebuilt (without forgotten content): what was read from it before a
+        change of generation must be read again."""
+        ...
+
+    def entities_since(self, tenant: str, after_position: int) -> tuple[list[dict[str, Any]], int]:
+        """The tenant's entities (ref, label, aliases, merged_into) as they are now, of those changed after
+        `after_position` (every one for -1), and the position they were read at."""
+        ...
+
     def fact_history(self, tenant: str, fact_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
 
     def graph_as_of(self, tenant: str, recorded_at: datetime | None, valid_at: datetime | None, skip: int,

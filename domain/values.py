@@ -276,3 +276,9 @@ class Provenance(BaseModel):
     actor: str | None = None
     event_id: str | None = None
     occurred_at: datetime | None = None
+
+
+RefOrName = Annotated[str, AfterValidator(check_text), Field(
+    min_length=1, max_length=512, description="A ref (`kind:id`, e.g. `person:wang`) or a name that names exactly one"
+    " entity (`王总`, `Wang Wei`): a name naming none or several is refused listing the candidates.")]
+"""Where an entry point accepts a name in place of a ref (resolved by domain/application/entity_finder.py)."""

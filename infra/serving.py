@@ -388,6 +388,13 @@ class FollowedReadModel:
     def search_entities(self, tenant: str, text: str, skip: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         return self._query(read_model.search_entities, tenant, text, skip, limit)  # type: ignore[no-any-return]
 
+    @property
+    def generation(self) -> int:
+        return self.follower.purges
+
+    def entities_since(self, tenant: str, after_position: int) -> tuple[list[dict[str, Any]], int]:
+        return self._query(read_model.entities_since, tenant, after_position)  # type: ignore[no-any-return]
+
     def fact_history(self, tenant: str, fact_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return self._query(read_model.fact_history, tenant, fact_id)  # type: ignore[no-any-return]
 

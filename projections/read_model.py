@@ -63,6 +63,20 @@ def search_entities(con: duckdb.DuckDBPyConnection, tenant: str, text: str, skip
     return rows, total
 
 
+def entities_since(con: duckdb.DuckDBPyConnection, tenant: str, after_position: int) -> tuple[list[Row], int]:
+    """The tenant's entities changed after `after_position` (all for -1), as they are now, and the projection's
+    position they were read at (in one transaction, so the two agree)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        position = clock_position(con)
+        rows = _rows(con, "SELECT ref, label, aliases, merged_into FROM entity_versions WHERE tenant = ?"
+                          " AND recorded_to IS NULL AND position_from > ? AND position_from <= ?",
+                     [tenant, after_position, position])
+    finally:
+        con.execute("COMMIT")
+    return rows, position
+
+
 def fact_history(con: duckdb.DuckDBPyConnection, tenant: str, fact_id: str) -> tuple[list[Row], list[Row]]:
     """Every version of a fact (both time axes) and every change to it with its provenance, oldest first."""
     versions = _rows(con, "SELECT * EXCLUDE (tenant) FROM fact_versions WHERE tenant = ? AND fact_id = ?"

@@ -11,7 +11,7 @@ from api.auth import CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.problems import ApiProblem, not_found
 from api.routes.params import Limit, MinPosition, Skip
-from api.schemas.entities import EntitiesPublic, EntityCreate, EntityPublic, EntityWritten
+from api.schemas.entities import EntitiesPublic, EntityCreate, EntityFoundPublic, EntityPublic, EntityWritten
 from domain.values import REF_SCHEMA_REGEX, Ref
 
 router = APIRouter(prefix="/entities", tags=["entities"], route_class=EdgeRoute)
@@ -34,13 +34,23 @@ def register_entity(entity: EntityCreate, caller: CallerDep, memory: MemoryDep) 
 
 
 @router.get("", response_model=EntitiesPublic)
-def search_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: Limit = 50,
-                    min_position: MinPosition = None,
-                    q: Annotated[str, Query(max_length=200, description="Text to find in refs, labels and"
-                                            " aliases (case-insensitive); empty: all.")] = "") -> EntitiesPublic:
-    """Search entities by ref, label or alias; exact label or alias matches first."""
-    rows, count = memory.search_entities(caller, q, skip, limit, min_position)
-    return EntitiesPublic(data=[EntityPublic(**row) for row in rows], count=count)
+def find_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: Limit = 50,
+                  min_position: MinPosition = None,
+                  q: Annotated[str, Query(max_length=200, description="A name, in any script: a label, an alias,"
+                                          " a ref or its identifier, or the start of one, a word of one, a typo"
+                                          " of one. Empty: every entity (a tenant-wide key only).",
+                                          examples=["王总"])] = "") -> EntitiesPublic:
+    """Find entities by name, best first: `score`, how it matched (`match`) and on which name (`matched`). An
+    agent-scoped key finds its agents, the persons they serve and the organization's other entities only."""
+    if not q.strip():
+        rows, count = memory.search_entities(caller, "", skip, limit, min_position)
+        return EntitiesPublic(data=[EntityFoundPublic(ref=row["ref"], label=row["label"],
+                                                      kind=row["ref"].partition(":")[0],
+                                                      aliases=row["aliases"] or []) for row in rows], count=count)
+    found, count = memory.find_entities(caller, q, skip + limit, min_position)
+    return EntitiesPublic(data=[EntityFoundPublic(ref=f.ref, label=f.label, kind=f.kind, aliases=list(f.aliases),
+                                                  score=f.score, match=f.match, matched=f.matched)
+                                for f in found[skip:]], count=count)
 
 
 @router.get("/{ref:path}", response_model=EntityPublic)

@@ -13,7 +13,7 @@ from api.routes.params import MinPosition
 from api.schemas.perspectives import ExplanationPublic, PerspectivePublic
 from domain.application.use_cases import Application
 from domain.perspective import Perspective
-from domain.values import Ref, Timestamp
+from domain.values import RefOrName, Timestamp
 
 router = APIRouter(prefix="/perspectives", tags=["perspectives"], route_class=EdgeRoute)
 Format = Annotated[Literal["json", "markdown"], Query(description="`markdown`: only the context block.")]
@@ -36,9 +36,12 @@ def _answer(perspective: Perspective, format: str) -> Response:
 @router.get("", response_model=PerspectivePublic, responses=RESPONSES)
 def get_perspective(
     caller: CallerDep, memory: MemoryDep,
-    agent: Annotated[Ref, Query(description="The agent whose view this is.", examples=["agent:wang-assistant"])],
-    serving: Annotated[Ref | None, Query(description="The person the agent serves now.")] = None,
-    focus: Annotated[list[Ref] | None, Query(max_length=20, description="Things in focus now (repeat).")] = None,
+    agent: Annotated[RefOrName, Query(description="The agent whose view this is: its ref, or a name naming"
+                                      " exactly one entity.", examples=["agent:wang-assistant"])],
+    serving: Annotated[RefOrName | None, Query(description="The person the agent serves now (ref or name).")
+                       ] = None,
+    focus: Annotated[list[RefOrName] | None, Query(max_length=20, description="Things in focus now, refs or"
+                                                   " names (repeat).")] = None,
     as_of: Annotated[Timestamp | None, Query(description="What was current and believed then.")] = None,
     budget_tokens: Budget = None, format: Format = "json", min_position: MinPosition = None,
     record: Annotated[bool, Query(description="`false`: observe the current perspective without it counting as the"
@@ -56,7 +59,10 @@ def get_perspective(
     use without serving, POST /v1/memory/used."""
     # A plain `def` route: FastAPI runs it in the threadpool, so a recall's write (which may wait for the event
     # store: with coalescing off, or when a flush is due) and the evidence never hold up the event loop.
-    return _answer(memory.perspective(caller, agent, serving, focus or [], as_of, budget_tokens,
+    agent = memory.resolve_ref(caller, agent, "query.agent")
+    serving = serving and memory.resolve_ref(caller, serving, "query.serving")
+    focus = [memory.resolve_ref(caller, ref, f"query.focus.{i}") for i, ref in enumerate(focus or [])]
+    return _answer(memory.perspective(caller, agent, serving, focus, as_of, budget_tokens,
                                       min_position=min_position, record=record), format)
 
 

@@ -36,6 +36,21 @@ class EntityPublic(BaseModel):
     version: int | None = None
 
 
+class EntityFoundPublic(BaseModel):
+    """An entity a name may mean (or, without `q`, one entity of the listing)."""
+
+    ref: str = Field(examples=["person:wang"])
+    label: str = Field(examples=["Wang Wei"])
+    kind: str = Field(examples=["person"], description="The ref's kind: the part before the colon.")
+    aliases: list[str] = Field(default_factory=list, examples=[["王总"]])
+    score: float | None = Field(default=None, examples=[0.96],
+                                description="How well `q` names it, 0..1 (1: the ref itself); null without `q`.")
+    match: str | None = Field(default=None, examples=["exact"], description="How `q` matched: `ref`, `exact`,"
+                              " `prefix`, `word`, `word-prefix`, `contains` or `fuzzy` (one edit away).")
+    matched: str | None = Field(default=None, examples=["王总"],
+                                description="The name (label, alias or ref identifier) `q` matched.")
+
+
 class EntitiesPublic(BaseModel):
-    data: list[EntityPublic]
+    data: list[EntityFoundPublic]
     count: int = Field(description="How many match in all (the page is `data`).")

@@ -34,6 +34,7 @@ from domain.activation import Tier
 from domain.application.consolidation import ConsolidationReport, ConsolidationWorker
 from domain.application.disuse import archive_disused
 from domain.application.entities import merge_entities
+from domain.application.entity_finder import EntityFinder
 from domain.application.forgetting import ForgetReport, forget
 from domain.application.ingestion import Ingestor
 from domain.application.ontology_service import OntologyService
@@ -42,6 +43,7 @@ from domain.application.recall_buffer import RecallBuffer
 from domain.consolidation import CompactionState
 from domain.context import Context
 from domain.entities import EntityState
+from domain.entity_names import Found
 from domain.errors import (
     DomainError,
     ForgetRunning,
@@ -185,6 +187,8 @@ class Application:
         self._forgets: dict[str, tuple[str, datetime]] = {}
         """Tenant -> the subject it is forgetting now and since when: one forget per tenant at a time."""
         self._forgets_lock = threading.Lock()
+        self.entity_names = EntityFinder(service, lambda: self.read_model)
+        """Entities by name (domain/application/entity_finder.py), for every entry point."""
 
     # ------------------------------------------------------------------ writes
 
@@ -519,6 +523,22 @@ class Application:
         tenant = self._tenant_wide(who, "reading entities")
         self.fresh(tenant, min_position)
         return self._read_model().search_entities(tenant, text, skip, limit)
+
+    def find_entities(self, who: Caller | str, text: str, limit: int = 10, min_position: int | None = None
+                      ) -> tuple[list[Found], int]:
+        """The entities `text` may name (ref, label, alias; Chinese or Latin; exact, prefix, word or one typo
+        away), best first, of those the caller may see (domain/application/entity_finder.py); and how many there
+        were in all."""
+        caller = as_caller(who)
+        if min_position is not None and self.read_model is not None:
+            self.wait_for(min_position)
+        return self.entity_names.find(caller.tenant, text, limit, caller.agents)
+
+    def resolve_ref(self, who: Caller | str, value: str, field: str) -> str:
+        """A ref given as itself or by an unambiguous name the caller may see (AmbiguousName, listing the
+        candidates, otherwise)."""
+        caller = as_caller(who)
+        return self.entity_names.resolve(caller.tenant, value, field, caller.agents)
 
     def fact(self, who: Caller | str, fact_id: str, min_position: int | None = None
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,0 +1,130 @@
+"""Finding entities by name, for every entry point (HTTP `GET /v1/entities?q=`, the CLI's `entities find`, the MCP
+tool `find_entities`), and turning a name given where a ref is expected into that ref.
+
+The index (domain/entity_names.py) is kept per tenant in this process and follows the read model: each lookup
+first applies the entities that changed since the position it was built at (a query of those rows only), and is
+built again when the read model was rebuilt without forgotten content, so a forgotten label is never found. A
+process without a read model (the CLI) builds it from the tenant's state for each lookup.
+
+What a caller may see: a tenant-wide key finds every entity. A key scoped to agents finds its own agents, the
+persons they serve (domain/access.py), and the entities that are neither persons nor memories nor sessions (the
+organization's agents, files, tickets, ...): the name of a person its agents do not serve, a remembered statement
+or a session is never shown to it, and not counted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from domain.access import persons_served
+from domain.application.ontology_service import OntologyService
+from domain.entity_names import EntityNames, Found, NamedEntity
+from domain.errors import DomainError
+from domain.ports import ReadModel
+from domain.values import REF_PATTERN
+
+HIDDEN_FROM_AGENT_KEYS = ("memory", "session")
+"""Kinds of entity whose names an agent-scoped key never finds (their label is content or a conversation)."""
+RESOLVING_MATCHES = ("ref", "exact")
+"""A name given in place of a ref resolves only through one of these: a typo or a word is never taken for a ref."""
+
+
+class AmbiguousName(DomainError):
+    """A name given where a ref is expected names no entity, or several: the candidates say which to use."""
+
+    def __init__(self, name: str, field: str, candidates: list[Found]) -> None:
+        if candidates:
+            listed = ", ".join(f"{c.ref} ({c.label})" for c in candidates[:5])
+            message = (f"{name!r} may name {len(candidates)} entities: {listed}; pass the ref you mean")
+        else:
+            message = (f"no entity you may see is named {name!r}; pass a ref (kind:id, e.g. person:li) or register"
+                       " the entity first")
+        super().__init__(message, field=field)
+        self.name = name
+        self.candidates = candidates
+
+
+@dataclass
+class _Followed:
+    names: EntityNames
+    position: int
+    generation: int
+
+
+class EntityFinder:
+    """One per process: the per-tenant name indexes and the rules of who may see what."""
+
+    def __init__(self, service: OntologyService, read_model: Callable[[], ReadModel | None]) -> None:
+        self._service = service
+        self._read_model = read_model
+        self._indexes: dict[str, _Followed] = {}
+        self._lock = threading.Lock()
+
+    def _rows_to_index(self, names: EntityNames, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if row.get("merged_into"):
+                names.remove(row["ref"])
+            else:
+                names.add(NamedEntity(row["ref"], row["label"] or "", tuple(row["aliases"] or ())))
+
+    def _from_state(self, tenant: str) -> EntityNames:
+        with self._service.reading(tenant) as state:
+            return EntityNames(NamedEntity(e.ref, e.label, tuple(e.aliases)) for e in state.entities.values()
+                               if e.merged_into is None)
+
+    def names(self, tenant: str) -> EntityNames:
+        """The tenant's index, brought up to the read model's position (or built from the state without one)."""
+        read_model = self._read_model()
+        if read_model is None:
+            return self._from_state(tenant)
+        with self._lock:
+            followed = self._indexes.get(tenant)
+            generation = read_model.generation
+            if followed is not None and followed.generation == generation and followed.position == read_model.position:
+                return followed.names
+            after = followed.position if followed is not None and followed.generation == generation else -1
+            rows, position = read_model.entities_since(tenant, after)
+            if after < 0:
+                followed = _Followed(EntityNames(), position, generation)
+                self._indexes[tenant] = followed
+            assert followed is not None
+            self._rows_to_index(followed.names, rows)
+            followed.position = position
+            return followed.names
+
+    def _may_see(self, tenant: str, agents: Collection[str]) -> Callable[[str], bool] | None:
+        if not agents:
+            return None
+        with self._service.reading(tenant) as state:
+            served = persons_served(state, agents)
+        mine = set(agents)
+
+        def may_see(ref: str) -> bool:
+            kind = ref.partition(":")[0]
+            if ref in mine or ref in served:
+                return True
+            return kind != "person" and kind not in HIDDEN_FROM_AGENT_KEYS
+        return may_see
+
+    def find(self, tenant: str, text: str, limit: int = 10, agents: Collection[str] = ()
+             ) -> tuple[list[Found], int]:
+        """The `limit` entities `text` most likely names that the caller may see, best first, and how many it may
+        name in all."""
+        names = self.names(tenant)
+        may_see = self._may_see(tenant, agents)
+        with self._lock:
+            return names.find(text, limit, may_see=may_see)
+
+    def resolve(self, tenant: str, value: str, field: str, agents: Collection[str] = ()) -> str:
+        """`value` itself when it is a ref; else the one entity it names exactly (label, alias or identifier).
+        AmbiguousName, listing the candidates, when it names none or several."""
+        if REF_PATTERN.fullmatch(value):
+            return value
+        found, _ = self.find(tenant, value, 10, agents)
+        exact = [f for f in found if f.match in RESOLVING_MATCHES]
+        if len(exact) == 1:
+            return exact[0].ref
+        raise AmbiguousName(value, field, exact or found)
