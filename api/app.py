@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from api.edge import RequestEdge
 from api.explorer import mount_explorer
 from api.metrics import measure_requests
+from api.operation_ids import operation_id
 from api.problems import ApiProblem, FieldError, Problem, install_problem_handlers, problem_response
 from api.routes import (
     admin,
@@ -115,7 +116,8 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
             app.state.served.stop()
 
     app = FastAPI(title="noumena", version="1.0.0", description=DESCRIPTION, lifespan=lifespan,
-                  openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
+                  openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None,
+                  generate_unique_id_function=operation_id)
     app.state.settings = noumena.settings
     app.state.keys = ApiKeyStore(noumena.settings.api_keys_path())
     app.add_middleware(RequestEdge, limit=noumena.settings.api_max_body_bytes,

@@ -106,3 +106,19 @@ def test_the_service_starts_from_the_published_snapshot_and_follows_the_log_afte
             (i.fact_id, i.tier, i.activation) for i in past_b.items]
     finally:
         app.close()
+
+
+def test_entities_find_ranks_what_a_name_may_mean(home: Path):
+    env_width = {"COLUMNS": "200"}
+    os.environ.update(env_width)
+    try:
+        by_title = _run("entities", "find", "王总", home=home)
+        by_typo = _run("entities", "find", "Wnag", "--limit", "1", home=home)
+    finally:
+        os.environ.pop("COLUMNS")
+    assert by_title.returncode == 0, by_title.stderr
+    rows = [line for line in by_title.stdout.splitlines() if ":" in line]
+    assert "person:wang" in rows[0] and "exact" in rows[0]
+    assert "agent:wang-assistant" in by_title.stdout  # (王总的助理 begins with 王总)
+    assert by_typo.returncode == 0 and "person:wang" in by_typo.stdout and "fuzzy" in by_typo.stdout
+    assert "more" in by_typo.stdout
