@@ -14,6 +14,7 @@ or a session is never shown to it, and not counted.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -22,10 +23,11 @@ from typing import Any
 from domain.access import persons_served
 from domain.application.ontology_service import OntologyService
 from domain.entity_names import EntityNames, Found, NamedEntity
-from domain.errors import DomainError
+from domain.errors import DomainError, InvalidInput
 from domain.ports import ReadModel
 from domain.values import REF_PATTERN
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85]")
 HIDDEN_FROM_AGENT_KEYS = ("memory", "session")
 """Kinds of entity whose names an agent-scoped key never finds (their label is content or a conversation)."""
 RESOLVING_MATCHES = ("ref", "exact")
@@ -123,6 +125,9 @@ class EntityFinder:
         AmbiguousName, listing the candidates, when it names none or several."""
         if REF_PATTERN.fullmatch(value):
             return value
+        if _CONTROL.search(value):
+            raise InvalidInput(f"{value!r} holds a control character (a newline, a tab): pass a ref or a name without"
+                               " one", field=field)
         found, _ = self.find(tenant, value, 10, agents)
         exact = [f for f in found if f.match in RESOLVING_MATCHES]
         if len(exact) == 1:

@@ -139,6 +139,19 @@ def _fact_dict(fact: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class RelationInUse:
+    """A relation name, its rules, whether it was defined (built in or by the tenant: else it has the default
+    rules), and how many current facts use it."""
+
+    name: str
+    functional: bool
+    symmetric: bool
+    weight: float
+    defined: bool
+    current_facts: int
+
+
+@dataclass(frozen=True)
 class ApplicationSettings:
     """The application's own settings (from infra/settings.py's Settings, by the composition root)."""
 
@@ -533,6 +546,19 @@ class Application:
         if min_position is not None and self.read_model is not None:
             self.wait_for(min_position)
         return self.entity_names.find(caller.tenant, text, limit, caller.agents)
+
+    def relations(self, who: Caller | str) -> list[RelationInUse]:
+        """Every relation type the tenant knows (built in or defined) and every relation name its current facts
+        use, with its rules (functional: a new object supersedes the old) and how many current facts use it."""
+        with self.service.reading(as_caller(who).tenant) as state:
+            counts: dict[str, int] = {}
+            for _subject, relation, _object, _scope in state.current_by_key:
+                counts[relation] = counts.get(relation, 0) + 1
+            known = dict(state.relation_types)
+            rules = {name: state.relation(name) for name in set(known) | set(counts)}
+        return sorted((RelationInUse(name=name, functional=rule.functional, symmetric=rule.symmetric,
+                                     weight=rule.weight, defined=name in known, current_facts=counts.get(name, 0))
+                       for name, rule in rules.items()), key=lambda r: (-r.current_facts, r.name))
 
     def resolve_ref(self, who: Caller | str, value: str, field: str) -> str:
         """A ref given as itself or by an unambiguous name the caller may see (AmbiguousName, listing the
