@@ -50,6 +50,7 @@ class NamedEntity:
     ref: str
     label: str
     aliases: tuple[str, ...] = ()
+    hub: bool = False
 
     @property
     def kind(self) -> str:
@@ -71,6 +72,7 @@ class Found:
     match: str
     matched: str
     aliases: tuple[str, ...] = ()
+    hub: bool = False
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -269,7 +271,7 @@ class EntityNames:
             for (score, name, word), ref in scored[:wanted]:
                 entity = self._entities[ref]
                 top.append(Found(ref, entity.label, entity.kind, round(score, 4), match.replace("-words", ""),
-                                 self._shown_name(entity, name, word), entity.aliases))
+                                 self._shown_name(entity, name, word), entity.aliases, entity.hub))
         return top, len(seen)
 
     def _word_tiers(self, text: str, widest: int

@@ -291,7 +291,7 @@ class ReadModel(Protocol):
         ...
 
     def entities_since(self, tenant: str, after_position: int) -> tuple[list[dict[str, Any]], int]:
-        """The tenant's entities (ref, label, aliases, merged_into) as they are now, of those changed after
+        """The tenant's entities (ref, label, aliases, hub, merged_into) as they are now, of those changed after
         `after_position` (every one for -1), and the position they were read at."""
         ...
 

@@ -69,7 +69,7 @@ def entities_since(con: duckdb.DuckDBPyConnection, tenant: str, after_position: 
     con.execute("BEGIN TRANSACTION")
     try:
         position = clock_position(con)
-        rows = _rows(con, "SELECT ref, label, aliases, merged_into FROM entity_versions WHERE tenant = ?"
+        rows = _rows(con, "SELECT ref, label, aliases, hub, merged_into FROM entity_versions WHERE tenant = ?"
                           " AND recorded_to IS NULL AND position_from > ? AND position_from <= ?",
                      [tenant, after_position, position])
     finally:

@@ -46,10 +46,11 @@ def find_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: L
         rows, count = memory.search_entities(caller, "", skip, limit, min_position)
         return EntitiesPublic(data=[EntityFoundPublic(ref=row["ref"], label=row["label"],
                                                       kind=row["ref"].partition(":")[0],
-                                                      aliases=row["aliases"] or []) for row in rows], count=count)
+                                                      aliases=row["aliases"] or [], hub=row["hub"]) for row in rows],
+                              count=count)
     found, count = memory.find_entities(caller, q, skip + limit, min_position)
     return EntitiesPublic(data=[EntityFoundPublic(ref=f.ref, label=f.label, kind=f.kind, aliases=list(f.aliases),
-                                                  score=f.score, match=f.match, matched=f.matched)
+                                                  hub=f.hub, score=f.score, match=f.match, matched=f.matched)
                                 for f in found[skip:]], count=count)
 
 

@@ -43,6 +43,7 @@ class EntityFoundPublic(BaseModel):
     label: str = Field(examples=["Wang Wei"])
     kind: str = Field(examples=["person"], description="The ref's kind: the part before the colon.")
     aliases: list[str] = Field(default_factory=list, examples=[["王总"]])
+    hub: bool = Field(default=False, description="Many unrelated parties touch it: reachable, never traversed.")
     score: float | None = Field(default=None, examples=[0.96],
                                 description="How well `q` names it, 0..1 (1: the ref itself); null without `q`.")
     match: str | None = Field(default=None, examples=["exact"], description="How `q` matched: `ref`, `exact`,"

@@ -70,11 +70,11 @@ class EntityFinder:
             if row.get("merged_into"):
                 names.remove(row["ref"])
             else:
-                names.add(NamedEntity(row["ref"], row["label"] or "", tuple(row["aliases"] or ())))
+                names.add(NamedEntity(row["ref"], row["label"] or "", tuple(row["aliases"] or ()), bool(row["hub"])))
 
     def _from_state(self, tenant: str) -> EntityNames:
         with self._service.reading(tenant) as state:
-            return EntityNames(NamedEntity(e.ref, e.label, tuple(e.aliases)) for e in state.entities.values()
+            return EntityNames(NamedEntity(e.ref, e.label, tuple(e.aliases), e.hub) for e in state.entities.values()
                                if e.merged_into is None)
 
     def names(self, tenant: str) -> EntityNames:

@@ -16,6 +16,7 @@ ENTITIES = [
     {"ref": "person:li", "label": "Li Wei", "aliases": ["李总", "Boss"]},
     {"ref": "person:zhao", "label": "Zhao Min"},
     {"ref": "agent:wang-assistant", "label": "Wang's assistant"},
+    {"ref": "agent:cs", "label": "Customer service", "hub": True},
 ]
 
 
@@ -45,7 +46,14 @@ def test_wang_comes_first_by_chinese_title_by_name_in_any_case_and_by_a_typo(nam
         assert found["data"][0]["ref"] == "person:wang", (q, found)
     top = _find(names, "王总")["data"][0]
     assert top == {"ref": "person:wang", "label": "Wang Wei", "kind": "person", "aliases": ["王总", "王伟"],
-                   "score": top["score"], "match": "exact", "matched": "王总"} and 0.9 < top["score"] <= 1
+                   "hub": False, "score": top["score"], "match": "exact", "matched": "王总"} and 0.9 < top["score"] <= 1
+
+
+def test_a_found_entity_says_whether_it_is_a_hub(names: dict[str, Any]) -> None:
+    assert _find(names, "customer service")["data"][0] | {"score": 0} == {
+        "ref": "agent:cs", "label": "Customer service", "kind": "agent", "aliases": [], "hub": True, "score": 0,
+        "match": "exact", "matched": "Customer service"}
+    assert _find(names, "Li Wei")["data"][0]["hub"] is False
 
 
 def test_the_ranked_list_is_paged_and_counted(names: dict[str, Any]) -> None:
