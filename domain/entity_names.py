@@ -23,7 +23,6 @@ the words it becomes with one character left out; a typo of one edit shares one 
 from __future__ import annotations
 
 import bisect
-import functools
 import heapq
 import re
 from collections.abc import Callable, Iterable
@@ -75,14 +74,21 @@ class Found:
     hub: bool = False
 
 
-@functools.lru_cache(maxsize=100_000)
-def _normalized_word(part: str) -> str:
-    return normalize(part)
-
-
-def words_of(name: str) -> list[str]:
-    """The normalized words of a name: split at spaces and punctuation; a run of Chinese characters is one word."""
-    return [w for w in (_normalized_word(part) for part in _WORD_SPLIT.split(name) if part) if w]
+def words_of(name: str, folded: dict[str, str] | None = None) -> list[str]:
+    """The normalized words of a name: split at spaces and punctuation; a run of Chinese characters is one word.
+    `folded` caches normalized parts (an index keeps its own, so it goes with the index)."""
+    words = []
+    for part in _WORD_SPLIT.split(name):
+        if not part:
+            continue
+        word = folded.get(part) if folded is not None else None
+        if word is None:
+            word = normalize(part)
+            if folded is not None:
+                folded[part] = word
+        if word:
+            words.append(word)
+    return words
 
 
 def _deletions(word: str) -> set[str]:
@@ -124,6 +130,8 @@ class EntityNames:
         """A word with one character left out -> the words it came from (words of 3 to 24 letters, no digits)."""
         self._characters: dict[str, set[str]] = {}
         """A Chinese character -> the refs with a name holding it."""
+        self._folded: dict[str, str] = {}
+        """A name's part as written -> its normalized form (names repeat their parts: Wang, 总, ...)."""
         self._order: dict[str, tuple[int, str]] = {}
         """ref -> how it ranks among equals: shorter labels first (the name said is more of it), then by ref."""
         self._new_names: list[str] = []
@@ -161,7 +169,7 @@ class EntityNames:
             for character in _CJK.findall(key):
                 self._characters.setdefault(character, set()).add(entity.ref)
         for name in (entity.label, *entity.aliases, entity.identifier):
-            for word in words_of(name):
+            for word in words_of(name, self._folded):
                 if word not in self._words:
                     self._words[word] = set()
                     self._new_words.append(word)
@@ -186,7 +194,7 @@ class EntityNames:
             for character in _CJK.findall(key):
                 self._characters.get(character, set()).discard(ref)
         for name in (entity.label, *entity.aliases, entity.identifier):
-            for word in words_of(name):
+            for word in words_of(name, self._folded):
                 refs_with_word = self._words.get(word)
                 if refs_with_word is not None:
                     refs_with_word.discard(ref)

@@ -176,10 +176,13 @@ def application_reading(noumena: Noumena, follower: ProjectionFollower | None,
 
     if perspectives is None:
         perspectives = build_perspective_engine(noumena.log, noumena.settings.home, noumena.clock, follower)
-    return _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation, perspectives,
-                        noumena.clock, noumena.recalls, noumena.evidence,
-                        FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)
-                        if follower is not None else None)
+    application = _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation,
+                               perspectives, noumena.clock, noumena.recalls, noumena.evidence,
+                               FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)
+                               if follower is not None else None)
+    if follower is not None:  # (the name indexes hold labels: a purge drops its tenants' at once)
+        follower.on_purged.append(application.entity_names.forgotten)
+    return application
 
 
 @dataclass

@@ -2,9 +2,11 @@
 tool `find_entities`), and turning a name given where a ref is expected into that ref.
 
 The index (domain/entity_names.py) is kept per tenant in this process and follows the read model: each lookup
-first applies the entities that changed since the position it was built at (a query of those rows only), and is
-built again when the read model was rebuilt without forgotten content, so a forgotten label is never found. A
-process without a read model (the CLI) builds it from the tenant's state for each lookup.
+first applies the entities that changed since the position it was built at (a query of those rows only). When the
+read model is rebuilt without forgotten content, the purged tenants' indexes are dropped at once (`forgotten`, called
+by the projector's follower and by an in-process forget) and built again at their next lookup, so a forgotten label
+is neither found nor kept in this process. A process without a read model (the CLI) builds it from the tenant's
+state for each lookup.
 
 What a caller may see: a tenant-wide key finds every entity. A key scoped to agents finds its own agents, the
 persons they serve (domain/access.py), and the entities that are neither persons nor memories nor sessions (the
@@ -96,6 +98,15 @@ class EntityFinder:
             self._rows_to_index(followed.names, rows)
             followed.position = position
             return followed.names
+
+    def forgotten(self, tenants: list[str] | None = None) -> None:
+        """Content of `tenants` (None: any) was forgotten: drop their indexes (they hold labels), to be built again
+        from the purged read model at their next lookup."""
+        with self._lock:
+            if tenants is None:
+                self._indexes.clear()
+            for tenant in tenants or ():
+                self._indexes.pop(tenant, None)
 
     def _may_see(self, tenant: str, agents: Collection[str]) -> Callable[[str], bool] | None:
         if not agents:

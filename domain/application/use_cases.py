@@ -393,6 +393,7 @@ class Application:
         else:
             purged_at = self.copies.purge()  # None when a server's projector holds the file: it purges itself
             self.perspectives.forgotten([tenant])
+            self.entity_names.forgotten([tenant])
             report.files_rewritten.append("projections: " + ("rebuilt, snapshot and exports rewritten"
                                                              if purged_at is not None else "none here"))
         return Written(position=report.position, events=1 if report.position is not None else 0,
@@ -543,8 +544,7 @@ class Application:
         away), best first, of those the caller may see (domain/application/entity_finder.py); and how many there
         were in all."""
         caller = as_caller(who)
-        if min_position is not None and self.read_model is not None:
-            self.wait_for(min_position)
+        self.fresh(caller.tenant, min_position)
         return self.entity_names.find(caller.tenant, text, limit, caller.agents)
 
     def relations(self, who: Caller | str) -> list[RelationInUse]:

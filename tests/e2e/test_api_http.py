@@ -153,6 +153,8 @@ def test_forgetting_a_person_erases_their_content_from_every_read(acme: Tenant) 
     seen = c.get("/v1/perspectives", params={"agent": "agent:forgetful", "serving": "person:zhao",
                                              "min_position": fact["position"]}).text
     assert "serving Zhao Unique-Name" in seen  # the label the forget must then erase (the header shows it)
+    found = c.get("/v1/entities", params={"q": "Unique-Name", "min_position": fact["position"]}).json()
+    assert found["data"][0]["ref"] == "person:zhao"  # (the name index holds the label the forget must drop)
     forgotten = c.post("/v1/forget", json={"subject": "person:zhao"})
     assert forgotten.status_code == 200, forgotten.text
     receipt = forgotten.json()
