@@ -65,15 +65,11 @@ def search_entities(con: duckdb.DuckDBPyConnection, tenant: str, text: str, skip
 
 def entities_since(con: duckdb.DuckDBPyConnection, tenant: str, after_position: int) -> tuple[list[Row], int]:
     """The tenant's entities changed after `after_position` (all for -1), as they are now, and the projection's
-    position they were read at (in one transaction, so the two agree)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
-        position = clock_position(con)
-        rows = _rows(con, "SELECT ref, label, aliases, hub, merged_into FROM entity_versions WHERE tenant = ?"
-                          " AND recorded_to IS NULL AND position_from > ? AND position_from <= ?",
-                     [tenant, after_position, position])
-    finally:
-        con.execute("COMMIT")
+    position they were read at (the caller's read transaction makes the two agree)."""
+    position = clock_position(con)
+    rows = _rows(con, "SELECT ref, label, aliases, hub, merged_into FROM entity_versions WHERE tenant = ?"
+                      " AND recorded_to IS NULL AND position_from > ? AND position_from <= ?",
+                 [tenant, after_position, position])
     return rows, position
 
 

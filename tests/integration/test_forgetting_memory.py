@@ -67,8 +67,10 @@ def test_after_the_purge_no_object_of_noumena_holds_the_forgotten_persons_text(t
                 client.get("/v1/entities/ticket:z-1", params={"min_position": position}),
                 client.post("/v1/search", json={"agent": "agent:a", "serving": "person:y", "query": "asked",
                                                 "min_position": position}),
+                client.get("/v1/entities", params={"q": "Zeddy", "min_position": position}),
             ]
-            assert [r.status_code for r in served] == [200] * 5, [r.text for r in served]
+            assert [r.status_code for r in served] == [200] * 6, [r.text for r in served]
+            assert served[5].json()["data"][0]["ref"] == "person:z"  # (the name index holds the label and alias)
             assert "qzvreason9" in served[0].text and Y_MARKER in served[4].text
             before = held_by_noumena(Z_MARKERS)
             assert {"qzvname9", "qzvreason9", "qzvmsg9"} <= set(before), before  # (the walk sees them)
