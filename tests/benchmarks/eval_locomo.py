@@ -21,7 +21,9 @@ What is asked: every question of categories 1-4 (5 is adversarial: no evidence) 
 - `search_for(agent:companion, question, serving=person:<A>)`: recall@5/10/20 (a hit: a returned item's
   `message_ids` hold an evidence turn), per category and overall, and latency p50/p95;
 - `context_for` on a live main session of the companion serving A, with the question as the message: the share of
-  questions whose block shows a fact carrying an evidence turn, and how many facts it shows.
+  questions whose block shows a fact carrying an evidence turn, and how many facts it shows; and the same share
+  for the perspective alone (the block without its "Recalled for this request" part: what the ranking by
+  activation shows, without recall by content).
 Baselines, same run, same questions: BM25 (bm25s, English stopwords) over raw turns and over observations, and
 wordllama cosine over observations.
 """
@@ -189,6 +191,7 @@ def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str) -> int:
     latencies: list[float] = []
     context_hits: list[bool] = []
     context_facts: list[int] = []
+    perspective_hits: list[bool] = []
     with tempfile.TemporaryDirectory(prefix="noumena-locomo-") as home_dir:
         home = Path(home_dir)
         noumena = bootstrap(Settings(home=home, encrypt_content=False))
@@ -226,10 +229,12 @@ def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str) -> int:
                     provenance = searches.provenance(tenant, shown)
                     context_hits.append(any(evidence & set(m) for m in provenance))
                     context_facts.append(len(shown))
+                    alone = searches.provenance(tenant, context_fact_ids(context, recalled=False))
+                    perspective_hits.append(any(evidence & set(m) for m in alone))
                 baselines(conversation, questions, tally, embedder.embed if embedder is not None else None)
         finally:
             noumena.close()
-    report(tally, latencies, context_hits, context_facts)
+    report(tally, latencies, context_hits, context_facts, perspective_hits)
     return 0
 
 
@@ -239,19 +244,26 @@ def _create_tenant(tenant: str) -> Any:
     return CreateTenant(tenant=tenant)
 
 
-def context_fact_ids(context: Any) -> list[str]:
+def context_fact_ids(context: Any, recalled: bool = True) -> list[str]:
     """The facts a context block shows by name: the fact ids of its lines that name a fact (`[#...]`), not the
-    "N more about" count lines."""
+    "N more about" count lines. `recalled=False`: without the lines under "Recalled for this request" (the
+    perspective alone: what activation ranks, not what recall by content found)."""
+    from domain.context.rendering import RECALLED_HEADING
+
     seen: dict[str, None] = {}
     for block in context.blocks:
+        inside_recalled = False
         for line in block.lines:
-            if "[#" in line.text:
+            if line.text.startswith("#"):
+                inside_recalled = line.text.strip() == RECALLED_HEADING
+            if "[#" in line.text and (recalled or not inside_recalled):
                 for fact_id in line.fact_ids:
                     seen[fact_id] = None
     return list(seen)
 
 
-def report(tally: Tally, latencies: list[float], context_hits: list[bool], context_facts: list[int]) -> None:
+def report(tally: Tally, latencies: list[float], context_hits: list[bool], context_facts: list[int],
+           perspective_hits: list[bool]) -> None:
     methods = list(dict.fromkeys(m for m, _, _ in tally.hits))
     n = len([v for (m, k, _c), vs in tally.hits.items() if m == methods[0] and k == KS[0] for v in vs])
     print(f"\nLoCoMo retrieval recall, {n} questions (categories 1-4); a hit: an item's provenance holds an"
@@ -281,6 +293,9 @@ def report(tally: Tally, latencies: list[float], context_hits: list[bool], conte
         print(f"context_for with the question as message: evidence-carrying fact shown for "
               f"{sum(context_hits) / len(context_hits):.3f} of questions; facts shown: median "
               f"{statistics.median(context_facts):.0f}, max {max(context_facts)}")
+    if perspective_hits:
+        print(f"the perspective alone (the block without \"Recalled for this request\"): evidence-carrying fact "
+              f"shown for {sum(perspective_hits) / len(perspective_hits):.3f} of questions")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
