@@ -12,8 +12,18 @@ How a fact's activation is computed (every constant is a field of `ActivationPar
   `S + ln(1/f)`: the log of a PPR share, shifted by S. Reading it this way keeps ACT-R's first e^S = 4.5
   neighbours at full strength, never clamps to zero (a node with fan 50 still passes 9%), and lets the hop
   factor and the source split multiply in like PPR's damping.
-- `B`, the **base level**, is ACT-R's `ln sum_j (t - t_j)^-d` over this agent's uses of the fact (the assertion
-  is the first use for every agent), ages in weeks.
+- `B`, the **base level**, is ACT-R's `ln sum_j w_j` over the fact's uses: the ones the log shows for everyone
+  (its assertion, each corroboration and correction, the latest later mention of its entities) and this agent's
+  recalls, each dated where it happened. How a use's weight w_j = (1 + age_j)^-d ages depends on the fact's
+  memory tier (`salience = "tiers"`, the default; docs/perspectives.md, "Forgetting by tier"):
+  - semantic (`org` scope): the log's uses do not age at all (w = 1): an org fact leaves the view by being
+    superseded, invalidated or out-ranked, never by the calendar. Only this agent's recalls age, in weeks: the
+    short-lived boost of having just used it.
+  - episodic (`person:X` scope): every use ages in X's own episodes (sessions serving X started, and their
+    compactions) since it, not in time: a person silent for months comes back to the same view.
+  - session (`session:S` scope): every use ages in days (the seed's time-bound session memory); the session's
+    end archives the fact anyway.
+  `salience = "calendar"` is the model before tiers: ages in weeks of wall-clock time for every fact.
 - `ln(confidence)`: an uncertain fact is proportionally less likely to be needed.
 
 Clarity tiers, from the ranked activations: the top 4 in full, the next 7 as gist, then markers while A > tau
@@ -29,8 +39,9 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_WEEK = 7 * SECONDS_PER_DAY
@@ -64,20 +75,44 @@ class ActivationParameters(BaseModel):
     """S: ACT-R's maximum associative strength (fitted values 1.5-1.6). It gives the fan share
     min(1, e^S / f) and the offset S in A = B + ln(c) + S + ln(x). Source: ACT-R fan effect (Anderson 1974)."""
 
+    salience: Literal["tiers", "calendar"] = "tiers"
+    """How B ages a fact's uses. "tiers": on the clock of the fact's memory tier (the module docstring; seed 001:
+    "time-based expiry is the wrong default", each tier has its own eviction rule; seed 004: episodic records
+    lose weight when not recalled for long). "calendar": every use ages in `time_unit_seconds` of wall-clock
+    time, at least `minimum_age_seconds` (ACT-R's base level as first built; parameters stored without this
+    field were served with it, and read back as "calendar")."""
+
     decay: float = Field(default=0.5, gt=0)
-    """d in B = ln sum_j (t - t_j)^-d. Source: ACT-R base-level learning, power-law forgetting (Wixted &
-    Ebbesen 1991); d = 0.5 is ACT-R's default."""
+    """d in w_j = (1 + age_j)^-d (tiers) and in B = ln sum_j (t - t_j)^-d (calendar). Source: ACT-R base-level
+    learning, power-law forgetting (Wixted & Ebbesen 1991); d = 0.5 is ACT-R's default. The tiers' (1 + age)
+    form is Wickelgren's shifted power law (Wixted & Ebbesen 1991 fit it too): a use of age 0 weighs 1, so a
+    fact with one use has B = 0, never more, and its first episode or unit of age costs the most."""
+
+    recall_time_unit_seconds: float = Field(default=SECONDS_PER_WEEK, gt=0)
+    """Tiers: the unit in which an agent's recalls of an org fact age (weeks). The one calendar term of the
+    semantic tier, and why: a served perspective records a use of its own clear facts every hour it is served,
+    so a boost that never faded would freeze a view on whatever it showed first. It fades like ACT-R's base
+    level (a week-old recall weighs 0.71, a year-old one 0.14) and never takes the fact below its standing
+    (B >= 0 from the assertion alone). Our choice, to be tuned."""
+
+    session_time_unit_seconds: float = Field(default=SECONDS_PER_DAY, gt=0)
+    """Tiers: the unit in which a session fact's uses age (days). Source: seed 001, session memory has a
+    time-bound TTL; here the session's end archives its facts, and this only lets the facts of a session left
+    open for days fade first (a day-old use weighs 0.71, a week-old one 0.35)."""
+
+    mention_ignored_kinds: tuple[str, ...] = ("person", "agent")
+    """Tiers: a later mention of a fact's entity counts as a use of the fact (seed 001: what the user no longer
+    mentions loses weight), except for entities of these kinds and hubs: a person or an agent is named by every
+    fact about them, so a new fact about Li says nothing about Li's older facts. Our choice."""
 
     time_unit_seconds: float = Field(default=SECONDS_PER_WEEK, gt=0)
-    """Ages are measured in weeks. ACT-R fits seconds on laboratory lists lasting minutes; an organization's
-    relations live for months. The unit shifts every B by d*ln(unit), so it trades directly against tau. With
-    weeks, a fact nobody uses, reached at one hop from one of four sources (A = B - 0.8), fades below tau after
-    about four weeks; at two hops after one week; at three hops after two days. Our choice, to be tuned."""
+    """Calendar: ages are measured in weeks. ACT-R fits seconds on laboratory lists lasting minutes; an
+    organization's relations live for months. With weeks, a fact nobody uses, reached at one hop from one of
+    four sources (A = B - 0.8), fades below tau after about four weeks; at two hops after one week."""
 
     minimum_age_seconds: float = Field(default=3_600.0, gt=0)
-    """Uses younger than this count as this old, so a use made a moment ago gives a finite B (one hour: a
-    single fresh use is worth at most ln(168^0.5) = 2.56 in weeks). Our choice; ACT-R leaves t - t_j > 0 to the
-    model."""
+    """Calendar: uses younger than this count as this old, so a use made a moment ago gives a finite B (one
+    hour: a single fresh use is worth at most ln(168^0.5) = 2.56 in weeks)."""
 
     threshold: float = Field(default=-1.5)
     """tau: markers while A > tau; forgotten (only counted) when A <= tau. Source: ACT-R retrieval threshold
@@ -113,6 +148,15 @@ class ActivationParameters(BaseModel):
     """Entity kinds that are parties a hub serves. A hub that is itself the viewer never reaches parties other
     than the one it is serving (privacy by structure, docs/perspectives.md)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_before_tiers(cls, data: Any) -> Any:
+        """Parameters stored before `salience` existed (in evidence) were served with the calendar model: read
+        them back as such, so a stored perspective still reproduces with the rules it was served with."""
+        if isinstance(data, dict) and "salience" not in data and "minimum_age_seconds" in data:
+            return {**data, "salience": "calendar"}
+        return data
+
     def deeper(self) -> ActivationParameters:
         """The parameters for "think deeper": one more hop and a lower threshold."""
         return self.model_copy(update={
@@ -147,7 +191,8 @@ def spread_across(parameters: ActivationParameters, arriving: float, fan: int, w
 
 
 def base_level(parameters: ActivationParameters, now_seconds: float, use_seconds: Iterable[float]) -> float:
-    """B = ln sum_j (t - t_j)^-d over the uses made at or before `now` (ages in the parameters' unit).
+    """The calendar model's B = ln sum_j (t - t_j)^-d over the uses made at or before `now` (ages in
+    `time_unit_seconds`, at least `minimum_age_seconds`).
 
     Uses after `now` do not exist yet (an as-of perspective) and are ignored; with no use at all B is -inf.
     """
@@ -160,6 +205,12 @@ def base_level(parameters: ActivationParameters, now_seconds: float, use_seconds
             continue
         total += (max(age, floor) / unit) ** -parameters.decay
     return math.log(total) if total > 0 else -math.inf
+
+
+def use_weight(parameters: ActivationParameters, age: float) -> float:
+    """w = (1 + age)^-d: what one use of a fact adds to the tiers' base level at `age` (in its tier's units:
+    0 for the semantic tier's log uses, episodes, weeks or days); a use not made yet (age < 0) adds nothing."""
+    return (1.0 + age) ** -parameters.decay if age >= 0 else 0.0
 
 
 def activation(parameters: ActivationParameters, base: float, confidence: float, spread: float) -> float:

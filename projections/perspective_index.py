@@ -13,7 +13,10 @@ Its parts, each in its own module:
   lookups, and two UTF-8 text blobs (reason, provenance). Storage: `perspective_columns`.
 - `scopes` (`perspective_scopes`): who may see which scope, and the sessions.
 - `adjacency` (`perspective_adjacency`): the CSR the walk reads, rebuilt in bulk, with a delta tail.
-- `uses` (`perspective_uses`): per agent, its recalls.
+- `uses` (`perspective_uses`): per agent, its recalls; under `LOG_KEYS`, the corroborations and corrections.
+- `episodes` (`perspective_uses`): per person, the moments of their sessions and compactions (the clock of
+  their episodic facts); `mentioned` (per entity, float64): the latest moment a fact naming it was asserted or a
+  worker was about it. Both dated where they happened (`dated`).
 - `walk_scratch` (`perspective_walk.WalkScratch`): the walk's per-entity buffers, one walk at a time.
 
 It is built (a) by applying the log's records in order (`apply`), which is how a follower keeps it current and
@@ -35,8 +38,9 @@ from domain.activation import ActivationParameters
 from domain.relations import BUILTIN_RELATIONS
 from projections.perspective_adjacency import Adjacency, Entries
 from projections.perspective_columns import Column, Texts
+from projections.perspective_salience import tier_base_levels
 from projections.perspective_scopes import Scopes
-from projections.perspective_uses import Uses
+from projections.perspective_uses import CORRECTIONS, CORROBORATIONS, Episodes, Uses
 from projections.perspective_walk import (  # noqa: F401  (re-exported: the index's query types)
     TIER_CODES,
     TIERS_BY_CODE,
@@ -96,6 +100,9 @@ class PerspectiveIndex:
         the viewer's own scopes)."""
         self.canonical = Column(np.int32)
         """The entity each entity stands for: itself, or the one it was merged into (`entity.merged`)."""
+        self.mentioned = Column(np.float64)
+        """The latest moment a fact naming the entity was asserted, or a worker was about it (-inf: never): a
+        later mention is a use of the entity's older facts (`domain.activation`, tiers)."""
         self.kind_names: list[str] = []
         self.kind_codes: dict[str, int] = {}
         # relations
@@ -126,6 +133,7 @@ class PerspectiveIndex:
         self.scopes = Scopes()
         self.adjacency = Adjacency()
         self.uses = Uses()
+        self.episodes = Episodes()
         self.walk_scratch = WalkScratch()
         self._hubs: np.ndarray | None = None
         self._share_cache: tuple[float, np.ndarray] | None = None
@@ -169,6 +177,7 @@ class PerspectiveIndex:
             self.fan.append(0)
             self.fan_org.append(0)
             self.canonical.append(eid)
+            self.mentioned.append(-math.inf)
         else:
             if label is not None:
                 self.labels[eid] = label
@@ -254,12 +263,30 @@ class PerspectiveIndex:
 
     def _session_started(self, d: dict[str, Any], at: float) -> None:
         serving = d.get("serving")
-        self.session(d["session_id"], self.resolve(self.entity(d["agent"])),
-                     self.resolve(self.entity(serving)) if serving else -1)
+        person = self.resolve(self.entity(serving)) if serving else -1
+        self.session(d["session_id"], self.resolve(self.entity(d["agent"])), person)
+        if person >= 0:
+            self.episodes.record(person, dated(d.get("occurred_at"), at))
+
+    def _session_compacted(self, d: dict[str, Any], at: float) -> None:
+        person = self.scopes.sessions.get(d["session_id"], (-1, -1))[1]
+        if person >= 0:
+            self.episodes.record(self.resolve(person), dated(d.get("occurred_at"), at))
 
     def _worker_dispatched(self, d: dict[str, Any], at: float) -> None:
         if d["worker_session_id"] not in self.scopes.sessions:
             self.session(d["worker_session_id"], *self.scopes.sessions.get(d["session_id"], (-1, -1)))
+        self._worker_about(d, at)
+
+    def _worker_about(self, d: dict[str, Any], at: float) -> None:
+        moment = dated(d.get("occurred_at"), at)
+        for ref in d.get("about") or ():
+            self.mention(self.resolve(self.entity(ref)), moment)
+
+    def mention(self, eid: int, moment: float) -> None:
+        """Entity `eid` was named at `moment` (a running maximum: only the latest mention is kept)."""
+        if moment > self.mentioned.data[eid]:
+            self.mentioned.data[eid] = moment
 
     def _fact_asserted(self, d: dict[str, Any], at: float) -> None:
         subject, obj = self.resolve(self.entity(d["subject"])), self.resolve(self.entity(d["object"]))
@@ -270,12 +297,15 @@ class PerspectiveIndex:
         self.conf.append(float(d["confidence"]))
         self.status.append(CURRENT)
         self.live.append(int(self.scope.data[index]) + 1)
-        self.asserted.append(first_use(d, at))
+        first = first_use(d, at)
+        self.asserted.append(first)
         self.ids.append(d["fact_id"].encode())
         self.hashes.append(id_hash(d["fact_id"]))
         self.reasons.append(d.get("reason") or "")
         self.provenance.append(provenance_text(d.get("provenance") or {}))
         self._recent_ids[d["fact_id"]] = index
+        self.mention(subject, first)
+        self.mention(obj, first)
         self._fan(index, +1)
         if len(self._recent_ids) > COMPACT_AT and len(self._recent_ids) > self.fact_count // 4:
             self.compact()  # while folding, rebuild rarely (a quarter more facts); a query compacts sooner
@@ -317,6 +347,12 @@ class PerspectiveIndex:
         index = self.fact_index(d["fact_id"])
         if index is not None:
             self.conf.data[index] = float(d["confidence"])
+            self.uses.record(CORROBORATIONS, [index], first_use(d, at))
+
+    def _fact_corrected(self, d: dict[str, Any], at: float) -> None:
+        index = self.fact_index(d["fact_id"])
+        if index is not None:
+            self.uses.record(CORRECTIONS, [index], first_use(d, at))
 
     def _facts_recalled(self, d: dict[str, Any], at: float) -> None:
         agent = self.resolve(self.entity(d["agent"]))
@@ -348,6 +384,8 @@ class PerspectiveIndex:
         canonical[canonical == merged] = into
         self.scopes.merge(merged, into)
         self.uses.merge(merged, into)
+        self.episodes.merge(merged, into)
+        self.mention(into, float(self.mentioned.data[merged]))
         src, dst = self.src.view, self.dst.view
         moving = np.flatnonzero((src == merged) | (dst == merged))
         if len(moving):
@@ -393,8 +431,9 @@ class PerspectiveIndex:
             "texts": self.reasons.nbytes + self.provenance.nbytes,
             "adjacency": self.adjacency.nbytes,
             "scratch": self.walk_scratch.nbytes,
-            "entities": self.hub.nbytes + self.kind.nbytes + self.fan.nbytes + self.fan_org.nbytes + entity_lists,
-            "uses": self.uses.nbytes,
+            "entities": (self.hub.nbytes + self.kind.nbytes + self.fan.nbytes + self.fan_org.nbytes
+                         + self.mentioned.nbytes + entity_lists),
+            "uses": self.uses.nbytes + self.episodes.nbytes,
         }
 
     # ------------------------------------------------------------------------------------------ what the walk reads
@@ -453,18 +492,28 @@ class PerspectiveIndex:
     def spread_floor(self, agent: int, p: ActivationParameters) -> float:
         return spread_floor(self, agent, p)
 
-    def base_levels(self, agent: int, facts: np.ndarray, now: float, p: ActivationParameters) -> np.ndarray:
-        return base_levels(self, agent, facts, now, p)
+    def base_levels(self, agent: int, facts: np.ndarray, now: float, p: ActivationParameters, serving: int = -1
+                    ) -> np.ndarray:
+        """B per fact for `agent` (serving `serving`, -1: no one) at `now`, by the parameters' salience model."""
+        asserted = self.asserted.view[facts]
+        if p.salience == "calendar":
+            return base_levels(self, agent, facts, now, p, asserted)
+        return tier_base_levels(self, agent, serving, facts, now, p, asserted)
 
     def path(self, walked: Walked, fact: int, via: int) -> tuple[list[str], list[str]]:
         return path(self, walked, fact, via)
 
 
 def first_use(fact: dict[str, Any], recorded: float) -> float:
-    """When an asserted fact counts as first used (for activation and recency): when its source says it happened
-    (`provenance.occurred_at`), clamped to when it was recorded. A fact backfilled from an old conversation is not
-    "used just now"; a source clock ahead of ours never puts a use in the future."""
-    occurred = (fact.get("provenance") or {}).get("occurred_at")
+    """When an asserted (corroborated, corrected) fact counts as used, for activation and recency: when its source
+    says it happened (`provenance.occurred_at`), clamped to when it was recorded (`dated`)."""
+    return dated((fact.get("provenance") or {}).get("occurred_at"), recorded)
+
+
+def dated(occurred: Any, recorded: float) -> float:
+    """The moment something counts as having happened: the source's own clock (`occurred_at`), clamped to when it
+    was recorded. A fact backfilled from an old conversation is not "used just now"; a source clock ahead of ours
+    never puts a use in the future."""
     if not occurred:
         return recorded
     try:
@@ -491,9 +540,12 @@ _HANDLERS = {
     "relation.defined": PerspectiveIndex._relation_defined,
     "session.started": PerspectiveIndex._session_started,
     "worker.dispatched": PerspectiveIndex._worker_dispatched,
+    "worker.reported": PerspectiveIndex._worker_about,
+    "session.compacted": PerspectiveIndex._session_compacted,
     "entity.merged": PerspectiveIndex._entities_merged,
     "fact.asserted": PerspectiveIndex._fact_asserted,
     "fact.corroborated": PerspectiveIndex._fact_corroborated,
+    "fact.corrected": PerspectiveIndex._fact_corrected,
     "fact.invalidated": lambda self, d, at: self._set_status(d["fact_id"], INVALIDATED),
     "fact.archived": lambda self, d, at: self._set_status(d["fact_id"], ARCHIVED),
     "fact.restored": lambda self, d, at: self._set_status(d["fact_id"], CURRENT),

@@ -9,10 +9,15 @@ The frames (the interface any source fills; `from_duckdb` fills it from the proj
 - sessions: `session_id` str, `agent` str, `serving` str|null (workers carry their main session's)
 - relations: `name` str, `weight` float (only relation types a tenant defined; built-ins are known)
 - uses: `agent` str, `fact_id` str, `used_at` float (epoch seconds): recalls only, the assertion is implicit
+- log_uses: `fact_id` str, `change` str ('corroborated' | 'corrected'), `used_at` float: the uses the log shows
+  for every agent, dated where they happened
+- episodes: `person` str, `at` float: a session serving the person started, or one of them compacted
+- mentions: `ref` str, `at` float: a worker was about the entity (facts naming it are taken from `facts`)
 
 From DuckDB: `entities` and `facts` (views over the current versions), `sessions`, `relation_types`,
-`fact_uses`, the asserted rows of `fact_changes` (for provenance) and `projection_position` (where to resume
-following the log).
+`fact_uses`, the asserted, corroborated and corrected rows of `fact_changes` (provenance, log uses and
+mentions), the started, compacted, dispatched and reported rows of `session_changes` (episodes and mentions) and
+`projection_position` (where to resume following the log).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import polars as pl
 
 from projections.perspective_columns import Column, Texts
 from projections.perspective_index import STATUS_CODES, PerspectiveIndex, provenance_text
+from projections.perspective_uses import CORRECTIONS, CORROBORATIONS
 from projections.schema import PROJECTION_NAME
 
 
@@ -43,7 +49,8 @@ def _hashes(ids: pl.Series) -> np.ndarray:
 
 def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessions: pl.DataFrame | None = None,
                 relations: pl.DataFrame | None = None, uses: pl.DataFrame | None = None, position: int = 0,
-                clock: float | None = None) -> PerspectiveIndex:
+                clock: float | None = None, log_uses: pl.DataFrame | None = None,
+                episodes: pl.DataFrame | None = None, mentions: pl.DataFrame | None = None) -> PerspectiveIndex:
     """Build an index in bulk (vectorized; one Python step per entity, none per fact)."""
     index = PerspectiveIndex(tenant)
     for ref, label, hub in zip(entities["ref"].to_list(), entities["label"].to_list(), entities["hub"].to_list(),
@@ -109,12 +116,37 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
                 "agent", maintain_order=True):
             agent_id = index.resolve(index.entity(str(agent[0])))
             index.uses.load(agent_id, group["f"].to_numpy(), group["used_at"].cast(pl.Float64).to_numpy())
+    if log_uses is not None and log_uses.height:
+        fact_index = _index_of(index, log_uses["fact_id"])
+        found = log_uses.with_columns(pl.Series("f", fact_index)).filter(pl.col("f") >= 0)
+        for key, change in ((CORROBORATIONS, "corroborated"), (CORRECTIONS, "corrected")):
+            rows = found.filter(pl.col("change") == change)
+            if rows.height:
+                index.uses.load(key, rows["f"].to_numpy(), rows["used_at"].cast(pl.Float64).to_numpy())
+    if episodes is not None and episodes.height:
+        for person, group in episodes.group_by("person", maintain_order=True):
+            index.episodes.load(index.resolve(index.entity(str(person[0]))),
+                                group["at"].cast(pl.Float64).to_numpy())
+    _mentions(index, mentions)
     index.position = position
     if clock is not None:
         index.clock = clock
     elif n:
         index.clock = float(index.asserted.view.max())
     return index
+
+
+def _mentions(index: PerspectiveIndex, mentions: pl.DataFrame | None) -> None:
+    """Each entity's latest mention: the latest first use of a fact naming it (any status), or of a worker about
+    it (`mentions`)."""
+    latest = index.mentioned.view
+    if index.fact_count:
+        np.maximum.at(latest, index.src.view, index.asserted.view)
+        np.maximum.at(latest, index.dst.view, index.asserted.view)
+    if mentions is not None and mentions.height:
+        ids = np.array([index.resolve(index.entity(str(ref))) for ref in mentions["ref"].to_list()], dtype=np.int64)
+        latest = index.mentioned.view  # (entities may have been added)
+        np.maximum.at(latest, ids, mentions["at"].cast(pl.Float64).to_numpy())
 
 
 def _index_of(index: PerspectiveIndex, ids: pl.Series) -> np.ndarray:
@@ -167,6 +199,20 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | N
                       + ("" if at is None else " AND $2 IS NOT NULL"))
     uses = frame(f"SELECT agent, fact_id, {_epoch('used_at')} AS used_at FROM fact_uses WHERE tenant = $1"
                  f" AND {used} ORDER BY position")
+    dated = _epoch("least(recorded_at, coalesce(occurred_at, recorded_at))")
+    log_uses = frame(f"SELECT fact_id, change, {dated} AS used_at FROM fact_changes WHERE tenant = $1"
+                     f" AND change IN ('corroborated', 'corrected') AND {changes} ORDER BY position")
+    # a compaction belongs to the person its session serves (a worker's: its main session's, as the index keeps)
+    episodes = frame(f"""
+        SELECT coalesce(s.serving, m.serving) AS person, {_epoch('least(c.recorded_at, coalesce(c.occurred_at,'
+                                                                ' c.recorded_at))')} AS "at"
+        FROM session_changes AS c JOIN sessions AS s ON s.tenant = c.tenant AND s.session_id = c.session_id
+        LEFT JOIN sessions AS m ON m.tenant = s.tenant AND m.session_id = s.parent_session_id
+        WHERE c.tenant = $1 AND (c.change = 'started' AND s.serving IS NOT NULL
+                                 OR c.change = 'compacted' AND coalesce(s.serving, m.serving) IS NOT NULL)
+          AND {changes.replace('recorded_at', 'c.recorded_at')} ORDER BY c.position""")
+    mentions = frame(f"SELECT unnest(about) AS ref, {dated} AS \"at\" FROM session_changes WHERE tenant = $1"
+                     f" AND change IN ('dispatched', 'reported') AND about IS NOT NULL AND {changes}")
     if at is None:
         rows = con.execute("SELECT position, epoch_us(clock) / 1e6 FROM projection_position WHERE projection = ?",
                            [PROJECTION_NAME]).fetchall()
@@ -174,7 +220,8 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | N
     else:
         rows = con.execute("SELECT coalesce(max(position), 0) FROM clock WHERE recorded_at <= ?", [at]).fetchall()
         position, clock = int(rows[0][0]) if rows else 0, at.timestamp()
-    return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock)
+    return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock,
+                       log_uses=log_uses, episodes=episodes, mentions=mentions)
 
 
 def load_all(path: Path) -> tuple[dict[str, PerspectiveIndex], int]:

@@ -1,12 +1,22 @@
-"""The recalls of each agent in a perspective index: which facts it used, and when (the assertion is every agent's
-first use and is not stored here). The walk reads them sorted by (fact, time) for the base levels, and the most
-uses of one fact for its cut-off."""
+"""The uses of facts in a perspective index, and the clocks they age on.
+
+`Uses`: per agent, its recalls: which facts it used, and when; under the keys `LOG_KEYS`, the uses the log shows for
+every agent (keys `CORROBORATIONS` and `CORRECTIONS`; the assertion is every agent's first use and is not stored here).
+The walk reads them sorted by (fact, time) for the base levels, and the most uses of one fact for its cut-off.
+
+`Episodes`: per person, the moments of their own activity (a session serving them started, one of those
+sessions compacted): the clock on which that person's episodic facts age (docs/perspectives.md)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from projections.perspective_columns import Column
+
+
+CORROBORATIONS, CORRECTIONS = -1, -2
+"""The `Uses` keys of the uses the log shows for every agent (never an entity id)."""
+LOG_KEYS = (CORROBORATIONS, CORRECTIONS)
 
 
 class Uses:
@@ -105,3 +115,44 @@ class Uses:
             lo, hi = int(bounds[k]), int(bounds[k + 1])
             self._sorted[agent] = (facts[lo:hi].astype(np.int64), times[lo:hi])
             self._most[agent] = int(most[k])
+
+
+class Episodes:
+    """Per person entity, the moments of their episodes, kept sorted on demand."""
+
+    def __init__(self) -> None:
+        self.by_person: dict[int, Column] = {}
+        self._sorted: dict[int, np.ndarray] = {}
+
+    def record(self, person: int, at: float) -> None:
+        column = self.by_person.get(person)
+        if column is None:
+            column = self.by_person[person] = Column(np.float64, capacity=8)
+        column.append(at)
+        self._sorted.pop(person, None)
+
+    def load(self, person: int, times: np.ndarray) -> None:
+        """A person's episodes in bulk (building an index at start)."""
+        self.by_person[person] = Column(np.float64, data=times)
+        self._sorted.pop(person, None)
+
+    def merge(self, merged: int, into: int) -> None:
+        """`merged`'s episodes become `into`'s (the two persons are one)."""
+        column = self.by_person.pop(merged, None)
+        self._sorted.pop(merged, None)
+        if column is not None:
+            for moment in column.view.tolist():
+                self.record(into, moment)
+
+    def sorted(self, person: int) -> np.ndarray:
+        """The person's episode moments, ascending (empty for no one or a person never served)."""
+        cached = self._sorted.get(person)
+        if cached is None:
+            column = self.by_person.get(person)
+            cached = np.sort(column.view) if column is not None else np.zeros(0)
+            self._sorted[person] = cached
+        return cached
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.by_person.values())

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from domain.activation import ActivationParameters, Tier
+from projections.perspective_salience import tier_base_levels, tier_best_base
 
 if TYPE_CHECKING:
     from projections.perspective_adjacency import Entries
@@ -308,30 +309,35 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
         via = np.concatenate(rec_via)
         hops = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
     facts = facts.astype(np.int64)
-    return _ranked(index, p, now, agent, facts, index.conf.view[facts], index.asserted.view[facts],
+    return _ranked(index, p, now, agent, serving, facts, index.conf.view[facts], index.asserted.view[facts],
                    index.hashes.view[facts], spread, hops, via, source_ids, unknown, nodes)
 
 
-def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent: int, facts: np.ndarray,
-            conf: np.ndarray, asserted: np.ndarray, hashes: np.ndarray, spread: np.ndarray, hops: np.ndarray,
-            via: np.ndarray, source_ids: list[int], unknown: list[str], nodes: list[np.ndarray]) -> Walked:
+def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent: int, serving: int,
+            facts: np.ndarray, conf: np.ndarray, asserted: np.ndarray, hashes: np.ndarray, spread: np.ndarray,
+            hops: np.ndarray, via: np.ndarray, source_ids: list[int], unknown: list[str], nodes: list[np.ndarray]
+            ) -> Walked:
     """Every reached fact's B and A = B + ln(confidence) + S + ln(x), highest first, and the tiers."""
-    base = base_levels(index, agent, facts, now, p, asserted)
+    if p.salience == "calendar":
+        base = base_levels(index, agent, facts, now, p, asserted)
+    else:
+        base = tier_base_levels(index, agent, serving, facts, now, p, asserted)
     with np.errstate(divide="ignore"):
         act = base + np.log(conf, dtype=np.float64) + p.associative_strength + np.log(spread)
-    order = _rank(act, hashes)
+    order = _rank(act, asserted, hashes)
     facts, act, spread, base, hops, via = (a[order] for a in (facts, act, spread, base, hops, via))
     tiers = tier_codes(p, act, via)
     return Walked(facts, act, spread, base, hops, via, tiers, source_ids, unknown, nodes, now, p)
 
 
-def _rank(act: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-    """The order of highest activation first, ties by id hash: one stable argsort, and the two-key sort only
-    when some activations are equal."""
+def _rank(act: np.ndarray, asserted: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """The order of highest activation first; on a tie the more recently asserted first, then by id hash: one
+    stable argsort, and the three-key sort only when some activations are equal (often, with tiers: org facts
+    nobody used all have B = 0, and newer knowledge at equal standing goes first)."""
     order = np.argsort(-act, kind="stable")
     ranked = act[order]
     if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
-        return np.lexsort((hashes, -act))
+        return np.lexsort((hashes, -asserted, -act))
     return order
 
 
@@ -359,20 +365,23 @@ def _merge_twins(twin: np.ndarray, entries: Entries, nbr: np.ndarray, x: np.ndar
 
 def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -> float:
     """The least spread a fact needs to have any chance of A > tau for this agent: exp(tau - S - B_max), where
-    B_max is the base level of a fact asserted and used (as often as this agent ever used one fact) within
-    the last `minimum_age_seconds`. Never below `minimum_spread`."""
-    fresh = (p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay
-    most = index.uses.most(agent)
-    best_base = math.log(fresh * (1 + most))
+    B_max is the highest base level a fact can have for this agent (tiers: `tier_best_base`; calendar: a fact
+    asserted and used, as often as this agent ever used one fact, within the last `minimum_age_seconds`). Never
+    below `minimum_spread`."""
     if not p.cut_off:
         return p.minimum_spread
+    if p.salience == "calendar":
+        fresh = (p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay
+        best_base = math.log(fresh * (1 + index.uses.most(agent)))
+    else:
+        best_base = tier_best_base(index, agent)
     return max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base))
 
 
 def base_levels(index: PerspectiveIndex, agent: int, facts: np.ndarray, now: float,
                 p: ActivationParameters, asserted: np.ndarray | None = None) -> np.ndarray:
-    """B per fact for one agent at `now`: the assertion plus the agent's recalls made at or before `now`
-    (`asserted`: the facts' assertion times, when the caller holds them)."""
+    """The calendar model's B per fact for one agent at `now`: the assertion plus the agent's recalls made at or
+    before `now` (`asserted`: the facts' assertion times, when the caller holds them)."""
     floor, unit, d = p.minimum_age_seconds, p.time_unit_seconds, p.decay
     if asserted is None:
         asserted = index.asserted.view[facts]

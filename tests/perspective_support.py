@@ -11,6 +11,10 @@ from projections.perspective_index import PerspectiveIndex, fold
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
 class Org:
     """Records for one tenant, as the projector would read them from the log."""
 
@@ -32,19 +36,38 @@ class Org:
         self._record("entity.registered", ref=ref, label=label or ref, aliases=[], hub=hub)
         return ref
 
-    def session(self, session_id: str, agent: str, serving: str | None = None) -> str:
-        self._record("session.started", session_id=session_id, agent=agent, kind="main", serving=serving)
+    def session(self, session_id: str, agent: str, serving: str | None = None,
+                occurred: datetime | None = None) -> str:
+        self._record("session.started", session_id=session_id, agent=agent, kind="main", serving=serving,
+                     occurred_at=_iso(occurred))
         return f"session:{session_id}"
 
+    def compact(self, session_id: str, occurred: datetime | None = None, summary: str = "compacted") -> None:
+        self._record("session.compacted", session_id=session_id, through_message_id="m", summary=summary,
+                     occurred_at=_iso(occurred))
+
+    def dispatch(self, session_id: str, worker_session_id: str, about: tuple[str, ...] = ()) -> None:
+        self._record("worker.dispatched", session_id=session_id, worker_session_id=worker_session_id, task="task",
+                     about=list(about))
+
     def fact(self, subject: str, relation: str, obj: str, scope: str = "org", confidence: float = 0.8,
-             reason: str | None = None) -> str:
+             reason: str | None = None, occurred: datetime | None = None) -> str:
         key = (subject, relation, obj, scope)
         generation = self._generations.get(key, 0)
         self._generations[key] = generation + 1
         fact_id = fact_id_for(self.tenant, key, generation)
         self._record("fact.asserted", fact_id=fact_id, subject=subject, relation=relation, object=obj, scope=scope,
-                     reason=reason, confidence=confidence, provenance={"session_id": None, "message_ids": []})
+                     reason=reason, confidence=confidence,
+                     provenance={"session_id": None, "message_ids": [], "occurred_at": _iso(occurred)})
         return fact_id
+
+    def corroborate(self, fact_id: str, confidence: float = 0.9, occurred: datetime | None = None) -> None:
+        self._record("fact.corroborated", fact_id=fact_id, previous_confidence=0.8, confidence=confidence,
+                     provenance={"session_id": None, "message_ids": [], "occurred_at": _iso(occurred)})
+
+    def correct(self, fact_id: str, occurred: datetime | None = None) -> None:
+        self._record("fact.corrected", fact_id=fact_id, reason="corrected",
+                     provenance={"session_id": None, "message_ids": [], "occurred_at": _iso(occurred)})
 
     def invalidate(self, fact_id: str) -> None:
         self._record("fact.invalidated", fact_id=fact_id, reason="no longer holds", provenance={})

@@ -4,6 +4,7 @@ fact whose scope excludes the viewer, a fact that is not current, or a fact reac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -49,14 +50,17 @@ def worlds(draw: st.DrawFn) -> World:
         sessions[f"s{k}"] = (agent, serving)
     scopes = ["org"] + [f"person:{k}" for k in range(PERSONS)] + [f"session:{s}" for s in sessions]
     facts: dict[str, Fact] = {}
+    # what the tiers' clocks read: sources' own dates (up to 400 days back), corroborations and corrections,
+    # later sessions and compactions (episodes), workers about things (mentions)
+    past = st.none() | st.floats(0, 400).map(lambda days: org.now - timedelta(days=days))
     for _ in range(draw(st.integers(1, 45))):
         subject, obj = draw(st.sampled_from(refs)), draw(st.sampled_from(refs))
         scope = draw(st.sampled_from(scopes))
         fact_id = org.fact(subject, draw(st.sampled_from(["knows", "about", "serves"])), obj, scope=scope,
-                           confidence=draw(st.floats(0.05, 1.0)))
+                           confidence=draw(st.floats(0.05, 1.0)), occurred=draw(past))
         facts[fact_id] = Fact(fact_id, subject, obj, scope)
         org.advance(draw(st.floats(0, 3)))
-        roll = draw(st.integers(0, 9))
+        roll = draw(st.integers(0, 15))
         if roll == 0:
             victim = draw(st.sampled_from(sorted(facts)))
             if facts[victim].current:
@@ -64,6 +68,18 @@ def worlds(draw: st.DrawFn) -> World:
                 facts[victim].current = False
         elif roll == 1:
             org.recall(draw(st.sampled_from(agents)), [draw(st.sampled_from(sorted(facts)))])
+        elif roll == 2:
+            org.corroborate(draw(st.sampled_from(sorted(facts))), occurred=draw(past))
+        elif roll == 3:
+            org.correct(draw(st.sampled_from(sorted(facts))))
+        elif roll in (4, 5):
+            later = f"e{len(org.records)}"  # an episode of a person; its scope is never used by a fact
+            org.session(later, draw(st.sampled_from(agents)), draw(st.sampled_from(persons)), occurred=draw(past))
+        elif roll == 6 and sessions:
+            org.compact(draw(st.sampled_from(sorted(sessions))))
+        elif roll == 7 and sessions:
+            org.dispatch(draw(st.sampled_from(sorted(sessions))), f"w{len(org.records)}",
+                         about=(draw(st.sampled_from(things)),))
     return World(org, facts, hubs, sessions)
 
 

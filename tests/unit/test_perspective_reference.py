@@ -5,8 +5,10 @@ The reference reads the log records directly (no index, no numpy) and follows do
 at its first hop, when it is a source or its spread could still lift a fact over tau; crossing a fact multiplies by
 the hop factor, the relation's weight and the node's fan share min(1, e^S / f), where f counts the node's current
 facts that this viewer may see; a fact's spread sums the ways it is reached at its first hop, and it is about the
-end that gave more (the lower entity id on a tie); B over the assertion and this agent's recalls; tiers by
-`domain.activation.assign_tiers`.
+end that gave more (the lower entity id on a tie); B by the salience model (tiers: every use the log shows, the
+assertion, corroborations, corrections, the latest later mention of an entity, and this agent's recalls, each
+weighing (1 + age)^-d with its age on the fact's tier clock; calendar: the assertion and the recalls in weeks);
+ranked by activation, then the more recent assertion, then id hash; tiers by `domain.activation.assign_tiers`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class RefFact:
     confidence: float
     asserted: float
     current: bool = True
+    log_uses: list[tuple[float, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -47,6 +50,14 @@ class RefWorld:
     facts: dict[str, RefFact] = field(default_factory=dict)
     uses: dict[str, list[tuple[str, float]]] = field(default_factory=lambda: defaultdict(list))
     merged: dict[str, str] = field(default_factory=dict)
+    episodes: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """person -> moments of sessions serving them started, and of those sessions' compactions"""
+    mentions: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """entity -> moments a fact naming it was asserted or a worker was about it"""
+
+
+def _dated(occurred: str | None, recorded: float) -> float:
+    return min(_time(occurred), recorded) if occurred else recorded
 
 
 def _time(value: str) -> float:
@@ -64,9 +75,27 @@ def read(org: Org) -> RefWorld:
                 world.hubs.add(d["ref"])
         elif topic == "session.started":
             world.sessions[d["session_id"]] = (d["agent"], d.get("serving"))
+            if d.get("serving"):
+                world.episodes[d["serving"]].append(_dated(d.get("occurred_at"), at))
+        elif topic == "session.compacted":
+            serving = world.sessions.get(d["session_id"], (None, None))[1]
+            if serving:
+                world.episodes[serving].append(_dated(d.get("occurred_at"), at))
+        elif topic == "worker.dispatched":
+            world.sessions.setdefault(d["worker_session_id"], world.sessions.get(d["session_id"], (None, None)))
+            for ref in d.get("about", []):
+                world.mentions[ref].append(_dated(d.get("occurred_at"), at))
         elif topic == "fact.asserted":
+            first = _dated(d["provenance"].get("occurred_at"), at)
             world.facts[d["fact_id"]] = RefFact(d["fact_id"], d["subject"], d["object"], d["relation"], d["scope"],
-                                                d["confidence"], at)
+                                                d["confidence"], first)
+            world.mentions[d["subject"]].append(first)
+            world.mentions[d["object"]].append(first)
+        elif topic == "fact.corroborated":
+            world.facts[d["fact_id"]].confidence = d["confidence"]
+            world.facts[d["fact_id"]].log_uses.append((_dated(d["provenance"].get("occurred_at"), at), "corroborated"))
+        elif topic == "fact.corrected":
+            world.facts[d["fact_id"]].log_uses.append((_dated(d["provenance"].get("occurred_at"), at), "corrected"))
         elif topic in ("fact.invalidated", "fact.archived"):
             world.facts[d["fact_id"]].current = False
         elif topic == "fact.restored":
@@ -118,7 +147,11 @@ def reference(world: RefWorld, view: Viewpoint, p: ActivationParameters, now: fl
                     blocked.add(o)
     uses = world.uses.get(agent, [])
     most = max((sum(1 for u, _ in uses if u == fid) for fid in {u for u, _ in uses}), default=0)
-    best_base = math.log((p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay * (1 + most))
+    if p.salience == "calendar":
+        best_base = math.log((p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay * (1 + most))
+    else:  # every use weighs at most 1: the assertion, a mention, the most log uses of any one fact, the recalls
+        best_base = math.log(2 + sum(max((sum(1 for _, k in f.log_uses if k == kind) for f in world.facts.values()),
+                                         default=0) for kind in ("corroborated", "corrected")) + most)
     floor = max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base)) if p.cut_off \
         else p.minimum_spread
     max_weight = max([1.0] + [r.weight for r in BUILTIN_RELATIONS.values()])
@@ -163,17 +196,44 @@ def reference(world: RefWorld, view: Viewpoint, p: ActivationParameters, now: fl
     rows = []
     for fact_id, (spread, hop, about, _best) in reached.items():
         f = world.facts[fact_id]
-        moments = [f.asserted] + [t for u, t in uses if u == fact_id]
-        total = sum((max(now - t, p.minimum_age_seconds) / p.time_unit_seconds) ** -p.decay
-                    for t in moments if now - t >= 0)
-        base = math.log(total) if total > 0 else -math.inf
+        base = reference_base(world, f, agent, serving, p, now)
         a = base + math.log(f.confidence) + p.associative_strength + math.log(spread) if spread > 0 else -math.inf
         rows.append((fact_id, a, hop, about))
-    rows.sort(key=lambda r: (-r[1], id_hash(r[0])))
+    rows.sort(key=lambda r: (-r[1], -world.facts[r[0]].asserted, id_hash(r[0])))
     abouts = {ref: k for k, ref in enumerate(world.entities)}
     tiering = assign_tiers(p, [Ranked(k, a, abouts[about]) for k, (_f, a, _h, about) in enumerate(rows)])
     return {fact_id: (a, hop, about, tiering.tiers.get(k, Tier.FORGOTTEN).value)
             for k, (fact_id, a, hop, about) in enumerate(rows)}
+
+
+def reference_base(world: RefWorld, f: RefFact, agent: str, serving: str | None, p: ActivationParameters,
+                   now: float) -> float:
+    """B of one fact for one viewer at `now`, written out per tier (docs/perspectives.md, "Forgetting by tier")."""
+    recalls = [t for u, t in world.uses.get(agent, []) if u == f.fact_id]
+    if p.salience == "calendar":
+        total = sum((max(now - t, p.minimum_age_seconds) / p.time_unit_seconds) ** -p.decay
+                    for t in [f.asserted, *recalls] if now - t >= 0)
+        return math.log(total) if total > 0 else -math.inf
+
+    def weight(t: float, recall: bool) -> float:
+        if t > now:
+            return 0.0  # not happened yet, as of now
+        if f.scope == "org":  # semantic: the log's uses never age; an agent's recall ages in weeks
+            return (1 + (now - t) / p.recall_time_unit_seconds) ** -p.decay if recall else 1.0
+        if f.scope.startswith("person:"):  # episodic: in the served person's own episodes since the use
+            since = sum(1 for e in world.episodes.get(serving or "", []) if t < e <= now)
+            return (1 + since) ** -p.decay
+        return (1 + (now - t) / p.session_time_unit_seconds) ** -p.decay  # session: in days
+
+    ignored = set(p.mention_ignored_kinds)
+    mentioned = max((m for end in (f.subject, f.object)
+                     if end.split(":")[0] not in ignored and end not in world.hubs
+                     for m in world.mentions.get(end, [])), default=-math.inf)
+    total = weight(f.asserted, False) + sum(weight(t, False) for t, _ in f.log_uses)
+    total += sum(weight(t, True) for t in recalls)
+    if mentioned > f.asserted:
+        total += weight(mentioned, False)
+    return math.log(total) if total > 0 else -math.inf
 
 
 def walked(org: Org, view: Viewpoint, p: ActivationParameters, incremental: bool = False,
@@ -200,7 +260,8 @@ def _draw_view(data: st.DataObject) -> tuple[Viewpoint, ActivationParameters]:
     focus = tuple(data.draw(st.lists(st.sampled_from([f"thing:{k}" for k in range(THINGS)] + ["agent:0"]),
                                      max_size=2, unique=True)))
     p = data.draw(st.sampled_from([DEFAULT_PARAMETERS, DEFAULT_PARAMETERS.deeper(),
-                                   DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})]))
+                                   DEFAULT_PARAMETERS.model_copy(update={"cut_off": False}),
+                                   DEFAULT_PARAMETERS.model_copy(update={"salience": "calendar"})]))
     return Viewpoint(agent, serving, focus), p
 
 
@@ -266,7 +327,8 @@ def test_the_fan_counts_only_what_the_viewer_may_see():
     # two sources of 0.5; thing:x has 2 facts this viewer sees (fan 2 <= e^1.5): 0.5 * 0.5 * 0.5 reach thing:y
     assert walked(crowded, view, DEFAULT_PARAMETERS)[far][0] == pytest.approx(1.5 + math.log(0.125))
     # serving q, the 40 are visible and dilute thing:x's share: 42 facts
-    seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), DEFAULT_PARAMETERS)
+    exhaustive = DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})  # (x = 0.013 is below the cut-off)
+    seen_by_q = walked(crowded, Viewpoint("agent:a", serving="person:q"), exhaustive)
     assert seen_by_q[far][0] == pytest.approx(1.5 + math.log(0.125 * math.exp(1.5) / 42))
 
 

@@ -1,0 +1,167 @@
+"""Salience by memory tier over a perspective index: the base levels the walk ranks with, the bound its cut-off
+uses, and the sentence that says why a fact is as faded as it is.
+
+B = ln sum_j w_j over a fact's uses, w = (1 + age)^-d, each use's age on the clock of the fact's tier
+(`domain.activation`, salience "tiers"):
+
+- uses: the assertion (at its first use: `occurred_at` clamped), each corroboration and correction
+  (`Uses`' log keys), the latest later mention of one of its entities (`PerspectiveIndex.mentioned`, entities of
+  `mention_ignored_kinds` and hubs aside), and this agent's recalls;
+- org facts: the log's uses age 0 (weight 1); recalls age in `recall_time_unit_seconds`;
+- person facts: every use ages in the served person's episodes after it (`Episodes`);
+- session facts: every use ages in `session_time_unit_seconds`.
+
+Only what happened at or before `now` counts, so a view computed at T from an index folded up to T is the view
+served at T (as-of).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from domain.activation import ActivationParameters
+from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION
+from projections.perspective_uses import CORRECTIONS, CORROBORATIONS, LOG_KEYS
+
+if TYPE_CHECKING:
+    from projections.perspective_index import PerspectiveIndex
+
+_NONE = np.zeros(0, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """How old a use is on each tier's clock, and what it weighs, at `now` for one viewer."""
+
+    p: ActivationParameters
+    now: float
+    episodes: np.ndarray
+    """The served person's episode moments, sorted (the clock of their episodic facts)."""
+
+    def episodes_since(self, times: np.ndarray) -> np.ndarray:
+        """How many of the person's episodes happened after each moment, up to `now`."""
+        until = np.searchsorted(self.episodes, self.now, "right")
+        return np.maximum(until - np.searchsorted(self.episodes, times, "right"), 0)
+
+    def weights(self, kind: np.ndarray, times: np.ndarray, recall: bool) -> np.ndarray:
+        """w = (1 + age)^-d per use (`kind`: its fact's scope kind), 0 for a use after `now`."""
+        p = self.p
+        seconds = self.now - times
+        org = np.full(len(times), 1.0) if not recall else (1.0 + np.maximum(seconds, 0.0)
+                                                            / p.recall_time_unit_seconds) ** -p.decay
+        age = np.where(kind == SCOPE_ORG, 0.0, np.maximum(seconds, 0.0) / p.session_time_unit_seconds)
+        person = kind == SCOPE_PERSON
+        if person.any():
+            age[person] = self.episodes_since(times[person])
+        weight = np.where(kind == SCOPE_ORG, org, (1.0 + age) ** -p.decay)
+        weight[seconds < 0] = 0.0
+        return weight
+
+
+def clock_for(index: PerspectiveIndex, serving: int, now: float, p: ActivationParameters) -> Clock:
+    return Clock(p, now, index.episodes.sorted(serving) if serving >= 0 else _NONE)
+
+
+def latest_mentions(index: PerspectiveIndex, facts: np.ndarray, p: ActivationParameters) -> np.ndarray:
+    """Per fact, the latest moment one of its entities was mentioned (-inf: never), entities of the ignored
+    kinds and hubs aside."""
+    ignored = [index.kind_codes[k] for k in p.mention_ignored_kinds if k in index.kind_codes]
+    latest = np.full(len(facts), -math.inf)
+    for ends in (index.src.view[facts], index.dst.view[facts]):
+        moment = index.mentioned.view[ends]
+        skip = index.hub.view[ends]
+        if ignored:
+            skip = skip | np.isin(index.kind.view[ends], ignored)
+        latest = np.maximum(latest, np.where(skip, -math.inf, moment))
+    return latest
+
+
+def gathered(uses: tuple[np.ndarray, np.ndarray] | None, facts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in `facts`, moment) of every use of these facts in uses sorted by (fact, moment)."""
+    if uses is None or not len(uses[0]):
+        return np.zeros(0, dtype=np.int64), _NONE
+    used_facts, used_at = uses
+    lo = np.searchsorted(used_facts, facts, "left")
+    found = used_facts[np.minimum(lo, len(used_facts) - 1)] == facts
+    if not found.any():  # usually: none of these facts was used
+        return np.zeros(0, dtype=np.int64), _NONE
+    which = np.flatnonzero(found)
+    lo = lo[which]
+    lengths = np.searchsorted(used_facts, facts[which], "right") - lo
+    n = int(lengths.sum())
+    owner = np.repeat(which, lengths)
+    offsets = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths) + np.arange(n)
+    return owner, used_at[offsets]
+
+
+def tier_base_levels(index: PerspectiveIndex, agent: int, serving: int, facts: np.ndarray, now: float,
+                     p: ActivationParameters, asserted: np.ndarray) -> np.ndarray:
+    """B per fact for one viewer at `now`, each use aged on its fact's tier clock."""
+    clock = clock_for(index, serving, now, p)
+    kind = index.scopes.kind.view[index.scope.view[facts]]
+    total = clock.weights(kind, asserted, recall=False)
+    mentioned = latest_mentions(index, facts, p)
+    later = mentioned > asserted
+    if later.any():
+        total[later] += clock.weights(kind[later], mentioned[later], recall=False)
+    for key, recall in ((CORROBORATIONS, False), (CORRECTIONS, False), (agent, True)):
+        owner, times = gathered(index.uses.sorted(key), facts)
+        if len(owner):
+            total += np.bincount(owner, weights=clock.weights(kind[owner], times, recall), minlength=len(facts))
+    with np.errstate(divide="ignore"):
+        return np.log(total)
+
+
+def tier_best_base(index: PerspectiveIndex, agent: int) -> float:
+    """The highest B any fact can have for this agent: every use weighs at most 1 (the assertion, a mention, the
+    most corroborations and corrections of one fact, and the agent's most uses of one fact)."""
+    return math.log(2 + sum(index.uses.most(key) for key in LOG_KEYS) + index.uses.most(agent))
+
+
+# ---------------------------------------------------------------------------------------------- saying why
+
+
+def _day(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).date().isoformat()
+
+
+def salience_note(index: PerspectiveIndex, fact: int, *, agent: int, serving: int, now: float,
+                  p: ActivationParameters, rank: int, activation: float, forgotten: bool) -> str:
+    """What a fact last got and when, on its tier's clock, and where that leaves it: "episodic (Li's): last used
+    14 sessions of Li's ago (recalled 2026-05-02) · 3 uses · below the threshold (A -1.82 <= tau -1.5)"."""
+    uses: list[tuple[float, str]] = [(float(index.asserted.data[fact]), "asserted")]
+    one = np.array([fact], dtype=np.int64)
+    for key, what in ((CORROBORATIONS, "corroborated"), (CORRECTIONS, "corrected"), (agent, "recalled")):
+        _owner, times = gathered(index.uses.sorted(key), one)
+        uses += [(float(t), what) for t in times]
+    mentioned = float(latest_mentions(index, one, p)[0])
+    if mentioned > uses[0][0]:
+        uses.append((mentioned, "its entity mentioned"))
+    uses = [u for u in uses if u[0] <= now]
+    last, what = max(uses) if uses else (math.nan, "never")
+    kind = int(index.scopes.kind.data[index.scope.data[fact]])
+    count = f"{len(uses)} use" + ("" if len(uses) == 1 else "s")
+    when = f"{what} {_day(last)}" if uses else what
+    if p.salience == "calendar":
+        weeks = (now - last) / p.time_unit_seconds if uses else math.nan
+        parts = [f"calendar: last used {weeks:.1f} weeks ago ({when})", count]
+    elif kind == SCOPE_PERSON and serving >= 0:
+        label = index.labels[serving]
+        since = int(clock_for(index, serving, now, p).episodes_since(np.array([last]))[0]) if uses else 0
+        parts = [f"episodic ({label}'s): last used {since} session{'' if since == 1 else 's'} of {label}'s ago "
+                 f"({when})", count]
+    elif kind == SCOPE_SESSION:
+        days = (now - last) / 86_400.0 if uses else math.nan
+        parts = [f"session memory: last used {days:.1f} days ago ({when}); ends with its session", count]
+    else:
+        parts = [f"semantic (org): does not fade with time; last used {when}", count]
+        if rank > 0:
+            parts.append(f"out-ranked by {rank}")
+    if forgotten:
+        parts.append(f"below the threshold (A {activation:.2f} <= tau {p.threshold:g})")
+    return " · ".join(parts)
