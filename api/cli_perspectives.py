@@ -95,8 +95,15 @@ def _print_evidence(p: Any) -> None:
         console.print(f"  {item.tier.value:6} A={item.activation:+.3f} B={item.base_level:+.3f} x={item.spread:.4f}"
                       f" hops={item.hops} {item.fact_id} {item.subject} -{item.relation}-> {item.object}"
                       f" [{item.scope}] via {' > '.join(item.path)}", markup=False, highlight=False, soft_wrap=True)
+        if item.salience:
+            console.print(f"         why: {item.salience}", markup=False, highlight=False, soft_wrap=True)
     for group in p.count_groups:
         console.print(f"  count  {group.count} about {group.about}: {', '.join(group.fact_ids)}", markup=False)
+    for faded in p.faded:
+        console.print(f"  forgotten A={faded.activation:+.3f} B={faded.base_level:+.3f} hops={faded.hops}"
+                      f" {faded.fact_id} {faded.subject_label} -{faded.relation}-> {faded.object_label}"
+                      f" [{faded.scope}]\n         why: {faded.salience}", markup=False, highlight=False,
+                      soft_wrap=True)
     console.print("context:")
     for line in p.lines:
         ids = f"   <- {', '.join(line.fact_ids)}" if line.fact_ids else ""

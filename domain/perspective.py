@@ -20,6 +20,10 @@ context (a few percent of a 32k window)."""
 
 MINIMUM_BUDGET_TOKENS = 40
 
+FADED_SHOWN = 5
+"""How many of the forgotten facts the evidence names, strongest first, with why they faded (the rest are only
+counted, as in the block)."""
+
 
 class PerspectiveItem(BaseModel):
     """One fact seen from the viewpoint, at the clarity of its tier."""
@@ -48,6 +52,24 @@ class PerspectiveItem(BaseModel):
     """Refs from a source to the fact's far end."""
     path_fact_ids: list[str]
     """The facts crossed on that path, this one last."""
+    salience: str = ""
+    """Why it is as clear as it is, in words: its memory tier, what it last got and when on that tier's clock,
+    its uses, what out-ranked it ("episodic (Li's): last used 14 sessions of Li's ago (recalled 2026-05-02) ·
+    3 uses"). Empty in evidence stored before it was said."""
+
+
+class FadedFact(BaseModel):
+    """A fact the viewpoint reached that fell below the threshold (forgotten: only counted), and why."""
+
+    fact_id: str
+    subject_label: str
+    relation: str
+    object_label: str
+    scope: str
+    activation: float
+    base_level: float
+    hops: int
+    salience: str
 
 
 class CountGroup(BaseModel):
@@ -105,6 +127,8 @@ class Perspective(BaseModel):
     lines: list[ContextLine]
     unknown_refs: list[str] = Field(default_factory=list)
     recall: RecallRecord | None = None
+    faded: list[FadedFact] = Field(default_factory=list)
+    """The strongest forgotten facts (at most `FADED_SHOWN`), each with why it faded."""
 
     def fact_ids(self, *tiers: Tier) -> list[str]:
         return [item.fact_id for item in self.items if not tiers or item.tier in tiers]

@@ -13,7 +13,6 @@ import numpy as np
 
 from projections.perspective_columns import Column
 
-
 CORROBORATIONS, CORRECTIONS = -1, -2
 """The `Uses` keys of the uses the log shows for every agent (never an entity id)."""
 LOG_KEYS = (CORROBORATIONS, CORRECTIONS)

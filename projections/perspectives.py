@@ -22,7 +22,9 @@ from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Tier, es
 from domain.errors import InvalidInput, UnknownEntity
 from domain.perspective import (
     DEFAULT_BUDGET_TOKENS,
+    FADED_SHOWN,
     CountGroup,
+    FadedFact,
     Perspective,
     PerspectiveItem,
     fit_to_budget,
@@ -36,6 +38,7 @@ from projections.perspective_index import (
     Walked,
     fold,
 )
+from projections.perspective_salience import salience_note
 from projections.source import RawLog, decode
 
 READ_BATCH = 10_000
@@ -246,6 +249,17 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
                       perspective_id: str | None = None) -> Perspective:
     """Turn a walk into a Perspective: items for the shown tiers, groups for the counted, the context block."""
     shown = np.nonzero(walked.tiers <= TIER_CODES[Tier.MARKER])[0]
+    agent = index.lookup(viewpoint.agent)
+    serving = index.lookup(viewpoint.serving) if viewpoint.serving else None
+    clear = (TIER_CODES[Tier.FULL], TIER_CODES[Tier.GIST])
+
+    def why(k: int, forgotten: bool = False) -> str:
+        tier = int(walked.tiers[k])
+        return salience_note(index, int(walked.facts[k]), agent=-1 if agent is None else agent,
+                             serving=-1 if serving is None else serving, now=walked.now, p=walked.parameters,
+                             rank=0 if tier in clear else k, activation=float(walked.activation[k]),
+                             forgotten=forgotten)
+
     items: list[PerspectiveItem] = []
     for k in shown:
         fact = int(walked.facts[k])
@@ -261,7 +275,7 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
             confidence=round(float(index.conf.data[fact]), 6), provenance=index.provenance.get(fact),
             activation=round(float(walked.activation[k]), 6), base_level=round(float(walked.base[k]), 6),
             spread=float(walked.spread[k]), hops=int(walked.hops[k]), about=index.refs[via],
-            about_label=index.labels[via], path=path, path_fact_ids=path_facts,
+            about_label=index.labels[via], path=path, path_fact_ids=path_facts, salience=why(int(k)),
         ))
     counted = np.nonzero(walked.tiers == TIER_CODES[Tier.COUNT])[0]
     groups: dict[str, CountGroup] = {}
@@ -273,6 +287,14 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
             groups[ref] = CountGroup(about=ref, label=index.labels[int(node)], count=len(members),
                                      fact_ids=[index.fact_id(int(f)) for f in members])
     forgotten = walked.count(Tier.FORGOTTEN)
+    faded = []
+    for k in np.nonzero(walked.tiers == TIER_CODES[Tier.FORGOTTEN])[0][:FADED_SHOWN]:  # ranked: strongest first
+        fact = int(walked.facts[k])
+        faded.append(FadedFact(
+            fact_id=index.fact_id(fact), subject_label=index.labels[int(index.src.data[fact])],
+            relation=index.rel_names[index.rel.data[fact]], object_label=index.labels[int(index.dst.data[fact])],
+            scope=index.scopes.names[index.scope.data[fact]], activation=round(float(walked.activation[k]), 6),
+            base_level=round(float(walked.base[k]), 6), hops=int(walked.hops[k]), salience=why(int(k), True)))
     header = [_header(index, viewpoint, as_of)]
     if viewpoint.focus:
         header.append("Focus: " + ", ".join(_label(index, ref) for ref in viewpoint.focus))
@@ -287,7 +309,7 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
         served_at=served_at.astimezone(UTC), log_position=index.position, parameters=walked.parameters,
         budget_tokens=budget_tokens, items=items, count_groups=sorted(groups.values(), key=lambda g: g.about),
         forgotten=forgotten, counts=counts, context=context, context_tokens=estimate_tokens(context), lines=lines,
-        unknown_refs=walked.unknown_refs,
+        unknown_refs=walked.unknown_refs, faded=faded,
     )
 
 
