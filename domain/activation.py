@@ -12,18 +12,17 @@ How a fact's activation is computed (every constant is a field of `ActivationPar
   `S + ln(1/f)`: the log of a PPR share, shifted by S. Reading it this way keeps ACT-R's first e^S = 4.5
   neighbours at full strength, never clamps to zero (a node with fan 50 still passes 9%), and lets the hop
   factor and the source split multiply in like PPR's damping.
-- `B`, the **base level**, is ACT-R's `ln sum_j w_j` over the fact's uses: the ones the log shows for everyone
-  (its assertion, each corroboration and correction, the latest later mention of its entities) and this agent's
-  recalls, each dated where it happened. How a use's weight w_j = (1 + age_j)^-d ages depends on the fact's
-  memory tier (`salience = "tiers"`, the default; docs/perspectives.md, "Forgetting by tier"):
-  - semantic (`org` scope): the log's uses do not age at all (w = 1): an org fact leaves the view by being
-    superseded, invalidated or out-ranked, never by the calendar. Only this agent's recalls age, in weeks: the
-    short-lived boost of having just used it.
-  - episodic (`person:X` scope): every use ages in X's own episodes (sessions serving X started, and their
-    compactions) since it, not in time: a person silent for months comes back to the same view.
-  - session (`session:S` scope): every use ages in days (the seed's time-bound session memory); the session's
-    end archives the fact anyway.
-  `salience = "calendar"` is the model before tiers: ages in weeks of wall-clock time for every fact.
+- `B`, the **base level**, is ACT-R's `ln sum_j w_j` over the fact's uses, each dated where it happened
+  (`salience = "tiers"`, the default; docs/perspectives.md, "Forgetting by tier"):
+  - its standing: the uses the log shows for every agent (its assertion, each corroboration and correction, the
+    latest later mention of one of its entities), each weighing w = (1 + age)^-d with its age on the clock of
+    the fact's memory tier. Semantic (`org`): no clock (w = 1): an org fact leaves the view by being superseded,
+    invalidated or out-ranked, never by the calendar. Episodic (`person:X`): X's own episodes (sessions serving
+    X started, and their compactions) since the use: a person silent for months comes back to the same
+    standing. Session (`session:S`): days (the seed's time-bound session memory; the session's end archives it).
+  - this agent's recalls, on ACT-R's calendar clock ((t - t_j)^-d, weeks, at least an hour): the testing
+    effect, a boost that fades in weeks and never takes a fact below its standing.
+  `salience = "calendar"` is the model before tiers: the assertion is a calendar use like the recalls.
 - `ln(confidence)`: an uncertain fact is proportionally less likely to be needed.
 
 Clarity tiers, from the ranked activations: the top 4 in full, the next 7 as gist, then markers while A > tau
@@ -83,17 +82,10 @@ class ActivationParameters(BaseModel):
     field were served with it, and read back as "calendar")."""
 
     decay: float = Field(default=0.5, gt=0)
-    """d in w_j = (1 + age_j)^-d (tiers) and in B = ln sum_j (t - t_j)^-d (calendar). Source: ACT-R base-level
+    """d in w_j = (1 + age_j)^-d (standing) and in (t - t_j)^-d (recalls, calendar). Source: ACT-R base-level
     learning, power-law forgetting (Wixted & Ebbesen 1991); d = 0.5 is ACT-R's default. The tiers' (1 + age)
     form is Wickelgren's shifted power law (Wixted & Ebbesen 1991 fit it too): a use of age 0 weighs 1, so a
     fact with one use has B = 0, never more, and its first episode or unit of age costs the most."""
-
-    recall_time_unit_seconds: float = Field(default=SECONDS_PER_WEEK, gt=0)
-    """Tiers: the unit in which an agent's recalls of an org fact age (weeks). The one calendar term of the
-    semantic tier, and why: a served perspective records a use of its own clear facts every hour it is served,
-    so a boost that never faded would freeze a view on whatever it showed first. It fades like ACT-R's base
-    level (a week-old recall weighs 0.71, a year-old one 0.14) and never takes the fact below its standing
-    (B >= 0 from the assertion alone). Our choice, to be tuned."""
 
     session_time_unit_seconds: float = Field(default=SECONDS_PER_DAY, gt=0)
     """Tiers: the unit in which a session fact's uses age (days). Source: seed 001, session memory has a
@@ -106,13 +98,16 @@ class ActivationParameters(BaseModel):
     fact about them, so a new fact about Li says nothing about Li's older facts. Our choice."""
 
     time_unit_seconds: float = Field(default=SECONDS_PER_WEEK, gt=0)
-    """Calendar: ages are measured in weeks. ACT-R fits seconds on laboratory lists lasting minutes; an
-    organization's relations live for months. With weeks, a fact nobody uses, reached at one hop from one of
-    four sources (A = B - 0.8), fades below tau after about four weeks; at two hops after one week."""
+    """The calendar clock of recalls (and, in the calendar model, of every use): weeks. ACT-R fits seconds on
+    laboratory lists lasting minutes; an organization's relations live for months. A recall a day old adds 2.6
+    to the sum, a week old 1, a month old 0.48: the one calendar term of the tiers, and why: the testing effect
+    (Roediger & Karpicke 2006) is a boost over days, and a served perspective records a use of its own clear
+    facts every hour it is served, so a boost that never faded would freeze a view on whatever it showed first.
+    (Calendar model: a never-used fact one hop from one of four sources fades below tau after about four weeks.)"""
 
     minimum_age_seconds: float = Field(default=3_600.0, gt=0)
-    """Calendar: uses younger than this count as this old, so a use made a moment ago gives a finite B (one
-    hour: a single fresh use is worth at most ln(168^0.5) = 2.56 in weeks)."""
+    """Calendar uses younger than this count as this old, so a use made a moment ago gives a finite B (one
+    hour: a fresh recall is worth at most 168^0.5 = 13 uses of standing)."""
 
     threshold: float = Field(default=-1.5)
     """tau: markers while A > tau; forgotten (only counted) when A <= tau. Source: ACT-R retrieval threshold

@@ -4,12 +4,12 @@ uses, and the sentence that says why a fact is as faded as it is.
 B = ln sum_j w_j over a fact's uses, w = (1 + age)^-d, each use's age on the clock of the fact's tier
 (`domain.activation`, salience "tiers"):
 
-- uses: the assertion (at its first use: `occurred_at` clamped), each corroboration and correction
-  (`Uses`' log keys), the latest later mention of one of its entities (`PerspectiveIndex.mentioned`, entities of
-  `mention_ignored_kinds` and hubs aside), and this agent's recalls;
-- org facts: the log's uses age 0 (weight 1); recalls age in `recall_time_unit_seconds`;
-- person facts: every use ages in the served person's episodes after it (`Episodes`);
-- session facts: every use ages in `session_time_unit_seconds`.
+- the fact's standing, from the uses the log shows for every agent: the assertion (at its first use:
+  `occurred_at` clamped), each corroboration and correction (`Uses`' log keys), the latest later mention of one
+  of its entities (`PerspectiveIndex.mentioned`, entities of `mention_ignored_kinds` and hubs aside); each ages
+  on its tier's clock: org facts' not at all (weight 1), person facts' in the served person's episodes after it
+  (`Episodes`), session facts' in `session_time_unit_seconds`;
+- this agent's recalls, on ACT-R's calendar clock (the testing effect: a boost that fades in weeks).
 
 Only what happened at or before `now` counts, so a view computed at T from an index folded up to T is the view
 served at T (as-of).
@@ -48,17 +48,24 @@ class Clock:
         until = np.searchsorted(self.episodes, self.now, "right")
         return np.maximum(until - np.searchsorted(self.episodes, times, "right"), 0)
 
-    def weights(self, kind: np.ndarray, times: np.ndarray, recall: bool) -> np.ndarray:
-        """w = (1 + age)^-d per use (`kind`: its fact's scope kind), 0 for a use after `now`."""
+    def weights(self, kind: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """A log use's w = (1 + age)^-d on its tier's clock (`kind`: its fact's scope kind), 0 after `now`."""
         p = self.p
         seconds = self.now - times
-        org = np.full(len(times), 1.0) if not recall else (1.0 + np.maximum(seconds, 0.0)
-                                                            / p.recall_time_unit_seconds) ** -p.decay
         age = np.where(kind == SCOPE_ORG, 0.0, np.maximum(seconds, 0.0) / p.session_time_unit_seconds)
         person = kind == SCOPE_PERSON
         if person.any():
             age[person] = self.episodes_since(times[person])
-        weight = np.where(kind == SCOPE_ORG, org, (1.0 + age) ** -p.decay)
+        weight = (1.0 + age) ** -p.decay
+        weight[seconds < 0] = 0.0
+        return weight
+
+    def recall_weights(self, times: np.ndarray) -> np.ndarray:
+        """A recall's (t - t_j)^-d, ACT-R's calendar term (ages in `time_unit_seconds`, at least
+        `minimum_age_seconds`), 0 after `now`."""
+        p = self.p
+        seconds = self.now - times
+        weight = (np.maximum(seconds, p.minimum_age_seconds) / p.time_unit_seconds) ** -p.decay
         weight[seconds < 0] = 0.0
         return weight
 
@@ -104,23 +111,26 @@ def tier_base_levels(index: PerspectiveIndex, agent: int, serving: int, facts: n
     """B per fact for one viewer at `now`, each use aged on its fact's tier clock."""
     clock = clock_for(index, serving, now, p)
     kind = index.scopes.kind.view[index.scope.view[facts]]
-    total = clock.weights(kind, asserted, recall=False)
+    total = clock.weights(kind, asserted)
     mentioned = latest_mentions(index, facts, p)
     later = mentioned > asserted
     if later.any():
-        total[later] += clock.weights(kind[later], mentioned[later], recall=False)
-    for key, recall in ((CORROBORATIONS, False), (CORRECTIONS, False), (agent, True)):
+        total[later] += clock.weights(kind[later], mentioned[later])
+    for key in (CORROBORATIONS, CORRECTIONS, agent):
         owner, times = gathered(index.uses.sorted(key), facts)
         if len(owner):
-            total += np.bincount(owner, weights=clock.weights(kind[owner], times, recall), minlength=len(facts))
+            weights = clock.recall_weights(times) if key == agent else clock.weights(kind[owner], times)
+            total += np.bincount(owner, weights=weights, minlength=len(facts))
     with np.errstate(divide="ignore"):
         return np.log(total)
 
 
-def tier_best_base(index: PerspectiveIndex, agent: int) -> float:
-    """The highest B any fact can have for this agent: every use weighs at most 1 (the assertion, a mention, the
-    most corroborations and corrections of one fact, and the agent's most uses of one fact)."""
-    return math.log(2 + sum(index.uses.most(key) for key in LOG_KEYS) + index.uses.most(agent))
+def tier_best_base(index: PerspectiveIndex, agent: int, p: ActivationParameters) -> float:
+    """The highest B any fact can have for this agent: a log use weighs at most 1 (the assertion, a mention, the
+    most corroborations and corrections of one fact), a recall at most a fresh one's (ACT-R's bound, as many as the
+    agent's most uses of one fact)."""
+    fresh = (p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay
+    return math.log(2 + sum(index.uses.most(key) for key in LOG_KEYS) + fresh * index.uses.most(agent))
 
 
 # ---------------------------------------------------------------------------------------------- saying why
@@ -159,7 +169,8 @@ def salience_note(index: PerspectiveIndex, fact: int, *, agent: int, serving: in
         days = (now - last) / 86_400.0 if uses else math.nan
         parts = [f"session memory: last used {days:.1f} days ago ({when}); ends with its session", count]
     else:
-        parts = [f"semantic (org): does not fade with time; last used {when}", count]
+        parts = ["semantic (org): does not fade with time; last used " + (f"{_day(last)} ({what})" if uses else what),
+                 count]
         if rank > 0:
             parts.append(f"out-ranked by {rank}")
     if forgotten:

@@ -374,7 +374,7 @@ def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -
         fresh = (p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay
         best_base = math.log(fresh * (1 + index.uses.most(agent)))
     else:
-        best_base = tier_best_base(index, agent)
+        best_base = tier_best_base(index, agent, p)
     return max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base))
 
 

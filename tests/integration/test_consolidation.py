@@ -109,8 +109,14 @@ def test_a_disused_fact_is_archived_and_a_deeper_recall_brings_it_back(make_noum
     used = n.service.execute(c.AssertFact(tenant=T, subject="person:li", relation="prefers",
                                           object="memory:monthly", scope="person:wang")).events[0]
     n.service.execute(c.AssertFact(tenant=T, subject="file:q3", relation="failed_because",
-                                   object="memory:fx", scope="org", confidence=0.5))
-    clock.now += timedelta(days=400)
+                                   object="memory:fx", scope="person:wang", confidence=0.5))
+    kept = n.service.execute(c.AssertFact(tenant=T, subject="file:q3", relation="priced_in",
+                                          object="memory:usd", scope="org", confidence=0.5)).events[0]
+    for k in range(30):  # Wang's later sessions: his episodic memory ages in them, not in days
+        clock.now += timedelta(days=10)
+        n.service.execute(c.StartSession(tenant=T, session_id=f"later-{k}", agent="agent:wang-assistant",
+                                         serving="person:wang"))
+    clock.now += timedelta(days=100)
     n.service.execute(c.RecordRecall(tenant=T, agent="agent:wang-assistant", fact_ids=(used.fact_id,),
                                      mode="used"))
     archived = archive_disused(n.service, T, clock.now, timedelta(days=30))
@@ -118,9 +124,10 @@ def test_a_disused_fact_is_archived_and_a_deeper_recall_brings_it_back(make_noum
     (gone,) = [state.facts[i] for i in archived]
     assert gone.relation == "failed_because" and gone.status is FactStatus.ARCHIVED
     assert state.facts[used.fact_id].status is FactStatus.CURRENT  # recently used: kept
+    assert state.facts[kept.fact_id].status is FactStatus.CURRENT  # org: never archived by disuse
     assert recall(n.service, T, "agent:wang-assistant", "person:wang", "file:q3").tier is None
     answer = recall(n.service, T, "agent:wang-assistant", "person:wang", "file:q3", deeper=True)
-    assert answer.tier is MemoryTier.SEMANTIC and answer.restored == [gone.fact_id]
+    assert answer.tier is MemoryTier.EPISODIC and answer.restored == [gone.fact_id]
     assert n.service.ontology(T).facts[gone.fact_id].status is FactStatus.CURRENT
 
 

@@ -158,8 +158,8 @@ def test_what_an_agent_used_ranks_higher_than_its_twin_and_only_for_that_agent()
     now = org.now.timestamp()
     a = _facts(index.walk(Viewpoint("agent:a"), P, now), index)
     assert a[twin_y][0] > a[twin_x][0]
-    # an org fact: its assertion weighs 1 at any age; the recall a day ago (1 + 1/7 weeks)^-0.5
-    assert a[twin_y][0] - a[twin_x][0] == pytest.approx(math.log(1 + (1 + 1 / WEEK) ** -0.5))
+    # an org fact: its assertion weighs 1 at any age; the recall a day ago (1/7 weeks)^-0.5
+    assert a[twin_y][0] - a[twin_x][0] == pytest.approx(math.log(1 + (1 / WEEK) ** -0.5))
     b_walk = index.walk(Viewpoint("agent:b"), P, now)
     b = {index.fact_id(int(f)): float(x) for f, x in zip(b_walk.facts, b_walk.base, strict=True)}
     assert len(set(np.round(list(b.values()), 9))) == 1  # agent b's bases are untouched by a's recall

@@ -6,8 +6,8 @@ at its first hop, when it is a source or its spread could still lift a fact over
 the hop factor, the relation's weight and the node's fan share min(1, e^S / f), where f counts the node's current
 facts that this viewer may see; a fact's spread sums the ways it is reached at its first hop, and it is about the
 end that gave more (the lower entity id on a tie); B by the salience model (tiers: every use the log shows, the
-assertion, corroborations, corrections, the latest later mention of an entity, and this agent's recalls, each
-weighing (1 + age)^-d with its age on the fact's tier clock; calendar: the assertion and the recalls in weeks);
+assertion, corroborations, corrections, the latest later mention of an entity, each weighing (1 + age)^-d with its
+age on the fact's tier clock, and this agent's recalls in weeks; calendar: the assertion and the recalls in weeks);
 ranked by activation, then the more recent assertion, then id hash; tiers by `domain.activation.assign_tiers`.
 """
 
@@ -149,9 +149,11 @@ def reference(world: RefWorld, view: Viewpoint, p: ActivationParameters, now: fl
     most = max((sum(1 for u, _ in uses if u == fid) for fid in {u for u, _ in uses}), default=0)
     if p.salience == "calendar":
         best_base = math.log((p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay * (1 + most))
-    else:  # every use weighs at most 1: the assertion, a mention, the most log uses of any one fact, the recalls
-        best_base = math.log(2 + sum(max((sum(1 for _, k in f.log_uses if k == kind) for f in world.facts.values()),
-                                         default=0) for kind in ("corroborated", "corrected")) + most)
+    else:  # a log use weighs at most 1 (the assertion, a mention, the most log uses of one fact), a recall at
+        fresh = (p.minimum_age_seconds / p.time_unit_seconds) ** -p.decay  # most a fresh one
+        logged = 2 + sum(max((sum(1 for _, k in f.log_uses if k == kind) for f in world.facts.values()), default=0)
+                         for kind in ("corroborated", "corrected"))
+        best_base = math.log(logged + fresh * most)
     floor = max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base)) if p.cut_off \
         else p.minimum_spread
     max_weight = max([1.0] + [r.weight for r in BUILTIN_RELATIONS.values()])
@@ -218,8 +220,10 @@ def reference_base(world: RefWorld, f: RefFact, agent: str, serving: str | None,
     def weight(t: float, recall: bool) -> float:
         if t > now:
             return 0.0  # not happened yet, as of now
-        if f.scope == "org":  # semantic: the log's uses never age; an agent's recall ages in weeks
-            return (1 + (now - t) / p.recall_time_unit_seconds) ** -p.decay if recall else 1.0
+        if recall:  # this agent's recall: ACT-R's calendar term, the testing effect
+            return (max(now - t, p.minimum_age_seconds) / p.time_unit_seconds) ** -p.decay
+        if f.scope == "org":  # semantic: the log's uses never age
+            return 1.0
         if f.scope.startswith("person:"):  # episodic: in the served person's own episodes since the use
             since = sum(1 for e in world.episodes.get(serving or "", []) if t < e <= now)
             return (1 + since) ** -p.decay

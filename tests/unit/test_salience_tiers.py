@@ -119,7 +119,7 @@ def test_corroborations_and_corrections_count_as_uses_dated_where_they_happened(
     note = salience_note(index, int(walked.facts[k]), agent=index.entity_ids["agent:a"], serving=-1,
                          now=org.now.timestamp(), p=DEFAULT_PARAMETERS, rank=k,
                          activation=float(walked.activation[k]), forgotten=False)
-    assert note.startswith("semantic (org): does not fade with time; last used asserted 2026-01-01 · 1 use")
+    assert note.startswith("semantic (org): does not fade with time; last used 2026-01-01 (asserted) · 1 use")
     assert note.endswith("out-ranked by 1")
 
 
