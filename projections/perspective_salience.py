@@ -140,39 +140,70 @@ def _day(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).date().isoformat()
 
 
+USE_KINDS = ("asserted", "corroborated", "corrected", "recalled", "its entity mentioned")
+
+
+def salience_notes(index: PerspectiveIndex, facts: np.ndarray, *, agent: int, serving: int, now: float,
+                   p: ActivationParameters, ranks: np.ndarray, activations: np.ndarray, forgotten: np.ndarray
+                   ) -> list[str]:
+    """Per fact, what it last got and when, on its tier's clock, and where that leaves it: "episodic (Li's): last
+    used 14 sessions of Li's ago (recalled 2026-05-02) · 3 uses · below the threshold (A -1.82 <= tau -1.5)".
+    `ranks`: how many facts out-rank it (0: not said), `forgotten`: whether A <= tau. One pass for all facts."""
+    n = len(facts)
+    asserted = index.asserted.view[facts]
+    last = np.where(asserted <= now, asserted, -math.inf)
+    what = np.zeros(n, dtype=np.int64)
+    count = (asserted <= now).astype(np.int64)
+    for code, key in ((1, CORROBORATIONS), (2, CORRECTIONS), (3, agent)):
+        owner, times = gathered(index.uses.sorted(key), facts)
+        keep = times <= now
+        owner, times = owner[keep], times[keep]
+        if len(owner):
+            count += np.bincount(owner, minlength=n)
+            latest = np.full(n, -math.inf)
+            np.maximum.at(latest, owner, times)
+            later = latest > last
+            last[later], what[later] = latest[later], code
+    mentioned = latest_mentions(index, facts, p)
+    counted = (mentioned > asserted) & (mentioned <= now)
+    count += counted
+    later = counted & (mentioned > last)
+    last[later], what[later] = mentioned[later], 4
+    kind = index.scopes.kind.view[index.scope.view[facts]]
+    since = np.zeros(n, dtype=np.int64)
+    if serving >= 0 and np.isfinite(last).any():
+        since = clock_for(index, serving, now, p).episodes_since(np.where(np.isfinite(last), last, now))
+    label = index.labels[serving] if serving >= 0 else ""
+    notes = []
+    for k in range(n):
+        used = bool(np.isfinite(last[k]))
+        moment = float(last[k])
+        when = f"{USE_KINDS[int(what[k])]} {_day(moment)}" if used else "never"
+        uses = f"{int(count[k])} use" + ("" if count[k] == 1 else "s")
+        if p.salience == "calendar":
+            weeks = (now - moment) / p.time_unit_seconds if used else math.nan
+            parts = [f"calendar: last used {weeks:.1f} weeks ago ({when})", uses]
+        elif kind[k] == SCOPE_PERSON and serving >= 0:
+            e = int(since[k])
+            parts = [f"episodic ({label}'s): last used {e} session{'' if e == 1 else 's'} of {label}'s ago ({when})",
+                     uses]
+        elif kind[k] == SCOPE_SESSION:
+            days = (now - moment) / 86_400.0 if used else math.nan
+            parts = [f"session memory: last used {days:.1f} days ago ({when}); ends with its session", uses]
+        else:
+            said = f"{_day(moment)} ({USE_KINDS[int(what[k])]})" if used else "never"
+            parts = [f"semantic (org): does not fade with time; last used {said}", uses]
+            if ranks[k] > 0:
+                parts.append(f"out-ranked by {int(ranks[k])}")
+        if forgotten[k]:
+            parts.append(f"below the threshold (A {float(activations[k]):.2f} <= tau {p.threshold:g})")
+        notes.append(" · ".join(parts))
+    return notes
+
+
 def salience_note(index: PerspectiveIndex, fact: int, *, agent: int, serving: int, now: float,
                   p: ActivationParameters, rank: int, activation: float, forgotten: bool) -> str:
-    """What a fact last got and when, on its tier's clock, and where that leaves it: "episodic (Li's): last used
-    14 sessions of Li's ago (recalled 2026-05-02) · 3 uses · below the threshold (A -1.82 <= tau -1.5)"."""
-    uses: list[tuple[float, str]] = [(float(index.asserted.data[fact]), "asserted")]
-    one = np.array([fact], dtype=np.int64)
-    for key, what in ((CORROBORATIONS, "corroborated"), (CORRECTIONS, "corrected"), (agent, "recalled")):
-        _owner, times = gathered(index.uses.sorted(key), one)
-        uses += [(float(t), what) for t in times]
-    mentioned = float(latest_mentions(index, one, p)[0])
-    if mentioned > uses[0][0]:
-        uses.append((mentioned, "its entity mentioned"))
-    uses = [u for u in uses if u[0] <= now]
-    last, what = max(uses) if uses else (math.nan, "never")
-    kind = int(index.scopes.kind.data[index.scope.data[fact]])
-    count = f"{len(uses)} use" + ("" if len(uses) == 1 else "s")
-    when = f"{what} {_day(last)}" if uses else what
-    if p.salience == "calendar":
-        weeks = (now - last) / p.time_unit_seconds if uses else math.nan
-        parts = [f"calendar: last used {weeks:.1f} weeks ago ({when})", count]
-    elif kind == SCOPE_PERSON and serving >= 0:
-        label = index.labels[serving]
-        since = int(clock_for(index, serving, now, p).episodes_since(np.array([last]))[0]) if uses else 0
-        parts = [f"episodic ({label}'s): last used {since} session{'' if since == 1 else 's'} of {label}'s ago "
-                 f"({when})", count]
-    elif kind == SCOPE_SESSION:
-        days = (now - last) / 86_400.0 if uses else math.nan
-        parts = [f"session memory: last used {days:.1f} days ago ({when}); ends with its session", count]
-    else:
-        parts = ["semantic (org): does not fade with time; last used " + (f"{_day(last)} ({what})" if uses else what),
-                 count]
-        if rank > 0:
-            parts.append(f"out-ranked by {rank}")
-    if forgotten:
-        parts.append(f"below the threshold (A {activation:.2f} <= tau {p.threshold:g})")
-    return " · ".join(parts)
+    """`salience_notes` for one fact."""
+    return salience_notes(index, np.array([fact], dtype=np.int64), agent=agent, serving=serving, now=now, p=p,
+                          ranks=np.array([rank]), activations=np.array([activation]),
+                          forgotten=np.array([forgotten]))[0]

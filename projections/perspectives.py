@@ -38,7 +38,7 @@ from projections.perspective_index import (
     Walked,
     fold,
 )
-from projections.perspective_salience import salience_note
+from projections.perspective_salience import salience_notes
 from projections.source import RawLog, decode
 
 READ_BATCH = 10_000
@@ -251,14 +251,14 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
     shown = np.nonzero(walked.tiers <= TIER_CODES[Tier.MARKER])[0]
     agent = index.lookup(viewpoint.agent)
     serving = index.lookup(viewpoint.serving) if viewpoint.serving else None
-    clear = (TIER_CODES[Tier.FULL], TIER_CODES[Tier.GIST])
-
-    def why(k: int, forgotten: bool = False) -> str:
-        tier = int(walked.tiers[k])
-        return salience_note(index, int(walked.facts[k]), agent=-1 if agent is None else agent,
-                             serving=-1 if serving is None else serving, now=walked.now, p=walked.parameters,
-                             rank=0 if tier in clear else k, activation=float(walked.activation[k]),
-                             forgotten=forgotten)
+    faded_at = np.nonzero(walked.tiers == TIER_CODES[Tier.FORGOTTEN])[0][:FADED_SHOWN]  # ranked: strongest first
+    noted = np.concatenate([shown, faded_at])
+    tiers = walked.tiers[noted]
+    notes = salience_notes(index, walked.facts[noted].astype(np.int64), agent=-1 if agent is None else agent,
+                           serving=-1 if serving is None else serving, now=walked.now, p=walked.parameters,
+                           ranks=np.where(tiers <= TIER_CODES[Tier.GIST], 0, noted),
+                           activations=walked.activation[noted], forgotten=tiers == TIER_CODES[Tier.FORGOTTEN])
+    why = dict(zip(noted.tolist(), notes, strict=True))
 
     items: list[PerspectiveItem] = []
     for k in shown:
@@ -275,7 +275,7 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
             confidence=round(float(index.conf.data[fact]), 6), provenance=index.provenance.get(fact),
             activation=round(float(walked.activation[k]), 6), base_level=round(float(walked.base[k]), 6),
             spread=float(walked.spread[k]), hops=int(walked.hops[k]), about=index.refs[via],
-            about_label=index.labels[via], path=path, path_fact_ids=path_facts, salience=why(int(k)),
+            about_label=index.labels[via], path=path, path_fact_ids=path_facts, salience=why[int(k)],
         ))
     counted = np.nonzero(walked.tiers == TIER_CODES[Tier.COUNT])[0]
     groups: dict[str, CountGroup] = {}
@@ -288,13 +288,13 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
                                      fact_ids=[index.fact_id(int(f)) for f in members])
     forgotten = walked.count(Tier.FORGOTTEN)
     faded = []
-    for k in np.nonzero(walked.tiers == TIER_CODES[Tier.FORGOTTEN])[0][:FADED_SHOWN]:  # ranked: strongest first
+    for k in faded_at:
         fact = int(walked.facts[k])
         faded.append(FadedFact(
             fact_id=index.fact_id(fact), subject_label=index.labels[int(index.src.data[fact])],
             relation=index.rel_names[index.rel.data[fact]], object_label=index.labels[int(index.dst.data[fact])],
             scope=index.scopes.names[index.scope.data[fact]], activation=round(float(walked.activation[k]), 6),
-            base_level=round(float(walked.base[k]), 6), hops=int(walked.hops[k]), salience=why(int(k), True)))
+            base_level=round(float(walked.base[k]), 6), hops=int(walked.hops[k]), salience=why[int(k)]))
     header = [_header(index, viewpoint, as_of)]
     if viewpoint.focus:
         header.append("Focus: " + ", ".join(_label(index, ref) for ref in viewpoint.focus))

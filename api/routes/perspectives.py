@@ -85,7 +85,7 @@ def _served_to(caller: Caller, memory: Application, perspective_id: str) -> dict
     body = served.model_dump(mode="json")
     inputs = {k: body[k] for k in ("tenant", "agent", "serving", "focus", "as_of", "deeper", "served_at",
                                    "log_position", "budget_tokens")}
-    outputs = {k: body[k] for k in ("items", "count_groups", "forgotten", "counts", "context", "context_tokens",
-                                    "lines", "unknown_refs", "recall")}
+    outputs = {k: body[k] for k in ("items", "count_groups", "forgotten", "faded", "counts", "context",
+                                    "context_tokens", "lines", "unknown_refs", "recall")}
     return {"perspective_id": perspective_id, "inputs": inputs, "parameters": body["parameters"],
             "outputs": outputs}

@@ -55,7 +55,7 @@ def disused_facts(state: Ontology, now: datetime, period: timedelta,
         if any(t > start for t in _uses(state, fact, None)):
             continue
         if tiers:
-            person = [e for e in episodes.get(fact.scope.removeprefix("person:"), []) if e <= start]
+            person = [e for e in episodes.get(fact.scope, []) if e <= start]
             bound = max(_episodic_base(parameters, person, _uses(state, fact, agent)) for agent in agents)
         else:
             bound = max(base_level(parameters, start, _uses(state, fact, agent)) for agent in agents)

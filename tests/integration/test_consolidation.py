@@ -110,8 +110,8 @@ def test_a_disused_fact_is_archived_and_a_deeper_recall_brings_it_back(make_noum
                                           object="memory:monthly", scope="person:wang")).events[0]
     n.service.execute(c.AssertFact(tenant=T, subject="file:q3", relation="failed_because",
                                    object="memory:fx", scope="person:wang", confidence=0.5))
-    kept = n.service.execute(c.AssertFact(tenant=T, subject="file:q3", relation="priced_in",
-                                          object="memory:usd", scope="org", confidence=0.5)).events[0]
+    kept = n.service.execute(c.AssertFact(tenant=T, subject="person:li", relation="worried_about",
+                                          object="memory:fx", scope="org", confidence=0.5)).events[0]
     for k in range(30):  # Wang's later sessions: his episodic memory ages in them, not in days
         clock.now += timedelta(days=10)
         n.service.execute(c.StartSession(tenant=T, session_id=f"later-{k}", agent="agent:wang-assistant",
