@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -77,14 +76,14 @@ def clock_for(index: PerspectiveIndex, serving: int, now: float, p: ActivationPa
 def latest_mentions(index: PerspectiveIndex, facts: np.ndarray, p: ActivationParameters) -> np.ndarray:
     """Per fact, the latest moment one of its entities was mentioned (-inf: never), entities of the ignored
     kinds and hubs aside."""
-    ignored = [index.kind_codes[k] for k in p.mention_ignored_kinds if k in index.kind_codes]
+    ignored = np.zeros(len(index.kind_names) + 1, dtype=bool)  # by kind code
+    for name in p.mention_ignored_kinds:
+        if name in index.kind_codes:
+            ignored[index.kind_codes[name]] = True
     latest = np.full(len(facts), -math.inf)
     for ends in (index.src.view[facts], index.dst.view[facts]):
-        moment = index.mentioned.view[ends]
-        skip = index.hub.view[ends]
-        if ignored:
-            skip = skip | np.isin(index.kind.view[ends], ignored)
-        latest = np.maximum(latest, np.where(skip, -math.inf, moment))
+        skip = index.hub.view[ends] | ignored[index.kind.view[ends]]
+        latest = np.maximum(latest, np.where(skip, -math.inf, index.mentioned.view[ends]))
     return latest
 
 
@@ -136,10 +135,6 @@ def tier_best_base(index: PerspectiveIndex, agent: int, p: ActivationParameters)
 # ---------------------------------------------------------------------------------------------- saying why
 
 
-def _day(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).date().isoformat()
-
-
 USE_KINDS = ("asserted", "corroborated", "corrected", "recalled", "its entity mentioned")
 
 
@@ -174,11 +169,13 @@ def salience_notes(index: PerspectiveIndex, facts: np.ndarray, *, agent: int, se
     if serving >= 0 and np.isfinite(last).any():
         since = clock_for(index, serving, now, p).episodes_since(np.where(np.isfinite(last), last, now))
     label = index.labels[serving] if serving >= 0 else ""
+    finite = np.isfinite(last)
+    days = np.where(finite, last, 0).astype("datetime64[s]").astype("datetime64[D]").astype(str).tolist()
     notes = []
     for k in range(n):
-        used = bool(np.isfinite(last[k]))
+        used = bool(finite[k])
         moment = float(last[k])
-        when = f"{USE_KINDS[int(what[k])]} {_day(moment)}" if used else "never"
+        when = f"{USE_KINDS[int(what[k])]} {days[k]}" if used else "never"
         uses = f"{int(count[k])} use" + ("" if count[k] == 1 else "s")
         if p.salience == "calendar":
             weeks = (now - moment) / p.time_unit_seconds if used else math.nan
@@ -191,7 +188,7 @@ def salience_notes(index: PerspectiveIndex, facts: np.ndarray, *, agent: int, se
             days = (now - moment) / 86_400.0 if used else math.nan
             parts = [f"session memory: last used {days:.1f} days ago ({when}); ends with its session", uses]
         else:
-            said = f"{_day(moment)} ({USE_KINDS[int(what[k])]})" if used else "never"
+            said = f"{days[k]} ({USE_KINDS[int(what[k])]})" if used else "never"
             parts = [f"semantic (org): does not fade with time; last used {said}", uses]
             if ranks[k] > 0:
                 parts.append(f"out-ranked by {int(ranks[k])}")
