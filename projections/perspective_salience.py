@@ -170,12 +170,12 @@ def salience_notes(index: PerspectiveIndex, facts: np.ndarray, *, agent: int, se
         since = clock_for(index, serving, now, p).episodes_since(np.where(np.isfinite(last), last, now))
     label = index.labels[serving] if serving >= 0 else ""
     finite = np.isfinite(last)
-    days = np.where(finite, last, 0).astype("datetime64[s]").astype("datetime64[D]").astype(str).tolist()
+    dates = np.where(finite, last, 0).astype("datetime64[s]").astype("datetime64[D]").astype(str).tolist()
     notes = []
     for k in range(n):
         used = bool(finite[k])
         moment = float(last[k])
-        when = f"{USE_KINDS[int(what[k])]} {days[k]}" if used else "never"
+        when = f"{USE_KINDS[int(what[k])]} {dates[k]}" if used else "never"
         uses = f"{int(count[k])} use" + ("" if count[k] == 1 else "s")
         if p.salience == "calendar":
             weeks = (now - moment) / p.time_unit_seconds if used else math.nan
@@ -185,10 +185,10 @@ def salience_notes(index: PerspectiveIndex, facts: np.ndarray, *, agent: int, se
             parts = [f"episodic ({label}'s): last used {e} session{'' if e == 1 else 's'} of {label}'s ago ({when})",
                      uses]
         elif kind[k] == SCOPE_SESSION:
-            days = (now - moment) / 86_400.0 if used else math.nan
-            parts = [f"session memory: last used {days:.1f} days ago ({when}); ends with its session", uses]
+            ago = (now - moment) / 86_400.0 if used else math.nan
+            parts = [f"session memory: last used {ago:.1f} days ago ({when}); ends with its session", uses]
         else:
-            said = f"{days[k]} ({USE_KINDS[int(what[k])]})" if used else "never"
+            said = f"{dates[k]} ({USE_KINDS[int(what[k])]})" if used else "never"
             parts = [f"semantic (org): does not fade with time; last used {said}", uses]
             if ranks[k] > 0:
                 parts.append(f"out-ranked by {int(ranks[k])}")

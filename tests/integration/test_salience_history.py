@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from domain.activation import DEFAULT_PARAMETERS
 from domain.commands import CreateTenant
+from projections.perspective_index import Viewpoint
 from projections.perspective_load import from_duckdb
 from projections.perspectives import Perspectives
 from projections.projector import Projector
@@ -39,3 +42,9 @@ def test_a_year_of_imported_history_never_read_keeps_every_view_full_also_after_
         loaded = from_duckdb(projector.con, org.tenant)  # type: ignore[attr-defined]
     restarted = check_views(loaded, agents, persons, moment)
     assert restarted == folded
+    for agent in agents[:4]:  # value for value: corroborations, sessions and mentions read from the read model
+        for person in persons[:10]:
+            view = Viewpoint(agent, serving=person)
+            a, b = index.walk(view, DEFAULT_PARAMETERS, moment), loaded.walk(view, DEFAULT_PARAMETERS, moment)
+            assert [index.fact_id(int(f)) for f in a.facts] == [loaded.fact_id(int(f)) for f in b.facts]
+            assert b.activation == pytest.approx(a.activation, abs=1e-6)

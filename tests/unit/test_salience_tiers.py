@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from domain.activation import DEFAULT_PARAMETERS, Tier
 from projections.perspective_index import TIERS_BY_CODE, PerspectiveIndex, Viewpoint, Walked
-from projections.perspective_salience import salience_note
+from projections.perspective_salience import salience_note, salience_notes
 from tests.perspective_support import Org
 
 CALENDAR = DEFAULT_PARAMETERS.model_copy(update={"salience": "calendar"})
@@ -127,3 +127,25 @@ def test_stored_parameters_without_a_salience_model_read_back_as_the_calendar_mo
     stored = DEFAULT_PARAMETERS.model_dump(exclude={"salience"})
     assert type(DEFAULT_PARAMETERS).model_validate(stored).salience == "calendar"
     assert type(DEFAULT_PARAMETERS).model_validate(DEFAULT_PARAMETERS.model_dump()).salience == "tiers"
+
+
+def test_a_session_fact_fades_in_days_and_says_so_beside_an_org_and_a_person_fact():
+    org = Org()
+    for ref in ("agent:a", "person:li", "thing:x", "thing:y", "thing:z"):
+        org.entity(ref, label="Li" if ref == "person:li" else None)
+    org.session("s", "agent:a", "person:li")
+    in_session = org.fact("agent:a", "drafts", "thing:x", scope="session:s")
+    about_li = org.fact("person:li", "likes", "thing:y", scope="person:li")
+    shared = org.fact("agent:a", "knows", "thing:z")
+    org.advance(2)
+    index, walked, rows = _view(org, Viewpoint("agent:a", serving="person:li"))
+    assert rows[in_session][1] == math.log(3 ** -0.5)  # two days: (1 + 2)^-0.5
+    assert rows[about_li][1] == 0.0 and rows[shared][1] == 0.0
+    at = [rows[f][2] for f in (in_session, about_li, shared)]
+    notes = salience_notes(index, walked.facts[at].astype("int64"), agent=index.entity_ids["agent:a"],
+                           serving=index.entity_ids["person:li"], now=org.now.timestamp(), p=DEFAULT_PARAMETERS,
+                           ranks=walked.facts[at] * 0, activations=walked.activation[at],
+                           forgotten=walked.facts[at] < 0)
+    assert notes == ["session memory: last used 2.0 days ago (asserted 2026-01-01); ends with its session · 1 use",
+                     "episodic (Li's): last used 0 sessions of Li's ago (asserted 2026-01-01) · 1 use",
+                     "semantic (org): does not fade with time; last used 2026-01-01 (asserted) · 1 use"]
