@@ -53,6 +53,9 @@ class EntityRegisteredV1(Payload):
     label: Label
     aliases: list[Label] = []
     hub: Flag = False
+    session_id: Identifier | None = None
+    """The session the entity was named in: its label is then that session's words, forgotten with the session
+    and the person it serves (docs/forgetting.md)."""
 
 
 class SourceV1(Payload):
@@ -268,7 +271,8 @@ def to_command(envelope: EnvelopeBase) -> c.Command:
     p = envelope.payload  # type: ignore[attr-defined]
     match p:
         case EntityRegisteredV1():
-            return c.RegisterEntity(**common, ref=p.ref, label=p.label, aliases=tuple(p.aliases), hub=p.hub)
+            return c.RegisterEntity(**common, ref=p.ref, label=p.label, aliases=tuple(p.aliases), hub=p.hub,
+                                    session_id=p.session_id)
         case FactAssertedV1():
             return fact_command(common, p)
         case FactInvalidatedV1():

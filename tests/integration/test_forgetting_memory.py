@@ -79,6 +79,11 @@ def test_after_the_purge_no_object_of_noumena_holds_the_forgotten_persons_text(t
             assert forgotten.status_code == 200, forgotten.text
             del served, wire, forgotten
             assert held_by_noumena(Z_MARKERS) == {}
+            # nothing more is written into Z's sessions: a late session-scoped fact is refused like a message
+            late = client.post("/v1/facts", json={"subject": "agent:a", "relation": "reads", "object": "ticket:z-1",
+                                                  "reason": "late", "scope": "session:s-z"})
+            assert late.status_code == 409 and late.json()["field"] == "scope", late.text
+            assert "person:z was forgotten" in late.json()["detail"]
             # the rest is still served, from the same process
             after = client.post("/v1/search", json={"agent": "agent:a", "serving": "person:y", "query": "asked"})
             assert Y_MARKER in after.text

@@ -255,9 +255,14 @@ def test_forgetting_a_session_erases_the_labels_of_what_was_named_in_it(make_nou
     _people(service)
     service.execute(c.RegisterEntity(tenant=T, ref="ticket:w-1", label="MARKER-W-TICKET", session_id="w-z"))
     service.execute(c.RegisterEntity(tenant=T, ref="person:named", label="KEEP-A-PERSON-NAMED", session_id="w-z"))
+    wired = noumena.application.ingestor.ingest([{  # the wire format says where a producer named it too
+        "event_id": "e-ticket", "tenant": T, "type": "entity.registered",
+        "payload": {"ref": "ticket:wired", "label": "MARKER-WIRED-TICKET", "session_id": "s-z"}}],
+        all_or_nothing=True)
+    assert wired.rejected == [] and wired.accepted == 1, wired.rejected
     noumena.application.forget(T, "session:s-z")  # takes its worker w-z along
     entities = _fresh(noumena).ontology(T).entities
-    assert entities["ticket:w-1"].label == FORGOTTEN
+    assert entities["ticket:w-1"].label == FORGOTTEN and entities["ticket:wired"].label == FORGOTTEN
     assert entities["person:named"].label == "KEEP-A-PERSON-NAMED"  # a person's name is theirs, never a session's
     assert entities["person:z"].label == "Zed MARKER-Z-NAME"
 
