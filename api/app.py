@@ -43,8 +43,9 @@ DESCRIPTION = """noumena's HTTP API: one event-sourced ontology per organization
 **Authentication.** `Authorization: Bearer nk_...`: an API key names exactly one tenant, and every route works in
 that tenant only (the tenant never comes from a body, a path or a query). `/v1/admin/*` takes the admin key.
 
-**Read-your-writes.** Every write returns `position`; pass it as `min_position` to a read and the read waits
-(bounded) until the read model has it.
+**Read-your-writes.** A read never answers from a state older than the writes this replica acknowledged (it waits,
+bounded, for its read side to apply them). Every write returns `position`; pass it as `min_position` to a read
+through another replica and the read waits (bounded) until that replica has it.
 
 **Errors** are RFC 9457 problem documents (`application/problem+json`) naming the offending field.
 
@@ -64,7 +65,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
                          408: "The body did not arrive whole in time (NOUMENA_API_BODY_TIMEOUT_SECONDS).",
                          413: "The body is over the size limit (NOUMENA_API_MAX_BODY_BYTES).",
                          422: "Invalid input; the problem names the field.",
-                         503: "The read model did not reach `min_position` in time."}.items()
+                         503: "The read side did not reach this replica's writes or `min_position` in time, or"
+                              " a write waited too long for its turn: retry after `Retry-After`."}.items()
 }
 
 
