@@ -57,6 +57,10 @@ def test_explain_shows_the_evidence_and_reproduces_it(home: Path):
     assert explained.returncode == 0, explained.stderr
     assert "reproduced: identical items and tiers" in explained.stdout
     assert "threshold=-1.5" in explained.stdout and "parameters:" in explained.stdout
+    # why each fact is as clear as it is, and why the forgotten ones faded (docs/perspectives.md)
+    assert "why: semantic (org): does not fade with time; last used 2026-09-" in explained.stdout
+    assert "why: episodic (王总 (Wang)'s): last used " in explained.stdout
+    assert "forgotten A=" in explained.stdout and "below the threshold (A " in explained.stdout
     assert _run("explain", "nope", home=home).returncode == 2
 
 
