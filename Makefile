@@ -13,10 +13,10 @@ export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: install demo test services services-stop bench fuzz eval lint docs docs-serve clean chromium
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -e clients/python
 	touch $@
 
 # The explorer's graph library: pinned in ui/package-lock.json, copied into the package with its licence.

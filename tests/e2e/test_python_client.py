@@ -1,0 +1,257 @@
+"""The Python client (clients/python, `noumena_client`) against a served noumena: every route, sync and async,
+problems raised as typed exceptions, read-your-writes (the last write's position sent by the next read, across
+two replicas behind one address), and retries of 503 and 429 after their Retry-After against a stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from noumena_client import (
+    AmbiguousName,
+    AsyncNoumena,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    Noumena,
+    RateLimited,
+    Unauthorized,
+    Unavailable,
+)
+
+from tests.api_support import ADMIN_KEY, Server, api_server, start_server, stop_server  # noqa: F401
+from tests.conftest import postgres_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def keys(api_server: Server) -> dict[str, str]:  # noqa: F811
+    with Noumena(api_server.url, ADMIN_KEY) as admin:
+        created = admin.create_tenant("pyclient", display_name="Python client")
+        assert created.tenant == "pyclient" and created.position is not None
+        issued = admin.create_key("pyclient", label="service")
+        scoped = admin.create_key("pyclient", label="assistant", agents=["agent:py-assistant"])
+        listed = admin.list_keys(tenant="pyclient")
+        assert {k.key_id for k in listed.data} == {issued.key_id, scoped.key_id} and listed.count == 2
+    return {"tenant": issued.key, "scoped": scoped.key, "scoped_id": scoped.key_id}
+
+
+def test_every_route_through_the_sync_client(api_server: Server, keys: dict[str, str]) -> None:  # noqa: F811
+    with Noumena(api_server.url, keys["tenant"]) as memory:
+        wang = memory.register_entity("person:py-wang", "Wang Wei", aliases=["王总"])
+        assert memory.last_position == wang.position and wang.ref == "person:py-wang"
+        memory.register_entity("agent:py-assistant", "Wang's assistant")
+        memory.register_entity("person:py-li", "Li Na", aliases=["李总"])
+        events = memory.ingest_events([
+            {"event_id": "py-s1", "tenant": "pyclient", "type": "session.started",
+             "payload": {"session_id": "py-main", "agent": "agent:py-assistant", "kind": "main",
+                         "serving": "person:py-wang"}},
+            {"event_id": "py-m1", "tenant": "pyclient", "type": "message.appended",
+             "payload": {"session_id": "py-main", "message_id": "m1", "role": "user",
+                         "content": "Li prefers monthly settlement"}}])
+        assert events.accepted == 2 and memory.last_position == events.position
+        fact = memory.assert_fact("person:py-li", "knows", "person:py-wang", reason="old classmates",
+                                  source={"session_id": "py-main", "message_ids": ["m1"]})
+        assert fact.change == "asserted" and memory.last_position == fact.position
+        served = memory.assert_fact("agent:py-assistant", "serves", "person:py-wang")
+        # each read below carries the last write's position (read-your-writes), with no min_position given
+        assert memory.find_entities("王总").data[0].ref == "person:py-wang"
+        assert memory.find_entities(limit=2).count >= 3
+        assert memory.get_entity("person:py-li").aliases == ["李总"]
+        history = memory.get_fact(fact.fact_id or "")
+        assert history.current.status == "current" and history.changes[0].message_ids == ["m1"]
+        assert any(f.fact_id == served.fact_id for f in memory.get_graph(limit=100).data)
+        view = memory.get_perspective("Wang's assistant", serving="王总")
+        assert view.agent == "agent:py-assistant" and any(i.fact_id == fact.fact_id for i in view.items)
+        assert "Li Na" in memory.get_perspective_markdown("agent:py-assistant", serving="person:py-wang")
+        deeper = memory.deepen_perspective(view.perspective_id)
+        assert deeper.deeper and memory.explain_perspective(view.perspective_id).perspective_id == \
+            view.perspective_id
+        assert memory.mark_used("agent:py-assistant", [fact.fact_id or ""]).events >= 0
+        recalled = memory.recall("agent:py-assistant", "person:py-li", serving="person:py-wang")
+        assert [f.fact_id for f in recalled.data] == [fact.fact_id]
+        found = memory.search("agent:py-assistant", "classmates", serving="person:py-wang")
+        assert found.items[0].fact_id == fact.fact_id
+        assert memory.explain_search(found.search_id)["search_id"] == found.search_id
+        assert memory.list_workers("py-main").session.agent == "agent:py-assistant"
+        context = memory.assemble_context("py-main", message="how does Li want to pay?")
+        assert context.session_id == "py-main" and context.tokens > 0
+        assert memory.explain_context(context.context_id)["context_id"] == context.context_id
+        ended = memory.invalidate_fact(fact.fact_id or "", "they never met")
+        assert ended.change == "invalidated"
+        receipt = memory.forget("person:py-li")
+        assert receipt.keys_deleted >= 1 and receipt.receipt_id.startswith("fgt-")
+        assert memory.get_entity("person:py-li").label == "[forgotten]"
+        assert memory.healthz() == {"status": "ok"} and memory.readyz()["log_position"] >= receipt.position
+        assert "noumena_" in memory.metrics()
+    with Noumena(api_server.url, ADMIN_KEY) as admin:
+        assert admin.revoke_key(keys["scoped_id"]).key_id == keys["scoped_id"]
+    with Noumena(api_server.url, keys["scoped"]) as revoked, pytest.raises(Unauthorized):
+        revoked.find_entities("wang")
+
+
+def test_problems_are_raised_as_typed_exceptions(api_server: Server, keys: dict[str, str]) -> None:  # noqa: F811
+    with Noumena(api_server.url, keys["tenant"]) as memory:
+        memory.register_entity("person:py-boss-a", "Boss A", aliases=["Boss"])
+        memory.register_entity("person:py-boss-b", "Boss B", aliases=["Boss"])
+        with pytest.raises(NotFound) as missing:
+            memory.get_entity("person:nobody-here")
+        assert missing.value.status == 404 and missing.value.field == "path.ref"
+        with pytest.raises(InvalidInput) as invalid:
+            memory.assert_fact("person:py-boss-a", "knows", "person:py-boss-b", confidence=2)
+        assert invalid.value.field == "body.confidence" and invalid.value.slug == "invalid-input"
+        with pytest.raises(AmbiguousName) as ambiguous:
+            memory.get_perspective("agent:py-assistant", serving="Boss")
+        assert {c["ref"] for c in ambiguous.value.candidates} == {"person:py-boss-a", "person:py-boss-b"}
+        fact = memory.assert_fact("person:py-boss-a", "knows", "person:py-boss-b")
+        memory.invalidate_fact(fact.fact_id or "", "no")
+        with pytest.raises(Conflict):
+            memory.invalidate_fact(fact.fact_id or "", "no")
+    with Noumena(api_server.url, "nk_000000000000_wrong") as stranger, pytest.raises(Unauthorized):
+        stranger.find_entities("wang")
+    with Noumena(api_server.url, ADMIN_KEY) as admin:
+        scoped = admin.create_key("pyclient", agents=["agent:py-assistant"]).key
+    with Noumena(api_server.url, scoped) as assistant, pytest.raises(Forbidden) as forbidden:
+        assistant.find_entities()  # (listing every entity needs a tenant-wide key)
+    assert forbidden.value.field == "Authorization"
+
+
+def test_the_async_client_does_the_same(api_server: Server, keys: dict[str, str]) -> None:  # noqa: F811
+    async def story() -> dict[str, Any]:
+        async with AsyncNoumena(api_server.url, keys["tenant"]) as memory:
+            await memory.register_entity("person:py-zhao", "Zhao Min", aliases=["赵总"])
+            fact = await memory.assert_fact("person:py-zhao", "knows", "person:py-wang")
+            position = memory.last_position
+            found = await memory.find_entities("赵总")
+            history = await memory.get_fact(fact.fact_id or "")
+            try:
+                await memory.get_entity("person:py-nobody")
+            except NotFound as error:
+                missing = error
+            return {"position": position, "fact": fact, "found": found, "history": history, "missing": missing}
+
+    seen = asyncio.run(story())
+    assert seen["position"] == seen["fact"].position
+    assert seen["found"].data[0].ref == "person:py-zhao" and seen["history"].current.subject == "person:py-zhao"
+    assert seen["missing"].status == 404
+
+
+def test_the_async_client_is_generated_from_the_sync_one() -> None:
+    checked = subprocess.run([sys.executable, "clients/python/scripts/unasync.py", "--check"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+
+
+class _StandIn(BaseHTTPRequestHandler):
+    """Answers each request with the next (status, headers) of `script`, then 200 with a found entity."""
+
+    script: list[tuple[int, dict[str, str]]] = []
+    seen: list[tuple[float, str]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).seen.append((time.monotonic(), self.path))
+        status, headers = type(self).script.pop(0) if type(self).script else (200, {})
+        body = (json.dumps({"data": [{"ref": "person:li", "label": "Li", "kind": "person"}], "count": 1})
+                if status == 200 else json.dumps({"type": "https://noumena.dev/problems/busy", "title": "Busy",
+                                                  "status": status, "detail": "try later"}))
+        self.send_response(status)
+        for name, value in {"Content-Type": "application/json", **headers}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def stand_in() -> Iterator[tuple[str, type[_StandIn]]]:
+    handler = type("Handler", (_StandIn,), {"script": [], "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_503_then_200_is_retried_after_retry_after(stand_in: tuple[str, type[_StandIn]]) -> None:
+    url, handler = stand_in
+    handler.script = [(503, {"Retry-After": "1"})]
+    with Noumena(url, "nk_x") as memory:
+        found = memory.find_entities("li")
+    assert found.data[0].ref == "person:li" and len(handler.seen) == 2
+    assert handler.seen[1][0] - handler.seen[0][0] >= 0.95  # waited as told
+
+
+def test_429_is_retried_too_and_a_lasting_503_is_raised_once_retries_are_spent(
+        stand_in: tuple[str, type[_StandIn]]) -> None:
+    url, handler = stand_in
+    handler.script = [(429, {"Retry-After": "0"}), (429, {"Retry-After": "0"})]
+    with Noumena(url, "nk_x") as memory:
+        assert memory.find_entities("li").count == 1 and len(handler.seen) == 3
+    handler.seen.clear()
+    handler.script = [(503, {"Retry-After": "0"})] * 3
+    with Noumena(url, "nk_x", retries=2) as memory, pytest.raises(Unavailable) as unavailable:
+        memory.find_entities("li")
+    assert len(handler.seen) == 3 and unavailable.value.detail == "try later"
+    handler.script = [(429, {})]
+    with Noumena(url, "nk_x", retries=0) as memory, pytest.raises(RateLimited):
+        memory.find_entities("li")
+
+
+class _RoundRobin(httpx.BaseTransport):
+    """A balancer in front of replicas: each request goes to the next one."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = [httpx.URL(u) for u in urls]
+        self.sent = 0
+        self.transport = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        target = self.urls[self.sent % len(self.urls)]
+        self.sent += 1
+        request.url = request.url.copy_with(host=target.host, port=target.port)
+        return self.transport.handle_request(request)
+
+
+@pytest.mark.postgres
+def test_read_your_writes_across_two_replicas(tmp_path: Path) -> None:
+    settings = postgres_settings(tmp_path / "unused")
+    shared = {"NOUMENA_EVENT_STORE": "postgres", "NOUMENA_PG_HOST": settings.pg_host,
+              "NOUMENA_PG_PORT": str(settings.pg_port), "NOUMENA_PG_USER": settings.pg_user,
+              "NOUMENA_PG_PASSWORD": settings.pg_password.get_secret_value(), "NOUMENA_PG_DBNAME": settings.pg_dbname,
+              "NOUMENA_PG_SCHEMA": settings.pg_schema, "NOUMENA_KEK_FILE": str(tmp_path / "keys.kek"),
+              "NOUMENA_API_KEYS_FILE": str(tmp_path / "api_keys.json"),
+              "NOUMENA_PROJECTION_POLL_INTERVAL": "1.5"}  # (a replica that lags behind the other's writes)
+    a = start_server(tmp_path / "a", **shared)
+    try:
+        b = start_server(tmp_path / "b", **shared)
+        try:
+            with Noumena(a.url, ADMIN_KEY) as admin:
+                admin.create_tenant("rywc")
+                key = admin.create_key("rywc").key
+            balancer = _RoundRobin([a.url, b.url])
+            http = httpx.Client(base_url=a.url, headers={"Authorization": f"Bearer {key}"}, transport=balancer)
+            with Noumena(a.url, http=http) as memory:
+                for i in range(6):  # each write to one replica, each read from the other
+                    written = memory.register_entity(f"person:ryw-{i}", f"Replica Person {i}")
+                    assert memory.get_entity(f"person:ryw-{i}").label == f"Replica Person {i}"
+                    assert written.position == memory.last_position
+            assert balancer.sent == 12
+        finally:
+            stop_server(b)
+    finally:
+        stop_server(a)
