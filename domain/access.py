@@ -13,7 +13,7 @@ Pure rules over the folded ontology; `domain/application/use_cases.py` applies t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from domain.errors import NotPermitted
@@ -194,6 +194,14 @@ def check_may_write_fact(state: Ontology, agents: Collection[str], *, subject: s
         reach.actor(actor, f"{source}.actor")
     if session_id is not None or message_ids:
         reach.messages(session_id, message_ids, source)
+
+
+def scopes_seen(state: Ontology, agents: Collection[str]) -> Callable[[str], bool]:
+    """Whether a scope is one a key scoped to `agents` sees (org, persons they serve, their sessions); every scope
+    for a tenant-wide key. For answers that aggregate over facts (counts), so they count only what it may see."""
+    if not agents:
+        return lambda scope: True
+    return _Reach(state, agents).sees
 
 
 def check_may_use(state: Ontology, agents: Collection[str], fact_ids: Sequence[str], field: str = "fact_ids"

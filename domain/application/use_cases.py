@@ -29,6 +29,7 @@ from domain.access import (
     check_may_use,
     check_may_write_fact,
     require_tenant_wide,
+    scopes_seen,
 )
 from domain.activation import Tier
 from domain.application.consolidation import ConsolidationReport, ConsolidationWorker
@@ -550,10 +551,13 @@ class Application:
     def relations(self, who: Caller | str) -> list[RelationInUse]:
         """Every relation type the tenant knows (built in or defined) and every relation name its current facts
         use, with its rules (functional: a new object supersedes the old) and how many current facts use it."""
-        with self.service.reading(as_caller(who).tenant) as state:
+        caller = as_caller(who)
+        with self.service.reading(caller.tenant) as state:
+            seen = scopes_seen(state, caller.agents)  # a scoped key counts only facts its agents see
             counts: dict[str, int] = {}
-            for _subject, relation, _object, _scope in state.current_by_key:
-                counts[relation] = counts.get(relation, 0) + 1
+            for _subject, relation, _object, scope in state.current_by_key:
+                if seen(scope):
+                    counts[relation] = counts.get(relation, 0) + 1
             known = dict(state.relation_types)
             rules = {name: state.relation(name) for name in set(known) | set(counts)}
         return sorted((RelationInUse(name=name, functional=rule.functional, symmetric=rule.symmetric,

@@ -271,6 +271,7 @@ async def _scoped_tools(home: Path, key: str, others_perspective: str) -> dict[s
                                                                "object": "ticket:t1", "scope": "person:c3",
                                                                "reason": "gone"})
         seen["forget Authorization"] = await call("forget", {"subject": "person:c3"})
+        seen["relations"] = await call("list_relations", {})
     return seen
 
 
@@ -300,6 +301,10 @@ def test_mcp_tools_with_a_scoped_key_write_and_ask_only_as_its_own(mcp_org: tupl
         result = seen[f"refused {case}"]
         assert result.isError and _names(result, field), (case, _text(result))
     assert seen["refused new entity"].isError and _names(seen["refused new entity"], "subject")
+    relations = seen["relations"].structuredContent or json.loads(seen["relations"].content[0].text)
+    counted = {r["name"]: r["current_facts"] for r in relations.get("result", relations)["relations"]}
+    assert counted.get("mentioned", 0) >= 1  # its own facts are counted; Cao's private ones ("owns", "told") not
+    assert counted.get("owns", 0) == 0 and counted.get("told", 0) == 0, counted
     for name in ("recall own", "search own", "perspective own", "deepen own", "context own"):
         assert not seen[name].isError, (name, _text(seen[name]))
     for name, result in seen.items():
