@@ -59,8 +59,10 @@ valid Unicode (no lone surrogates); refs, relations and ids match the patterns i
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "description": text, "content": {"application/problem+json": {}}}
-    for status, text in {400: "The body is not JSON.", 401: "No, unknown or revoked API key (any route).",
-                         403: "Not allowed (e.g. another tenant's envelope).",
+    for status, text in {400: "The body is not JSON, or nests arrays and objects deeper than 64 levels.",
+                         401: "No, unknown or revoked API key (any route).",
+                         403: "Not allowed for this key (another tenant's envelope, an agent-scoped key asking or"
+                              " writing beyond its agents); the problem names the field.",
                          404: "Not found in your tenant.", 409: "Conflicts with the current state.",
                          408: "The body did not arrive whole in time (NOUMENA_API_BODY_TIMEOUT_SECONDS).",
                          413: "The body is over the size limit (NOUMENA_API_MAX_BODY_BYTES).",
