@@ -61,7 +61,8 @@ def explain_search(search_id: str, as_json: bool) -> None:
     console.print(f"query: {served.query!r} · answered by {served.answered_by} · semantic {served.semantic}"
                   + (f" ({served.embedder})" if served.embedder else ""))
     for item in served.items:
-        console.print(f"{item.rank:>3}. {item.text} [#{item.fact_id[:8]}] score {item.score:.3f} {item.scores}")
+        name = f"#{item.fact_id[:8]}" if item.fact_id else f"turn {item.session_id}/{item.message_id}"
+        console.print(f"{item.rank:>3}. {item.text} [{name}] score {item.score:.3f} {item.scores}")
     if served.recall_position is not None:
         console.print(f"recorded as looked_up at log position {served.recall_position}")
     elif served.recall_held:

@@ -52,6 +52,8 @@ class SearchParameters(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     k: int = Field(default=10, ge=1, le=100)
+    turns: bool = True
+    """Whether the messages of the viewer's sessions are searched beside the facts (turns as episodic records)."""
     lexical_weight: float = Field(default=0.5, ge=0)
     semantic_weight: float = Field(default=0.5, ge=0)
     activation_weight: float = Field(default=0.05, ge=0)
@@ -72,7 +74,26 @@ class SearchParameters(BaseModel):
     """While the tenant holds up to this many current facts, every one the viewer may see is compared with the
     query's embedding (exact, numpy: about 3 ms per 10,000 on this 2-core machine under load); beyond it, the lexical
     candidates, the viewer's own tiers and the facts its perspective reaches are."""
+    entity_weight: float = Field(default=0.2, ge=0)
+    """What touching an entity the query names adds (a fact with it as subject or object)."""
+    time_weight: float = Field(default=0.25, ge=0)
+    """What being said (a turn) or starting to hold (a fact) within the dates a request names adds
+    (domain/search_time.py)."""
+    name_weight: float = Field(default=0.3, ge=0)
+    """How much a query word that names an entity counts in BM25 (the name links; the other words say what about
+    it), when the query has other words too."""
+    context_before: int = Field(default=1, ge=0, le=5)
+    """How many turns before a matching turn (or a matching fact's source turn) gain the context signal."""
+    context_after: int = Field(default=2, ge=0, le=5)
+    """How many turns after it do (a reply often holds what a question turn only asks about)."""
+    window_before: int = Field(default=1, ge=0, le=5)
+    """A turn found is shown with this many turns before it in its session..."""
+    window_after: int = Field(default=1, ge=0, le=5)
+    """... and this many after it (a question turn's reply)."""
+    context_weight: float = Field(default=0.25, ge=0)
+    """What a candidate's neighbourhood adds (a turn beside a matching turn, a fact one hop from a match)."""
     bm25_k1: float = Field(default=1.2, gt=0)
+    turn_bm25_b: float = Field(default=0.3, ge=0, le=1)
     bm25_b: float = Field(default=0.3, ge=0, le=1)
     """BM25's length normalisation: weak, because a fact's document is its statement plus the messages it came
     from, and a longer source conversation is not less relevant."""
@@ -80,8 +101,15 @@ class SearchParameters(BaseModel):
 
 DEFAULT_SEARCH_PARAMETERS = SearchParameters()
 
-SimilarFn = Callable[[int, int], float]
-"""The cosine of two documents' embeddings (0 when there are none)."""
+SimilarFn = Callable[["Candidate", "Candidate"], float]
+"""The cosine of two candidates' embeddings (0 when there are none)."""
+
+
+class ItemKind(StrEnum):
+    FACT = "fact"
+    """A fact (an edge of the ontology), found by its statement and the messages it came from."""
+    TURN = "turn"
+    """A message of a session (an episodic record: what was said, by whom, when)."""
 
 
 def squash_activation(activation: float, threshold: float) -> float:
@@ -97,17 +125,32 @@ def recency(age_seconds: float, p: SearchParameters) -> float:
 
 @dataclass
 class Candidate:
-    """One visible fact with its signals, before ranking."""
+    """One visible fact or turn with its signals, before ranking."""
 
     doc: int
+    """The document's number in its kind's space (a fact's in the perspective index, a turn's in the turn index)."""
     tier: SearchTier
     lexical: float
     semantic: float
     activation: float
     recency: float
     provenance: frozenset[str] = frozenset()
+    kind: ItemKind = ItemKind.FACT
+    shown: frozenset[str] = frozenset()
+    time: float = 0.0
+    """1 when the candidate was said (a turn) or holds from (a fact) within the dates the request names."""
+    """Messages shown with it: a turn's adjacent turns (its window)."""
+    entity: float = 0.0
+    """1 when the candidate touches an entity the query names (a fact with it as subject or object)."""
+    context: float = 0.0
+    """What the candidate's neighbourhood adds: a turn next to a turn that matches, a fact one hop from a fact
+    that matches (projections/searches.py)."""
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[ItemKind, int]:
+        return self.kind, self.doc
 
 
 def score(candidate: Candidate, p: SearchParameters) -> Candidate:
@@ -117,6 +160,9 @@ def score(candidate: Candidate, p: SearchParameters) -> Candidate:
         "semantic": p.semantic_weight * max(candidate.semantic, 0.0),
         "activation": p.activation_weight * candidate.activation,
         "recency": p.recency_weight * candidate.recency,
+        "entity": p.entity_weight * candidate.entity,
+        "time": p.time_weight * candidate.time,
+        "context": p.context_weight * candidate.context,
     }
     candidate.scores = {name: round(value, 6) for name, value in parts.items()}
     candidate.score = round(sum(parts.values()), 6)
@@ -125,34 +171,51 @@ def score(candidate: Candidate, p: SearchParameters) -> Candidate:
 
 def diversify(ranked: Sequence[Candidate], k: int, similar: SimilarFn, p: SearchParameters) -> list[Candidate]:
     """Maximal marginal relevance in its simplest form: walk the ranking, keep a result unless it repeats one kept
-    (the same provenance, or near-identical content by `similar`), until k are kept."""
+    (the same provenance, near-identical content by `similar`, or a turn already shown: one a kept fact came from,
+    or in a kept turn's window), until k are kept. A fact is kept beside the turn it came from: it says what
+    the ontology made of it."""
     kept: list[Candidate] = []
-    seen_provenance: set[frozenset[str]] = set()
+    seen_provenance: set[tuple[ItemKind, frozenset[str]]] = set()
+    cited: set[str] = set()
+    """Message ids kept: the turns kept, and those a kept fact came from."""
     for candidate in ranked:
         if len(kept) >= k:
             break
-        if candidate.provenance and candidate.provenance in seen_provenance:
+        if candidate.provenance and (candidate.kind, candidate.provenance) in seen_provenance:
             continue
-        if any(similar(candidate.doc, other.doc) >= p.duplicate_cosine for other in kept):
+        if candidate.kind is ItemKind.TURN and candidate.provenance <= cited:
+            continue
+        if any(similar(candidate, other) >= p.duplicate_cosine for other in kept):
             continue
         kept.append(candidate)
         if candidate.provenance:
-            seen_provenance.add(candidate.provenance)
+            seen_provenance.add((candidate.kind, candidate.provenance))
+            cited |= candidate.provenance | candidate.shown
     return kept
 
 
+class TurnShown(BaseModel):
+    """A turn shown beside a turn found (its window)."""
+
+    message_id: str
+    role: str | None = None
+    text: str
+
+
 class SearchItem(BaseModel):
-    """One result: the fact, why it ranked where it did, and where it came from."""
+    """One result, a fact or a turn: what it says, why it ranked where it did, and where it came from."""
 
     rank: int
-    fact_id: str
-    subject: str
-    relation: str
-    object: str
-    subject_label: str
-    object_label: str
+    kind: ItemKind = ItemKind.FACT
+    fact_id: str | None = None
+    """The fact (None for a turn)."""
+    subject: str | None = None
+    relation: str | None = None
+    object: str | None = None
+    subject_label: str | None = None
+    object_label: str | None = None
     text: str
-    """The fact in one line: subject -relation-> object, and its reason."""
+    """A fact in one line (subject -relation-> object, and its reason); a turn's words."""
     reason: str | None = None
     scope: str
     tier: SearchTier
@@ -161,6 +224,16 @@ class SearchItem(BaseModel):
     scores: dict[str, float]
     session_id: str | None = None
     message_ids: list[str] = Field(default_factory=list)
+    """A fact's provenance (the messages it came from); a turn's own message id, then those of the adjacent turns
+    shown with it (`around`)."""
+    message_id: str | None = None
+    """A turn's message id (None for a fact)."""
+    role: str | None = None
+    """A turn's speaker role (user, assistant, ...)."""
+    occurred_at: str | None = None
+    """When a turn was said (the source's clock, else when it was recorded)."""
+    around: list[TurnShown] = Field(default_factory=list)
+    """The turns adjacent to a turn found, shown with it (its window), in the session's order."""
 
 
 class SearchAnswer(BaseModel):

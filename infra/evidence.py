@@ -299,7 +299,11 @@ def _blank_perspective(perspective: Perspective) -> None:
 def _blank_search(answer: SearchAnswer) -> None:
     answer.query = FORGOTTEN_TEXT
     for item in answer.items:
-        item.text = item.subject_label = item.object_label = FORGOTTEN_TEXT
+        item.text = FORGOTTEN_TEXT
+        for turn in item.around:
+            turn.text = FORGOTTEN_TEXT
+        if item.subject_label is not None:
+            item.subject_label = item.object_label = FORGOTTEN_TEXT
         item.reason = FORGOTTEN_TEXT if item.reason else None
 
 

@@ -46,3 +46,14 @@ class Analyzer:
                     continue
                 out.append(word if word.isdigit() else self._stem(word))
         return out
+
+    def without(self, text: str, terms: set[str]) -> str:
+        """`text` without the words whose term is one of `terms` (what is left of a request once the names it
+        links are taken out), the rest as it was."""
+        if not terms:
+            return text
+        words = [word for cjk, word in _RUNS.findall(text) if word and not cjk]
+        dropped = {w for w in words if self._stem(w.casefold()) in terms or w.casefold() in terms}
+        if not dropped:
+            return text
+        return re.sub(r"\w+", lambda m: "" if m.group(0) in dropped else m.group(0), text).strip() or text

@@ -25,20 +25,25 @@ from domain.ports import Embedder
 from domain.search import (
     DEFAULT_SEARCH_PARAMETERS,
     Candidate,
+    ItemKind,
     SearchAnswer,
     SearchItem,
     SearchParameters,
     SearchTier,
+    TurnShown,
     diversify,
     recency,
     score,
     squash_activation,
 )
+from domain.search_time import time_window
 from projections.perspective_index import PerspectiveIndex, Viewpoint, fold
 from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION
 from projections.perspectives import Perspectives
+from projections.search_documents import Documents
 from projections.search_index import SearchIndex
 from projections.search_text import Analyzer
+from projections.search_turns import TurnIndex
 
 SEARCH_PREFIX = "srch-"
 TIER_OF_KIND = {SCOPE_SESSION: SearchTier.SESSION, SCOPE_PERSON: SearchTier.EPISODIC, SCOPE_ORG: SearchTier.SEMANTIC}
@@ -50,6 +55,14 @@ WALKED_CANDIDATES = 200
 with the query's embedding."""
 MASKS_KEPT = 32
 """Viewers whose visibility masks are kept (the oldest goes first)."""
+TURN_ACTIVATION = 0.5
+"""A turn has no uses of its own in the graph: its activation term sits at the retrieval threshold (the logistic's
+midpoint), so only content, recency and context decide between turns, and a fact's activation moves it either way
+against them."""
+CONTEXT_HITS = 20
+"""The best turns and facts by content whose turns' neighbours in their session gain the `context` signal."""
+CONTEXT_DECAY = 0.5
+"""A neighbour two turns away gains half what the next one does (the perspective's factor per hop)."""
 RANKED_PER_RESULT = 4
 """Four candidates per result asked for (at least 40) are ranked with activation and recency, the best by content
 (activation and recency add at most their weights, 0.07 by default; the rest are spare for de-duplication)."""
@@ -108,7 +121,7 @@ class Searches:
         in another order than the log's), their documents built from one pass over the log: the read model keeps
         no message text, and a fact's document needs the messages of its provenance."""
         index = self._new(pindex.tenant)
-        if pindex.fact_count:
+        if pindex.position:  # (turns too: a tenant may hold messages and no fact)
             asserted: dict[str, dict[str, Any]] = {}
             for _position, topic, data in self.perspectives.records(pindex.position):
                 if data.get("tenant") != pindex.tenant:
@@ -220,11 +233,14 @@ class Searches:
             blocked = self._blocked(pindex, agent_id, serving_id) if bool(pindex.hub.data[agent_id]) else None
             allowed = visible_among(pindex, agent_id, serving_id, n, ends, blocked)
         terms = self.analyzer.terms(query)
+        linked, name_terms = index.linked(pindex, terms)
+        dates = time_window(query, moment) if p.time_weight > 0 else None
+        weights = {t: p.name_weight for t in name_terms} if set(terms) - name_terms else None
         ranked_fully = max(40, RANKED_PER_RESULT * p.k)
         # beyond the exact limit, the best `ranked_fully` by words are exact, the rest of the lexical candidates
         # the best of what was read on the way (projections/search_lexical.py)
         lex_docs, lex_scores = index.bm25_top(terms, p.bm25_k1, p.bm25_b, p.lexical_candidates, allowed,
-                                              exact=None if exact else ranked_fully)
+                                              exact=None if exact else ranked_fully, weights=weights)
         lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
             if len(lex_docs) else {}
         walked = pindex.walk(Viewpoint(agent=agent, serving=serving), self.perspectives.parameters, now)
@@ -237,8 +253,9 @@ class Searches:
             nearest = reached[:WALKED_CANDIDATES].astype(np.int64)  # the walk ranks by activation
             pool = np.unique(np.concatenate([lex_docs, own, nearest]).astype(np.int64))
             pool = pool[allowed(pool)]
-        semantic, mode = self._semantic(index, query, pool, "exact" if exact else "candidates", lex_docs,
-                                        p)
+        meaning = self.analyzer.without(query, name_terms) if weights and p.name_weight < 1 else query
+        vector, mode = self._query_vector(index, meaning, "exact" if exact else "candidates")
+        semantic = semantic_matches(index, vector, pool, lex_docs, p)
         docs = np.array(sorted(set(lexical) | set(semantic)), dtype=np.int64)
         if len(docs) > ranked_fully:
             # only the best by content are ranked fully (activation and recency add at most their weights),
@@ -248,23 +265,32 @@ class Searches:
             best = np.zeros(len(docs), dtype=bool)
             best[np.argpartition(-content, ranked_fully - 1)[:ranked_fully]] = True
             docs = docs[best | own]
-        if not len(docs):
-            return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
-        activation = self._activation(pindex, agent_id, docs, walked.facts, walked.activation, now)
-        ages = now - self._last_use(pindex, agent_id, docs)
-        scope_kind = pindex.scopes.kind.data[pindex.scope.data[docs]]
-        scopes = pindex.scope.data[docs]
         ranked: list[Candidate] = []
-        for k, doc in enumerate(docs.tolist()):
-            tier = TIER_OF_KIND[int(scope_kind[k])]
-            if tier is SearchTier.SESSION and session_code is not None and int(scopes[k]) != session_code:
-                tier = SearchTier.EPISODIC if serving_id >= 0 else SearchTier.SEMANTIC  # another session's: farther
-            ranked.append(score(Candidate(
-                doc=doc, tier=tier, lexical=lexical.get(doc, 0.0), semantic=semantic.get(doc, 0.0),
-                activation=squash_activation(float(activation[k]), self.perspectives.parameters.threshold),
-                recency=recency(float(ages[k]), p),
-                provenance=frozenset(index.message_ids[doc])), p))
-        ranked.sort(key=lambda c: (-c.score, c.doc))
+        if len(docs):
+            activation = self._activation(pindex, agent_id, docs, walked.facts, walked.activation, now)
+            ages = now - self._last_use(pindex, agent_id, docs)
+            scope_kind = pindex.scopes.kind.data[pindex.scope.data[docs]]
+            scopes = pindex.scope.data[docs]
+            named = np.isin(pindex.src.data[docs], linked) | np.isin(pindex.dst.data[docs], linked) if linked \
+                else np.zeros(len(docs), dtype=bool)
+            starts = np.frombuffer(index.valid_from, dtype=np.float64)[docs] if dates else None
+            for k, doc in enumerate(docs.tolist()):
+                tier = TIER_OF_KIND[int(scope_kind[k])]
+                if tier is SearchTier.SESSION and session_code is not None and int(scopes[k]) != session_code:
+                    tier = SearchTier.EPISODIC if serving_id >= 0 else SearchTier.SEMANTIC  # another session's
+                ranked.append(score(Candidate(
+                    doc=doc, tier=tier, lexical=lexical.get(doc, 0.0), semantic=semantic.get(doc, 0.0),
+                    activation=squash_activation(float(activation[k]), self.perspectives.parameters.threshold),
+                    recency=recency(float(ages[k]), p), entity=float(named[k]),
+                    time=float(starts is not None and dates is not None and dates[0] <= starts[k] < dates[1]),
+                    provenance=frozenset(index.message_ids[doc])), p))
+        by_content = sorted(ranked, key=lambda c: -(c.scores["lexical"] + c.scores["semantic"]))[:CONTEXT_HITS]
+        fact_seeds = [(c.scores["lexical"] + c.scores["semantic"], index.message_ids[c.doc]) for c in by_content]
+        ranked += turn_candidates(pindex, index.turns, agent_id, serving_id, session_id, terms, vector, p,
+                                        now, ranked_fully, ends, weights, fact_seeds, dates)
+        if not ranked:
+            return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
+        ranked.sort(key=lambda c: (-c.score, c.kind, c.doc))
         answered_by, chosen = self._by_tier(ranked, p, index)
         items = [self._item(pindex, index, rank, c) for rank, c in enumerate(chosen, start=1)]
         return SearchAnswer(
@@ -312,27 +338,16 @@ class Searches:
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=None,
             semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=[])
 
-    def _semantic(self, index: SearchIndex, query: str, pool: np.ndarray, mode: str, lex_docs: np.ndarray,
-                  p: SearchParameters) -> tuple[dict[int, float], str]:
-        """Cosines of the query with the pool's documents (`mode` says how the pool was chosen): the best of them
-        and every lexical match become semantic candidates."""
+    def _query_vector(self, index: SearchIndex, query: str, mode: str) -> tuple[np.ndarray | None, str]:
+        """The query's embedding, and how the semantic signal is computed (`mode`, `off`, or `failed: <why>`)."""
         if self.embedder is None:
-            return {}, "off"
-        if index.embed_error is not None:
-            return {}, f"failed: {index.embed_error}"
+            return None, "off"
+        if index.embed_error is not None or index.turns.embed_error is not None:
+            return None, f"failed: {index.embed_error or index.turns.embed_error}"
         try:
-            vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
+            return np.asarray(self.embedder.embed([query]), dtype=np.float32)[0], mode
         except EmbedderUnavailable as error:  # outside our control: answer lexically and say so
-            return {}, f"failed: {error}"
-        if not len(pool):
-            return {}, mode
-        cosines = index.cosines(vector, pool)
-        top = np.argsort(-cosines)[:SEMANTIC_POOL]
-        chosen = set(pool[top].tolist()) | set(lex_docs.tolist())
-        in_pool = dict(zip(pool.tolist(), cosines.tolist(), strict=True))
-        lexical = set(lex_docs.tolist())
-        return {d: max(in_pool[d], 0.0) for d in chosen
-                if d in in_pool and (d in lexical or in_pool[d] >= p.minimum_semantic)}, mode
+            return None, f"failed: {error}"
 
     def _activation(self, pindex: PerspectiveIndex, agent: int, docs: np.ndarray, reached: np.ndarray,
                     reached_activation: np.ndarray, now: float) -> np.ndarray:
@@ -365,8 +380,10 @@ class Searches:
 
     def _by_tier(self, ranked: list[Candidate], p: SearchParameters, index: SearchIndex
                  ) -> tuple[SearchTier | None, list[Candidate]]:
-        """Nearest tier first: the first tier whose best score reaches the threshold answers, its results first,
-        then the farther tiers' fill up to k. No tier reaching it: the best of all (`all`)."""
+        """Nearest tier first: the first tier whose best score (fact or turn) reaches the threshold answers. Facts
+        and turns are each put in tier order (the answering tier's first, then the farther tiers', then the
+        nearer ones'; none answering: best first, `all`), and the two orders are merged by score, so a person's
+        many turns (episodic) do not push every organization fact (semantic) out, nor the other way round."""
         answered: SearchTier | None = None
         for tier in TIER_ORDER:
             best = next((c for c in ranked if c.tier is tier), None)
@@ -374,17 +391,28 @@ class Searches:
                 answered = tier
                 break
         if answered is None:
-            ordered = ranked
-            answered = SearchTier.ALL if ranked else None
-        else:
-            start = TIER_ORDER.index(answered)
-            ordered = [c for tier in TIER_ORDER[start:] for c in ranked if c.tier is tier]
-            ordered += [c for c in ranked if TIER_ORDER.index(c.tier) < start]
-        return answered, diversify(ordered, p.k, index.similarities([c.doc for c in ordered]), p)
+            return (SearchTier.ALL if ranked else None), diversify(ranked, p.k, _similarities(index), p)
+        start = TIER_ORDER.index(answered)
+        tiers = TIER_ORDER[start:] + TIER_ORDER[:start]
+        facts = [c for tier in tiers for c in ranked if c.tier is tier and c.kind is ItemKind.FACT]
+        turns = [c for tier in tiers for c in ranked if c.tier is tier and c.kind is ItemKind.TURN]
+        return answered, diversify(_merged(facts, turns), p.k, _similarities(index), p)
 
     @staticmethod
     def _item(pindex: PerspectiveIndex, index: SearchIndex, rank: int, c: Candidate) -> SearchItem:
         doc = c.doc
+        if c.kind is ItemKind.TURN:
+            turns = index.turns
+            message_id = turns.message_ids[doc]
+            session = turns.session_ids[turns.session[doc]]
+            around = sorted((turns.by_message[m] for m in c.shown), key=lambda d: turns.seq[d])
+            return SearchItem(
+                rank=rank, kind=ItemKind.TURN, text=index.said(message_id), scope=f"session:{session}",
+                tier=c.tier, score=c.score, scores=c.scores, session_id=session,
+                message_ids=[message_id, *(turns.message_ids[d] for d in around)], message_id=message_id,
+                role=turns.roles[turns.role[doc]], occurred_at=_iso(turns.occurred[doc]),
+                around=[TurnShown(message_id=turns.message_ids[d], role=turns.roles[turns.role[d]],
+                                  text=index.said(turns.message_ids[d])) for d in around])
         subject, obj = int(pindex.src.data[doc]), int(pindex.dst.data[doc])
         relation = pindex.rel_names[int(pindex.rel.data[doc])]
         reason = pindex.reasons.get(doc) or None
@@ -404,6 +432,136 @@ class Searches:
             doc = pindex.fact_index(fact_id)
             out.append(list(index.message_ids[doc]) if doc is not None and doc < len(index.message_ids) else [])
         return out
+
+
+def semantic_matches(documents: Documents, vector: np.ndarray | None, pool: np.ndarray, lex_docs: np.ndarray,
+                     p: SearchParameters) -> dict[int, float]:
+    """Cosines of the query with the pool's documents: the best of them and every lexical match become
+    semantic candidates."""
+    if vector is None or not len(pool):
+        return {}
+    cosines = documents.cosines(vector, pool)
+    top = np.argsort(-cosines)[:SEMANTIC_POOL]
+    chosen = set(pool[top].tolist()) | set(lex_docs.tolist())
+    in_pool = dict(zip(pool.tolist(), cosines.tolist(), strict=True))
+    lexical = set(lex_docs.tolist())
+    return {d: max(in_pool[d], 0.0) for d in chosen
+            if d in in_pool and (d in lexical or in_pool[d] >= p.minimum_semantic)}
+
+def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serving: int, session_id: str | None,
+                    terms: list[str], vector: np.ndarray | None, p: SearchParameters, now: float,
+                    ranked_fully: int, about: Sequence[int] = (), weights: dict[str, float] | None = None,
+                    fact_seeds: Sequence[tuple[float, tuple[str, ...]]] = (),
+                    dates: tuple[float, float] | None = None) -> list[Candidate]:
+    """The turns the viewer may see (their session's privacy) that match, with the same signals as facts (a
+    turn's activation is `TURN_ACTIVATION`; its recency counts from when it was said) and `context`: a turn
+    next to one of the best matching turns of its session gains a share of that turn's content score."""
+    n = len(turns.doc_len)
+    if not n or not p.turns:
+        return []
+    allowed = turns.allowed(pindex, agent, serving, about=about)
+    exact = n <= p.exact_semantic_limit
+    lex_docs, lex_scores = turns.bm25_top(terms, p.bm25_k1, p.turn_bm25_b, p.lexical_candidates, allowed,
+                                          exact=None if exact else ranked_fully, weights=weights)
+    lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
+        if len(lex_docs) else {}
+    if exact:
+        everything = np.arange(n, dtype=np.int64)
+        pool = everything[allowed(everything)]
+    else:
+        pool = lex_docs.astype(np.int64)
+    semantic = semantic_matches(turns, vector, pool, lex_docs, p)
+    content = {d: p.lexical_weight * lexical.get(d, 0.0) + p.semantic_weight * semantic.get(d, 0.0)
+               for d in set(lexical) | set(semantic)}
+    if dates is not None:  # turns said within the named dates are candidates whatever their words
+        said = np.frombuffer(turns.occurred, dtype=np.float64)
+        within = np.flatnonzero((said >= dates[0]) & (said < dates[1]))
+        within = within[allowed(within)] if len(within) else within
+        for d in within[:ranked_fully].tolist():
+            content.setdefault(d, 0.0)
+    best = sorted(content, key=lambda d: (-content[d], d))[:ranked_fully]
+    context: dict[int, float] = {}
+    if p.context_weight > 0:
+        seeds = [(content[d], d, 0) for d in best[:CONTEXT_HITS]]
+        for strength, message_ids in fact_seeds:  # the turns a matching fact came from, and theirs
+            seeds += [(strength, doc, 1) for doc in (turns.by_message.get(m) for m in message_ids)
+                      if doc is not None]
+        top = max((strength for strength, _, _ in seeds), default=0.0) or 1.0
+        for strength, hit, itself in seeds:
+            if itself:
+                context[hit] = max(context.get(hit, 0.0), strength / top)
+            for near, distance in turns.neighbours(hit, p.context_before, p.context_after):
+                share = strength / top * CONTEXT_DECAY ** (abs(distance) - 1)
+                context[near] = max(context.get(near, 0.0), share)
+        if context:
+            near = np.array(sorted(context), dtype=np.int64)
+            seen = set(near[allowed(near)].tolist())
+            context = {d: v for d, v in context.items() if d in seen}
+    chosen = sorted(set(best) | set(context))
+    if not chosen:
+        return []
+    if vector is not None:  # a neighbour found by context only: its own cosine too
+        missing = np.array([d for d in chosen if d not in semantic], dtype=np.int64)
+        if len(missing):
+            semantic.update(zip(missing.tolist(), np.maximum(turns.cosines(vector, missing), 0).tolist(),
+                                strict=True))
+    owner_serving = turns.session_owners(pindex)[1]
+
+    def window(doc: int) -> list[int]:
+        if not (p.window_before or p.window_after):
+            return []
+        near = [d for d, _ in turns.neighbours(doc, p.window_before, p.window_after)]
+        return [d for d, ok in zip(near, allowed(np.array(near, dtype=np.int64)), strict=True) if ok] \
+            if near else []
+
+    out = []
+    for doc in chosen:
+        code = turns.session[doc]
+        if session_id is not None and turns.session_ids[code] == session_id:
+            tier = SearchTier.SESSION
+        else:
+            tier = SearchTier.EPISODIC if int(owner_serving[code]) >= 0 else SearchTier.SEMANTIC
+        said = turns.occurred[doc]
+        out.append(score(Candidate(
+            doc=doc, tier=tier, kind=ItemKind.TURN, lexical=lexical.get(doc, 0.0),
+            semantic=semantic.get(doc, 0.0), activation=TURN_ACTIVATION,
+            recency=recency(0.0 if math.isnan(said) else now - said, p), context=context.get(doc, 0.0),
+            time=float(dates is not None and dates[0] <= said < dates[1]),
+            provenance=frozenset((turns.message_ids[doc],)),
+            shown=frozenset(turns.message_ids[d] for d in window(doc))), p))
+    return out
+
+
+
+def _merged(a: list[Candidate], b: list[Candidate]) -> list[Candidate]:
+    """Two orders merged: the head with the higher score goes first (each keeps its own order)."""
+    out: list[Candidate] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i].score >= b[j].score:
+            out.append(a[i])
+            i += 1
+        else:
+            out.append(b[j])
+            j += 1
+    return out + a[i:] + b[j:]
+
+
+def _similarities(index: SearchIndex) -> Callable[[Candidate, Candidate], float]:
+    """The cosine of two candidates, facts or turns (0 without vectors); each vector read once, when first
+    compared."""
+    vectors: dict[tuple[ItemKind, int], np.ndarray | None] = {}
+
+    def vector(c: Candidate) -> np.ndarray | None:
+        if c.key not in vectors:
+            vectors[c.key] = (index.turns if c.kind is ItemKind.TURN else index).vector(c.doc)
+        return vectors[c.key]
+
+    def similar(a: Candidate, b: Candidate) -> float:
+        va, vb = vector(a), vector(b)
+        return 0.0 if va is None or vb is None else float(va @ vb)
+
+    return similar
 
 
 def _looked_up(values: dict[int, float], docs: np.ndarray) -> np.ndarray:

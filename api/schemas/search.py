@@ -28,18 +28,23 @@ class SearchRequest(BaseModel):
 
 class SearchItemPublic(BaseModel):
     rank: int
-    fact_id: str
-    subject: str
-    relation: str
-    object: str
-    text: str = Field(description="The fact in one line: subject -relation-> object: reason.")
+    kind: str = Field(description="fact | turn: a fact of the ontology, or a message of a session.")
+    fact_id: str | None = Field(default=None, description="The fact (null for a turn).")
+    subject: str | None = None
+    relation: str | None = None
+    object: str | None = None
+    text: str = Field(description="A fact in one line (subject -relation-> object: reason); a turn's words.")
     scope: str
-    tier: str = Field(description="session | episodic | semantic: the memory tier the fact is in.")
+    tier: str = Field(description="session | episodic | semantic: the memory tier the item is in.")
     valid_from: str | None = None
     score: float
-    scores: dict[str, float] = Field(description="lexical, semantic, activation, recency (weighted; they add up).")
+    scores: dict[str, float] = Field(description="lexical, semantic, activation, recency, context (weighted; they "
+                                     "add up).")
     session_id: str | None = None
-    message_ids: list[str] = Field(description="The fact's provenance: the messages it came from.")
+    message_ids: list[str] = Field(description="A fact's provenance (the messages it came from); a turn's own id.")
+    message_id: str | None = Field(default=None, description="A turn's message id (null for a fact).")
+    role: str | None = Field(default=None, description="A turn's speaker role.")
+    occurred_at: str | None = Field(default=None, description="When a turn was said.")
 
 
 class SearchPublic(BaseModel):

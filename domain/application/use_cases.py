@@ -609,8 +609,9 @@ class Application:
         if not self.perspectives.records_recalls:  # (a benchmark's engine over an index not built from the log)
             return answer
         if as_of is None and record:
-            recorded = self._record_recall(tenant, agent, answer.search_id, [i.fact_id for i in answer.items],
-                                           RecallMode.LOOKED_UP, datetime.fromisoformat(answer.served_at))
+            found = [i.fact_id for i in answer.items if i.fact_id is not None]  # turns are no facts to recall
+            recorded = self._record_recall(tenant, agent, answer.search_id, found, RecallMode.LOOKED_UP,
+                                           datetime.fromisoformat(answer.served_at))
             if recorded is not None:
                 answer.recall_position, answer.recall_held = recorded.position, recorded.held
         self.evidence.keep(answer)

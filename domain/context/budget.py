@@ -4,7 +4,7 @@ never cut: if they alone do not fit, `ContextBudgetExceeded`. `assemble` lays th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from domain.activation import Tier
@@ -117,13 +117,16 @@ class Assembly:
 
 
 def _perspective_block(perspective: Perspective | None, shown_as_constraints: set[str], session_id: str,
-                       title: str, recalled: Sequence[SearchItem] = (), max_facts: int = 1_000_000
-                       ) -> tuple[_Block, list[str], list[SearchItem]]:
-    """The perspective's block: the facts recalled by content first (those the constraints or the perspective do
-    not already show), then the perspective's tiers, at most `max_facts` facts by name (the weakest go)."""
+                       title: str, recalled: Sequence[SearchItem] = (), max_facts: int = 1_000_000,
+                       recent_turns: Collection[str] = ()) -> tuple[_Block, list[str], list[SearchItem]]:
+    """The perspective's block: the facts and turns recalled by content first (those the constraints, the
+    perspective or the recent turns do not already show), then the perspective's tiers, at most `max_facts` facts
+    by name (the weakest go)."""
     block = _Block(ContextRole.PERSPECTIVE, [BlockLine(text=title)], [])
     shown_by_perspective = {i.fact_id for i in perspective.items} if perspective is not None else set()
-    fresh = [r for r in recalled if r.fact_id not in shown_as_constraints and r.fact_id not in shown_by_perspective]
+    fresh = [r for r in recalled if (r.fact_id is None and r.message_id not in recent_turns)
+             or (r.fact_id is not None and r.fact_id not in shown_as_constraints
+                 and r.fact_id not in shown_by_perspective)]
     if fresh:
         block.groups.append(_Group([BlockLine(text=RECALLED_HEADING)],
                                    [_Unit("recalled", recalled_lines(r), rank=len(fresh) - k)
@@ -140,7 +143,7 @@ def _perspective_block(perspective: Perspective | None, shown_as_constraints: se
             continue  # another session's memory (a worker's): task details stay with the worker
         else:
             items.append(item)
-    items = items[: max(0, max_facts - len(fresh))]
+    items = items[: max(0, max_facts - sum(r.fact_id is not None for r in fresh))]
     n = len(items)
     for tier, kind in ((Tier.FULL, "full"), (Tier.GIST, "gist"), (Tier.MARKER, "marker")):
         units = [_Unit(kind, item_lines(item), rank=n - k) for k, item in enumerate(items) if item.tier is tier]
@@ -185,15 +188,16 @@ def assemble(*, header: str, constraints: Sequence[FactState], perspective: Pers
     if needed > budget_tokens:
         raise ContextBudgetExceeded(needed, budget_tokens, [f.fact_id for f in constraints])
     shown = {f.fact_id for f in constraints}
+    recent = list(turns)[-parameters.recent_turns:] if parameters.recent_turns else []
     perspective_block, dedup, fresh = _perspective_block(perspective, shown, session_id, perspective_title,
-                                                         recalled, parameters.max_facts_shown)
+                                                         recalled, parameters.max_facts_shown,
+                                                         {message_id for message_id, _role, _content in recent})
     workers_block = _Block(ContextRole.WORKERS, [BlockLine(text="## Live workers")],
                            [_Group([], [_Unit("worker", worker_lines(w, label), rank=-k)
                                         for k, w in enumerate(workers)])])
     summary_block = _Block(ContextRole.SUMMARY, [BlockLine(text="## Earlier in this session (rolling summary)")],
                            [_Group([], [_Unit("summary", summary_lines(node), rank=k)
                                         for k, node in enumerate(summary)])])
-    recent = list(turns)[-parameters.recent_turns:] if parameters.recent_turns else []
     turns_block = _Block(ContextRole.TURNS, [BlockLine(text="## Recent turns (verbatim)")],
                          [_Group([], [_Unit("turn", turn_lines(*turn, max_chars=parameters.max_turn_chars), rank=k)
                                       for k, turn in enumerate(recent)])])
@@ -236,7 +240,7 @@ def assemble(*, header: str, constraints: Sequence[FactState], perspective: Pers
         ))
     texts = [line.text for line in lines]
     return Assembly(blocks=result, omitted=omitted, text="\n".join(texts), tokens=text_tokens(texts),
-                    deduplicated=dedup, recalled=[r.fact_id for r in fresh])
+                    deduplicated=dedup, recalled=[r.fact_id for r in fresh if r.fact_id is not None])
 
 
 def _ids(lines: Sequence[BlockLine], attribute: str) -> list[str]:

@@ -112,8 +112,21 @@ def turn_lines(message_id: str, role: str, content: str, max_chars: int) -> list
 RECALLED_HEADING = "### Recalled for this request"
 
 
+RECALLED_TURN_CHARS = 300
+"""A recalled turn is shown up to this many characters (then marked as cut): it is evidence, not the whole talk."""
+
+
 def recalled_lines(item: SearchItem) -> list[BlockLine]:
-    """A fact recalled by the request's content: one line, with its reason and the messages it came from."""
+    """A fact recalled by the request's content: one line, with its reason and the messages it came from; a turn:
+    one line with its message id, session, speaker role and when it was said."""
+    if item.fact_id is None:
+        words = " ".join(item.text.split())
+        if len(words) > RECALLED_TURN_CHARS:
+            words = words[: RECALLED_TURN_CHARS - 3] + "..."
+        when = f", {item.occurred_at[:10]}" if item.occurred_at else ""
+        return [BlockLine(text=f"- [{item.message_id}] ({item.session_id}{when}) {item.role or 'turn'}: {words}",
+                          message_ids=list(item.message_ids), session_ids=[item.session_id] if item.session_id
+                          else [])]
     reason = item.reason or ""
     if len(reason) > 160:
         reason = reason[:157] + "..."

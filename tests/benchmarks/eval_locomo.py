@@ -76,9 +76,11 @@ def turn_text(turn: dict[str, Any]) -> str:
     return text + (f" [shares an image: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
 
 
-def wire_records(cid: str, conversation: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    """The conversation as wire envelopes (see the module docstring)."""
-    tenant = f"locomo-{slug(cid)}"
+def wire_records(cid: str, conversation: dict[str, Any], messages_only: bool = False
+                 ) -> tuple[str, list[dict[str, Any]]]:
+    """The conversation as wire envelopes (see the module docstring); `messages_only`: its turns alone, no
+    observations or summaries (what a deployment that extracts nothing holds)."""
+    tenant = f"locomo-{slug(cid)}" + ("-turns" if messages_only else "")
     a, b = conversation["speaker_a"], conversation["speaker_b"]
     records: list[dict[str, Any]] = []
 
@@ -99,7 +101,7 @@ def wire_records(cid: str, conversation: dict[str, Any]) -> tuple[str, list[dict
         for turn in turns:
             add("message.appended", {"session_id": sid, "message_id": turn["dia_id"], "role": "user",
                                      "content": turn_text(turn)}, when)
-        observations = conversation.get(f"session_{n}_observation") or {}
+        observations = {} if messages_only else conversation.get(f"session_{n}_observation") or {}
         k = 0
         for speaker, items in observations.items():
             for text, evidence in items:
@@ -112,7 +114,7 @@ def wire_records(cid: str, conversation: dict[str, Any]) -> tuple[str, list[dict
                     "source": {"session_id": sid, "message_ids": evidence_ids(evidence),
                                "actor": "locomo-observations"}}, when)
         summary = conversation.get(f"session_{n}_summary")
-        if summary and turns:
+        if summary and turns and not messages_only:
             add("session.compacted", {"session_id": sid, "through_message_id": turns[-1]["dia_id"],
                                       "summary": summary[:50_000]}, when)
         add("session.ended", {"session_id": sid}, when)
@@ -167,7 +169,29 @@ def baselines(conversation: dict[str, Any], questions: list[dict[str, Any]], tal
                       set(evidence_ids(q["evidence"])))
 
 
-def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str) -> int:
+ABLATIONS = {
+    "lexical": {"lexical_weight": 0.0}, "semantic": {"semantic_weight": 0.0},
+    "activation": {"activation_weight": 0.0}, "recency": {"recency_weight": 0.0},
+    "context": {"context_weight": 0.0}, "entity": {"entity_weight": 0.0}, "names": {"name_weight": 1.0},
+    "time": {"time_weight": 0.0}, "window": {"window_before": 0, "window_after": 0}, "turns": {"turns": False},
+}
+"""Each signal off in turn (its weight 0, or turns not searched), the rest as configured."""
+OURS, MESSAGES_ONLY = "noumena search", "noumena search, messages only"
+
+
+def _import(noumena: Any, searches: Any, tenant: str, records: list[dict[str, Any]], name: str) -> bool:
+    noumena.service.execute(_create_tenant(tenant))
+    for at in range(0, len(records), 500):
+        result = noumena.application.ingestor.ingest(records[at: at + 500])
+        if result.rejected:
+            print(f"{name}: rejected {result.rejected[0]}", file=sys.stderr)
+            return False
+    searches.index(tenant)
+    return True
+
+
+def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str, ablations: bool = True,
+             overrides: dict[str, Any] | None = None) -> int:
     logging.disable(logging.INFO)
     files = sorted(data.glob("*.json"))
     if ids:
@@ -196,38 +220,47 @@ def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str) -> int:
         home = Path(home_dir)
         noumena = bootstrap(Settings(home=home, encrypt_content=False))
         try:
-            ingestor = noumena.application.ingestor
             perspectives = Perspectives(noumena.log, lambda: datetime.now(UTC))
             searches = Searches(perspectives, lambda: datetime.now(UTC), embedder=embedder)
+            searches.parameters = configured = searches.parameters.model_copy(update=overrides or {})
             contexts = Contexts(perspectives, noumena.service, noumena.log, lambda: datetime.now(UTC),
                                 searches=searches)
             for path in files:
                 conversation = json.loads(path.read_text(encoding="utf-8"))
                 tenant, records = wire_records(path.stem, conversation)
+                turns_tenant, turn_records = wire_records(path.stem, conversation, messages_only=True)
                 started = time.perf_counter()
-                noumena.service.execute(_create_tenant(tenant))
-                for at in range(0, len(records), 500):
-                    result = ingestor.ingest(records[at: at + 500])
-                    if result.rejected:
-                        print(f"{path.name}: rejected {result.rejected[0]}", file=sys.stderr)
-                        return 1
-                searches.index(tenant)
+                if not (_import(noumena, searches, tenant, records, path.name)
+                        and _import(noumena, searches, turns_tenant, turn_records, path.name)):
+                    return 1
                 serving = f"person:{slug(conversation['speaker_a'])}"
                 ask = "ask"
                 noumena.service.execute(StartSession(tenant=tenant, session_id=ask, agent=AGENT, serving=serving))
                 questions = questions_of(conversation)
-                print(f"{path.name}: {len(records)} records, {len(questions)} questions, imported and indexed in "
-                      f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+                print(f"{path.name}: {len(records)} records ({len(turn_records)} messages only), {len(questions)} "
+                      f"questions, imported and indexed in {time.perf_counter() - started:.1f} s", file=sys.stderr)
                 for q in questions:
                     evidence = set(evidence_ids(q["evidence"]))
                     t0 = time.perf_counter()
                     answer = searches.search_for(tenant, AGENT, q["question"], serving=serving, k=max(KS))
                     latencies.append((time.perf_counter() - t0) * 1000)
-                    tally.add("noumena search", q["category"], [i.message_ids for i in answer.items], evidence)
+                    tally.add(OURS, q["category"], [i.message_ids for i in answer.items], evidence)
+                    only = searches.search_for(turns_tenant, AGENT, q["question"], serving=serving, k=max(KS))
+                    tally.add(MESSAGES_ONLY, q["category"], [i.message_ids for i in only.items], evidence)
+                    for name, change in (ABLATIONS.items() if ablations else ()):
+                        searches.parameters = configured.model_copy(update=change)
+                        try:
+                            for method, where in ((f"{OURS} without {name}", tenant),
+                                                  (f"{MESSAGES_ONLY} without {name}", turns_tenant)):
+                                off = searches.search_for(where, AGENT, q["question"], serving=serving, k=max(KS))
+                                tally.add(method, q["category"], [i.message_ids for i in off.items], evidence)
+                        finally:
+                            searches.parameters = configured
                     context = contexts.context_for(tenant, ask, q["question"])
                     shown = context_fact_ids(context)
                     provenance = searches.provenance(tenant, shown)
-                    context_hits.append(any(evidence & set(m) for m in provenance))
+                    context_hits.append(any(evidence & set(m) for m in provenance)
+                                        or bool(evidence & set(context_turn_ids(context))))
                     context_facts.append(len(shown))
                     alone = searches.provenance(tenant, context_fact_ids(context, recalled=False))
                     perspective_hits.append(any(evidence & set(m) for m in alone))
@@ -262,9 +295,17 @@ def context_fact_ids(context: Any, recalled: bool = True) -> list[str]:
     return list(seen)
 
 
+def context_turn_ids(context: Any) -> list[str]:
+    """The messages a context block shows as recalled turns (lines that carry message ids and name no fact)."""
+    return [m for block in context.blocks if block.role.value == "perspective" for line in block.lines
+            if not line.fact_ids for m in line.message_ids]
+
+
 def report(tally: Tally, latencies: list[float], context_hits: list[bool], context_facts: list[int],
            perspective_hits: list[bool]) -> None:
     methods = list(dict.fromkeys(m for m, _, _ in tally.hits))
+    ablated = [m for m in methods if " without " in m]
+    methods = [m for m in methods if m not in ablated]
     n = len([v for (m, k, _c), vs in tally.hits.items() if m == methods[0] and k == KS[0] for v in vs])
     print(f"\nLoCoMo retrieval recall, {n} questions (categories 1-4); a hit: an item's provenance holds an"
           " evidence turn\n")
@@ -277,22 +318,37 @@ def report(tally: Tally, latencies: list[float], context_hits: list[bool], conte
                 continue
             cells = [f"{tally.recall(method, k, category):.3f}" for k in KS]
             print(f"| {method} | {name} ({count}) | " + " | ".join(cells) + " |")
-    ours = "noumena search"
-    others = [m for m in methods if m != ours]
+    others = [m for m in methods if not m.startswith("noumena")]
     for k in (5, 10):
         best = max(others, key=lambda m: tally.recall(m, k)) if others else None
         if best is not None:
-            print(f"\nR@{k}: search {tally.recall(ours, k):.3f} vs best baseline ({best}) "
-                  f"{tally.recall(best, k):.3f}: {tally.recall(ours, k) - tally.recall(best, k):+.3f}", end="")
+            print(f"\nR@{k}: search {tally.recall(OURS, k):.3f} vs best baseline ({best}) "
+                  f"{tally.recall(best, k):.3f}: {tally.recall(OURS, k) - tally.recall(best, k):+.3f}", end="")
     print()
+    turns_baseline = "BM25 over raw turns"
+    if (MESSAGES_ONLY, 10, 1) in tally.hits or any(m == MESSAGES_ONLY for m in methods):
+        print(f"messages only, R@10: search {tally.recall(MESSAGES_ONLY, 10):.3f} vs {turns_baseline} "
+              f"{tally.recall(turns_baseline, 10):.3f}: "
+              f"{tally.recall(MESSAGES_ONLY, 10) - tally.recall(turns_baseline, 10):+.3f}")
+    if ablated:
+        print("\nEach signal off (R@5 / R@10, and the change from all signals on):\n")
+        print("| signal off | import | R@5 | R@10 | change R@5 | change R@10 |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for method in ablated:
+            base, _, signal = method.partition(" without ")
+            r5, r10 = tally.recall(method, 5), tally.recall(method, 10)
+            label = "messages only" if base == MESSAGES_ONLY else "full"
+            print(f"| {signal} | {label} | {r5:.3f} | {r10:.3f} | {r5 - tally.recall(base, 5):+.3f} | "
+                  f"{r10 - tally.recall(base, 10):+.3f} |")
     if latencies:
         ordered = sorted(latencies)
-        print(f"search latency (k=20, in process): p50 {statistics.median(ordered):.1f} ms, "
+        print(f"\nsearch latency (k=20, in process): p50 {statistics.median(ordered):.1f} ms, "
               f"p95 {ordered[int(0.95 * (len(ordered) - 1))]:.1f} ms")
     if context_hits:
-        print(f"context_for with the question as message: evidence-carrying fact shown for "
-              f"{sum(context_hits) / len(context_hits):.3f} of questions; facts shown: median "
-              f"{statistics.median(context_facts):.0f}, max {max(context_facts)}")
+        print(f"context_for with the question as message: evidence shown (a named fact or a recalled turn carrying "
+              f"an evidence turn) for {sum(context_hits) / len(context_hits):.3f} of questions; facts named: mean "
+              f"{statistics.mean(context_facts):.1f}, median {statistics.median(context_facts):.0f}, "
+              f"max {max(context_facts)}")
     if perspective_hits:
         print(f"the perspective alone (the block without \"Recalled for this request\"): evidence-carrying fact "
               f"shown for {sum(perspective_hits) / len(perspective_hits):.3f} of questions")
@@ -303,11 +359,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=False, help="folder of LoCoMo conversation JSON files")
     parser.add_argument("--conversations", nargs="*", help="conversation ids (file stems) to evaluate")
     parser.add_argument("--embedder", choices=("wordllama", "none"), default="wordllama")
+    parser.add_argument("--no-ablations", action="store_true", help="skip the table of each signal off")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a search parameter other than its default (e.g. context_weight=0.2)")
     args = parser.parse_args(argv)
     if args.data is None or not args.data.is_dir():
         print(WHERE, file=sys.stderr)
         return 2
-    return evaluate(args.data, args.conversations, args.embedder)
+    overrides = {name: json.loads(value) for name, _, value in (item.partition("=") for item in args.set)}
+    return evaluate(args.data, args.conversations, args.embedder, ablations=not args.no_ablations,
+                    overrides=overrides)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,128 @@
+"""Turns as episodic records: every message of a session is a search document of its own.
+
+Seed 004's episodic memory is "what happened, with a timestamp", found by an exact filter and similarity. A
+deployment that extracts no facts (no LLM configured) still has every turn in the log; here each one is findable by
+its words (and meaning), with its speaker (role), session and time.
+
+Privacy is the session's, read from the perspective index when asked (so a merge of entities is followed): a
+turn is visible exactly as its session's scope is (`projections.perspective_scopes.Scopes.visible`): to the
+session's agent, while it serves the person the session serves, or when the session served no one. A forgotten
+message (its session's key deleted: it reads `[forgotten]` once the tenant is folded again) is no document at all,
+so it adds nothing to the statistics either. As-of: a turn exists from the record that appended it.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from domain.forgetting import FORGOTTEN
+from domain.ports import Embedder
+from projections.perspective_index import PerspectiveIndex, timestamp
+from projections.search_documents import Documents
+from projections.search_text import Analyzer
+
+
+class TurnIndex(Documents):
+    """One tenant's turns: document t is the t-th readable message appended."""
+
+    def __init__(self, analyzer: Analyzer, embedder: Embedder | None = None) -> None:
+        super().__init__(analyzer, embedder)
+        self.message_ids: list[str] = []
+        self.by_message: dict[str, int] = {}
+        self.session = array("i")
+        """Each turn's session, as a code into `session_ids`."""
+        self.session_ids: list[str] = []
+        self.session_codes: dict[str, int] = {}
+        self.session_turns: list[array] = []
+        """Per session code, its turns in the order they were appended (adjacent turns are neighbours here)."""
+        self.seq = array("I")
+        """Each turn's place in its session."""
+        self.occurred = array("d")
+        """When the source says the turn was said (epoch seconds), else when it was recorded."""
+        self.roles: list[str] = []
+        self.role = array("B")
+        self._owners: tuple[int, np.ndarray, np.ndarray] | None = None
+        """(sessions covered, agent, served person) per session code, read from the perspective index."""
+        self._owners_of: dict[str, tuple[int, int]] | None = None
+
+    def add(self, data: dict[str, Any], text: str) -> None:
+        """A message appended (`message.appended`'s payload, `text` its content)."""
+        if not text.strip() or text == FORGOTTEN:
+            return
+        message_id = data["message_id"]
+        if message_id in self.by_message:  # the same message sent again: one record of it
+            return
+        sid = data["session_id"]
+        code = self.session_codes.get(sid)
+        if code is None:
+            code = self.session_codes[sid] = len(self.session_ids)
+            self.session_ids.append(sid)
+            self.session_turns.append(array("i"))
+            self._owners = None
+        doc = len(self.doc_len)
+        self._index_terms(doc, self.analyzer.terms(text))
+        self.message_ids.append(message_id)
+        self.by_message[message_id] = doc
+        self.session.append(code)
+        self.seq.append(len(self.session_turns[code]))
+        self.session_turns[code].append(doc)
+        occurred = data.get("occurred_at") or data.get("recorded_at")
+        self.occurred.append(timestamp(occurred) if occurred else math.nan)
+        role = str(data.get("role") or "")
+        if role not in self.roles:
+            self.roles.append(role)
+        self.role.append(self.roles.index(role))
+        if self.embedder is not None:
+            self._pending.append((text, ""))
+
+    def session_owners(self, pindex: PerspectiveIndex) -> tuple[np.ndarray, np.ndarray]:
+        """Agent and served person (-1: no one) of each session code, as the perspective index knows them now
+        (read again when a session was added or the index's session map was replaced by a merge)."""
+        sessions = pindex.scopes.sessions
+        if self._owners is None or self._owners[0] != len(self.session_ids) or self._owners_of is not sessions:
+            owners = [sessions.get(sid, (-1, -1)) for sid in self.session_ids]
+            agent = np.array([a for a, _ in owners], dtype=np.int64)
+            serving = np.array([s for _, s in owners], dtype=np.int64)
+            self._owners, self._owners_of = (len(self.session_ids), agent, serving), sessions
+        return self._owners[1], self._owners[2]
+
+    def visible_sessions(self, pindex: PerspectiveIndex, agent: int, serving: int) -> np.ndarray:
+        """A bool per session code: may the viewer see its turns (the session scope's rule)."""
+        owner_agent, owner_serving = self.session_owners(pindex)
+        return (owner_agent == agent) & (owner_agent >= 0) & ((owner_serving == -1) | (owner_serving == serving))
+
+    def allowed(self, pindex: PerspectiveIndex, agent: int, serving: int, about: Sequence[int] = ()
+                ) -> Callable[[np.ndarray], np.ndarray]:
+        """`visible_sessions` asked of given turns; with `about` (the exact filter), only turns of sessions whose
+        agent or served person is one of those entities."""
+        sessions = self.visible_sessions(pindex, agent, serving)
+        if len(about):
+            owner_agent, owner_serving = self.session_owners(pindex)
+            sessions = sessions & (np.isin(owner_serving, about) | np.isin(owner_agent, about))
+        codes = np.frombuffer(self.session, dtype=np.int32) if len(self.session) else np.zeros(0, np.int32)
+        limit = len(codes)
+
+        def allowed(docs: np.ndarray) -> np.ndarray:
+            ok = (docs >= 0) & (docs < limit)
+            return ok & sessions[codes[np.where(ok, docs, 0)]] if len(sessions) else ok
+
+        return allowed
+
+    def neighbours(self, doc: int, before: int, after: int) -> list[tuple[int, int]]:
+        """The turns up to `before` before and `after` after `doc` in its session, with their distance (negative:
+        earlier)."""
+        turns = self.session_turns[self.session[doc]]
+        at = self.seq[doc]
+        return [(int(turns[k]), k - at) for k in range(max(0, at - before), min(len(turns), at + after + 1))
+                if k != at]
+
+    def nbytes(self) -> int:
+        """Bytes held, roughly (the message texts are the fact index's, counted there)."""
+        ids = sum(len(m) + 57 + 8 + 90 for m in self.message_ids)  # the list entry, the string, the dict entry
+        columns = (self.session.itemsize + self.seq.itemsize + self.occurred.itemsize + 1) * len(self.message_ids)
+        return self.documents_nbytes() + ids + columns + sum(4 * len(t) + 64 for t in self.session_turns)
