@@ -203,13 +203,15 @@ def test_a_search_never_confirms_the_words_of_a_message_the_searcher_may_not_rea
         found = client.post("/v1/search", json={"agent": agent, "serving": serving, "query": query, "k": 100,
                                                 "min_position": position})
         assert found.status_code == 200, found.text
-        return {item["fact_id"] for item in found.json()["items"] if item["scores"]["lexical"] > 0}
+        return {item["fact_id"] or item["message_id"] for item in found.json()["items"]
+                if item["scores"]["lexical"] > 0}
 
     assert lexical(org["scoped"], "agent:sales", "person:c1", SECRET) == set()
     assert lexical(org["scoped"], "agent:sales", "person:c1", "door code") == set()
     found_by_other = lexical(c, "agent:other", "person:c3", SECRET)
     assert written["person:c3"]["fact_id"] in found_by_other
     assert not found_by_other & {written["person:c1"]["fact_id"], written["org"]["fact_id"]}
+    assert "om1" in found_by_other  # its own turn: a turn is visible exactly as its session is
 
 
 # ---------------------------------------------------------------------------------------------------- MCP
