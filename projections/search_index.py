@@ -70,7 +70,7 @@ class SearchIndex(Documents):
         elif topic == "message.appended":
             content = data.get("content") or ""
             self.messages[data["message_id"]] = (data.get("session_id") or "", content)
-            self.turns.add(data, content)
+            self.turns.add(pindex, data, content)
         elif topic == "fact.asserted":
             doc = pindex.fact_index(data["fact_id"])
             if doc is not None and doc >= len(self.doc_len):

@@ -46,12 +46,15 @@ class TurnIndex(Documents):
         """When the source says the turn was said (epoch seconds), else when it was recorded."""
         self.roles: list[str] = []
         self.role = array("B")
-        self._owners: tuple[int, np.ndarray, np.ndarray] | None = None
-        """(sessions covered, agent, served person) per session code, read from the perspective index."""
+        self.owner_agent = array("i")
+        """Per session code, the session's agent (-1: not started), as the perspective index knew it when the
+        session's first turn came (read again whole after a merge of entities: `session_owners`)."""
+        self.owner_serving = array("i")
+        """Per session code, the person the session serves (-1: no one)."""
         self._owners_of: dict[str, tuple[int, int]] | None = None
 
-    def add(self, data: dict[str, Any], text: str) -> None:
-        """A message appended (`message.appended`'s payload, `text` its content)."""
+    def add(self, pindex: PerspectiveIndex, data: dict[str, Any], text: str) -> None:
+        """A message appended (`message.appended`'s payload, `text` its content), after `pindex` applied it."""
         if not text.strip() or text == FORGOTTEN:
             return
         message_id = data["message_id"]
@@ -60,10 +63,13 @@ class TurnIndex(Documents):
         sid = data["session_id"]
         code = self.session_codes.get(sid)
         if code is None:
+            self.session_owners(pindex)  # (the owners known so far, as the index's map has them now)
             code = self.session_codes[sid] = len(self.session_ids)
             self.session_ids.append(sid)
             self.session_turns.append(array("i"))
-            self._owners = None
+            agent, serving = pindex.scopes.sessions.get(sid, (-1, -1))
+            self.owner_agent.append(agent)
+            self.owner_serving.append(serving)
         doc = len(self.doc_len)
         self._index_terms(doc, self.analyzer.terms(text))
         self.message_ids.append(message_id)
@@ -81,15 +87,14 @@ class TurnIndex(Documents):
             self._pending.append((text, ""))
 
     def session_owners(self, pindex: PerspectiveIndex) -> tuple[np.ndarray, np.ndarray]:
-        """Agent and served person (-1: no one) of each session code, as the perspective index knows them now
-        (read again when a session was added or the index's session map was replaced by a merge)."""
+        """Agent and served person (-1: no one) of each session code. A merge of entities replaces the
+        perspective index's session map: then they are read from it again."""
         sessions = pindex.scopes.sessions
-        if self._owners is None or self._owners[0] != len(self.session_ids) or self._owners_of is not sessions:
-            owners = [sessions.get(sid, (-1, -1)) for sid in self.session_ids]
-            agent = np.array([a for a, _ in owners], dtype=np.int64)
-            serving = np.array([s for _, s in owners], dtype=np.int64)
-            self._owners, self._owners_of = (len(self.session_ids), agent, serving), sessions
-        return self._owners[1], self._owners[2]
+        if self._owners_of is not sessions:
+            for code, sid in enumerate(self.session_ids):
+                self.owner_agent[code], self.owner_serving[code] = sessions.get(sid, (-1, -1))
+            self._owners_of = sessions
+        return (np.frombuffer(self.owner_agent, dtype=np.int32), np.frombuffer(self.owner_serving, dtype=np.int32))
 
     def visible_sessions(self, pindex: PerspectiveIndex, agent: int, serving: int) -> np.ndarray:
         """A bool per session code: may the viewer see its turns (the session scope's rule)."""
