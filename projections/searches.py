@@ -258,22 +258,26 @@ class Searches:
         semantic = semantic_matches(index, vector, pool, lex_docs, p)
         docs = np.array(sorted(set(lexical) | set(semantic)), dtype=np.int64)
         if len(docs) > ranked_fully:
-            # only the best by content are ranked fully (activation and recency add at most their weights),
-            # with every candidate of the viewer's own tiers (session and person scopes: few)
-            content = p.lexical_weight * _looked_up(lexical, docs) + p.semantic_weight * _looked_up(semantic, docs)
-            own = pindex.scope.data[docs] != 0
+            # only the best by content (and the entities and dates named) are ranked fully, activation and
+            # recency adding at most their weights; and as many of the best of the viewer's own tiers (session and
+            # person scopes), so a nearer tier is weighed with its best
+            first = p.lexical_weight * _looked_up(lexical, docs) + p.semantic_weight * _looked_up(semantic, docs) \
+                + p.entity_weight * _touching(pindex, docs, linked) + p.time_weight * _starting(index, docs, dates)
             best = np.zeros(len(docs), dtype=bool)
-            best[np.argpartition(-content, ranked_fully - 1)[:ranked_fully]] = True
-            docs = docs[best | own]
+            best[np.argpartition(-first, ranked_fully - 1)[:ranked_fully]] = True
+            own = np.flatnonzero(pindex.scope.data[docs] != 0)
+            if len(own) > ranked_fully:
+                own = own[np.argpartition(-first[own], ranked_fully - 1)[:ranked_fully]]
+            best[own] = True
+            docs = docs[best]
         ranked: list[Candidate] = []
         if len(docs):
             activation = self._activation(pindex, agent_id, docs, walked.facts, walked.activation, now)
             ages = now - self._last_use(pindex, agent_id, docs)
             scope_kind = pindex.scopes.kind.data[pindex.scope.data[docs]]
             scopes = pindex.scope.data[docs]
-            named = np.isin(pindex.src.data[docs], linked) | np.isin(pindex.dst.data[docs], linked) if linked \
-                else np.zeros(len(docs), dtype=bool)
-            starts = np.frombuffer(index.valid_from, dtype=np.float64)[docs] if dates else None
+            named = _touching(pindex, docs, linked)
+            starting = _starting(index, docs, dates)
             for k, doc in enumerate(docs.tolist()):
                 tier = TIER_OF_KIND[int(scope_kind[k])]
                 if tier is SearchTier.SESSION and session_code is not None and int(scopes[k]) != session_code:
@@ -282,7 +286,7 @@ class Searches:
                     doc=doc, tier=tier, lexical=lexical.get(doc, 0.0), semantic=semantic.get(doc, 0.0),
                     activation=squash_activation(float(activation[k]), self.perspectives.parameters.threshold),
                     recency=recency(float(ages[k]), p), entity=float(named[k]),
-                    time=float(starts is not None and dates is not None and dates[0] <= starts[k] < dates[1]),
+                    time=float(starting[k]),
                     provenance=frozenset(index.message_ids[doc])), p))
         by_content = sorted(ranked, key=lambda c: -(c.scores["lexical"] + c.scores["semantic"]))[:CONTEXT_HITS]
         fact_seeds = [(c.scores["lexical"] + c.scores["semantic"], index.message_ids[c.doc]) for c in by_content]
@@ -479,7 +483,10 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
         within = within[allowed(within)] if len(within) else within
         for d in within[:ranked_fully].tolist():
             content.setdefault(d, 0.0)
-    best = sorted(content, key=lambda d: (-content[d], d))[:ranked_fully]
+    said = np.frombuffer(turns.occurred, dtype=np.float64)
+    on_date = (lambda d: bool(dates[0] <= said[d] < dates[1])) if dates is not None else (lambda d: False)
+    first = {d: c + (p.time_weight if on_date(d) else 0.0) for d, c in content.items()}
+    best = sorted(first, key=lambda d: (-first[d], d))[:ranked_fully]
     context: dict[int, float] = {}
     if p.context_weight > 0:
         seeds = [(content[d], d, 0) for d in best[:CONTEXT_HITS]]
@@ -497,7 +504,11 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
             near = np.array(sorted(context), dtype=np.int64)
             seen = set(near[allowed(near)].tolist())
             context = {d: v for d, v in context.items() if d in seen}
-    chosen = sorted(set(best) | set(context))
+    # the best by what is known before the cosines of context-only turns and the per-turn signals (those add at
+    # most activation's and recency's weights)
+    reach = {d: first.get(d, p.time_weight if on_date(d) else 0.0) + p.context_weight * context.get(d, 0.0)
+             for d in set(best) | set(context)}
+    chosen = sorted(sorted(reach, key=lambda d: (-reach[d], d))[:ranked_fully])
     if not chosen:
         return []
     if vector is not None:  # a neighbour found by context only: its own cosine too
@@ -508,11 +519,10 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
     owner_serving = turns.session_owners(pindex)[1]
 
     def window(doc: int) -> list[int]:
+        """The turns around `doc` (its session's: visible as it is)."""
         if not (p.window_before or p.window_after):
             return []
-        near = [d for d, _ in turns.neighbours(doc, p.window_before, p.window_after)]
-        return [d for d, ok in zip(near, allowed(np.array(near, dtype=np.int64)), strict=True) if ok] \
-            if near else []
+        return [d for d, _ in turns.neighbours(doc, p.window_before, p.window_after)]
 
     out = []
     for doc in chosen:
@@ -521,16 +531,31 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
             tier = SearchTier.SESSION
         else:
             tier = SearchTier.EPISODIC if int(owner_serving[code]) >= 0 else SearchTier.SEMANTIC
-        said = turns.occurred[doc]
+        when = float(said[doc])
         out.append(score(Candidate(
             doc=doc, tier=tier, kind=ItemKind.TURN, lexical=lexical.get(doc, 0.0),
             semantic=semantic.get(doc, 0.0), activation=TURN_ACTIVATION,
-            recency=recency(0.0 if math.isnan(said) else now - said, p), context=context.get(doc, 0.0),
-            time=float(dates is not None and dates[0] <= said < dates[1]),
+            recency=recency(0.0 if math.isnan(when) else now - when, p), context=context.get(doc, 0.0),
+            time=float(on_date(doc)),
             provenance=frozenset((turns.message_ids[doc],)),
             shown=frozenset(turns.message_ids[d] for d in window(doc))), p))
     return out
 
+
+
+def _touching(pindex: PerspectiveIndex, docs: np.ndarray, entities: list[int]) -> np.ndarray:
+    """1.0 for each of the facts `docs` whose subject or object is one of `entities`, else 0.0."""
+    if not entities:
+        return np.zeros(len(docs))
+    return (np.isin(pindex.src.data[docs], entities) | np.isin(pindex.dst.data[docs], entities)).astype(np.float64)
+
+
+def _starting(index: SearchIndex, docs: np.ndarray, dates: tuple[float, float] | None) -> np.ndarray:
+    """1.0 for each of the facts `docs` that holds from within `dates`, else 0.0."""
+    if dates is None:
+        return np.zeros(len(docs))
+    starts = np.frombuffer(index.valid_from, dtype=np.float64)[docs]
+    return ((starts >= dates[0]) & (starts < dates[1])).astype(np.float64)
 
 
 def _merged(a: list[Candidate], b: list[Candidate]) -> list[Candidate]:

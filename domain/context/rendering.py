@@ -114,19 +114,28 @@ RECALLED_HEADING = "### Recalled for this request"
 
 RECALLED_TURN_CHARS = 300
 """A recalled turn is shown up to this many characters (then marked as cut): it is evidence, not the whole talk."""
+AROUND_TURN_CHARS = 200
+"""The turns shown around it, up to this many."""
+
+
+def _cut_words(text: str, limit: int) -> str:
+    words = " ".join(text.split())
+    return words if len(words) <= limit else words[: limit - 3] + "..."
 
 
 def recalled_lines(item: SearchItem) -> list[BlockLine]:
     """A fact recalled by the request's content: one line, with its reason and the messages it came from; a turn:
     one line with its message id, session, speaker role and when it was said."""
     if item.fact_id is None:
-        words = " ".join(item.text.split())
-        if len(words) > RECALLED_TURN_CHARS:
-            words = words[: RECALLED_TURN_CHARS - 3] + "..."
         when = f", {item.occurred_at[:10]}" if item.occurred_at else ""
-        return [BlockLine(text=f"- [{item.message_id}] ({item.session_id}{when}) {item.role or 'turn'}: {words}",
-                          message_ids=list(item.message_ids), session_ids=[item.session_id] if item.session_id
-                          else [])]
+        lines = [BlockLine(text=f"- [{item.message_id}] ({item.session_id}{when}) {item.role or 'turn'}: "
+                                + _cut_words(item.text, RECALLED_TURN_CHARS),
+                           message_ids=[item.message_id] if item.message_id else [],
+                           session_ids=[item.session_id] if item.session_id else [])]
+        for near in item.around:  # its window: the turns before and after it
+            lines.append(BlockLine(text=f"  · [{near.message_id}] {near.role or 'turn'}: "
+                                        + _cut_words(near.text, AROUND_TURN_CHARS), message_ids=[near.message_id]))
+        return lines
     reason = item.reason or ""
     if len(reason) > 160:
         reason = reason[:157] + "..."
