@@ -51,9 +51,9 @@ class SearchIndex(Documents):
         """Epoch seconds, NaN when the fact holds since ever."""
         self.message_ids: list[tuple[str, ...]] = []
         self.aliases: dict[str, tuple[str, ...]] = {}
-        self.messages: dict[str, tuple[str, str]] = {}
-        """message id -> (its session, its text) while readable (what provenance points at, and what a turn
-        says)."""
+        self.messages: dict[str, tuple[str, str, int]] = {}
+        """message id -> (its session, its text, its turn's number in `turns` or -1) while readable (what provenance
+        points at, and what a turn says)."""
         self.turns = TurnIndex(analyzer, embedder)
         self.names: dict[str, list[tuple[tuple[str, ...], int]]] = {}
         """First term of a name -> (the name's terms, entity id): the labels and aliases of entities other than
@@ -69,8 +69,9 @@ class SearchIndex(Documents):
             self._name(pindex, data)
         elif topic == "message.appended":
             content = data.get("content") or ""
-            self.messages[data["message_id"]] = (data.get("session_id") or "", content)
-            self.turns.add(pindex, data, content)
+            known = self.messages.get(data["message_id"])
+            turn = known[2] if known is not None and known[2] >= 0 else self.turns.add(pindex, data, content)
+            self.messages[data["message_id"]] = (data.get("session_id") or "", content, turn)
         elif topic == "fact.asserted":
             doc = pindex.fact_index(data["fact_id"])
             if doc is not None and doc >= len(self.doc_len):
@@ -152,6 +153,11 @@ class SearchIndex(Documents):
         said = self.messages.get(message_id)
         return said[1] if said is not None else ""
 
+    def turn_of(self, message_id: str) -> int | None:
+        """The turn a message is (None when it is none)."""
+        said = self.messages.get(message_id)
+        return said[2] if said is not None and said[2] >= 0 else None
+
     def _sources(self, pindex: PerspectiveIndex, doc: int, cited_session: str | None, message_ids: Sequence[str]
                  ) -> str:
         """The text of the cited messages that fact `doc`'s viewers may read (in the cited session, if named)."""
@@ -182,7 +188,7 @@ class SearchIndex(Documents):
     def nbytes(self) -> int:
         """Bytes held, roughly: postings, lengths, provenance, vectors, message texts and aliases, and the turns."""
         provenance = sum(56 + 8 * len(m) for m in self.message_ids) + 8 * len(self.sessions)
-        messages = sum(len(k) + len(s) + len(v) + 150 for k, (s, v) in self.messages.items())
+        messages = sum(len(k) + len(v) + 49 + 57 + 64 + 90 for k, (_s, v, _t) in self.messages.items())
         return self.documents_nbytes() + provenance + messages + self.turns.nbytes()
 
 

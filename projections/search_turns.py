@@ -33,7 +33,6 @@ class TurnIndex(Documents):
     def __init__(self, analyzer: Analyzer, embedder: Embedder | None = None) -> None:
         super().__init__(analyzer, embedder)
         self.message_ids: list[str] = []
-        self.by_message: dict[str, int] = {}
         self.session = array("i")
         """Each turn's session, as a code into `session_ids`."""
         self.session_ids: list[str] = []
@@ -53,13 +52,12 @@ class TurnIndex(Documents):
         """Per session code, the person the session serves (-1: no one)."""
         self._owners_of: dict[str, tuple[int, int]] | None = None
 
-    def add(self, pindex: PerspectiveIndex, data: dict[str, Any], text: str) -> None:
-        """A message appended (`message.appended`'s payload, `text` its content), after `pindex` applied it."""
+    def add(self, pindex: PerspectiveIndex, data: dict[str, Any], text: str) -> int:
+        """A message appended (`message.appended`'s payload, `text` its content), after `pindex` applied it: its
+        turn's number, -1 when it is none (empty, or forgotten)."""
         if not text.strip() or text == FORGOTTEN:
-            return
+            return -1
         message_id = data["message_id"]
-        if message_id in self.by_message:  # the same message sent again: one record of it
-            return
         sid = data["session_id"]
         code = self.session_codes.get(sid)
         if code is None:
@@ -73,7 +71,6 @@ class TurnIndex(Documents):
         doc = len(self.doc_len)
         self._index_terms(doc, self.analyzer.terms(text))
         self.message_ids.append(message_id)
-        self.by_message[message_id] = doc
         self.session.append(code)
         self.seq.append(len(self.session_turns[code]))
         self.session_turns[code].append(doc)
@@ -85,6 +82,7 @@ class TurnIndex(Documents):
         self.role.append(self.roles.index(role))
         if self.embedder is not None:
             self._pending.append((text, ""))
+        return doc
 
     def session_owners(self, pindex: PerspectiveIndex) -> tuple[np.ndarray, np.ndarray]:
         """Agent and served person (-1: no one) of each session code. A merge of entities replaces the
@@ -127,7 +125,9 @@ class TurnIndex(Documents):
                 if k != at]
 
     def nbytes(self) -> int:
-        """Bytes held, roughly (the message texts are the fact index's, counted there)."""
-        ids = sum(len(m) + 57 + 8 + 90 for m in self.message_ids)  # the list entry, the string, the dict entry
+        """Bytes held, roughly (the message ids and texts are the fact index's `messages`, counted there: the list
+        holds the same strings)."""
+        ids = 8 * len(self.message_ids)
         columns = (self.session.itemsize + self.seq.itemsize + self.occurred.itemsize + 1) * len(self.message_ids)
-        return self.documents_nbytes() + ids + columns + sum(4 * len(t) + 64 for t in self.session_turns)
+        sessions = sum(len(sid) + 57 + 8 + 90 + 64 + 8 for sid in self.session_ids)
+        return self.documents_nbytes() + ids + columns + sessions + sum(4 * len(t) for t in self.session_turns)

@@ -289,7 +289,8 @@ class Searches:
                     time=float(starting[k]),
                     provenance=frozenset(index.message_ids[doc])), p))
         by_content = sorted(ranked, key=lambda c: -(c.scores["lexical"] + c.scores["semantic"]))[:CONTEXT_HITS]
-        fact_seeds = [(c.scores["lexical"] + c.scores["semantic"], index.message_ids[c.doc]) for c in by_content]
+        fact_seeds = [(c.scores["lexical"] + c.scores["semantic"],
+                       [d for d in map(index.turn_of, index.message_ids[c.doc]) if d is not None]) for c in by_content]
         ranked += turn_candidates(pindex, index.turns, agent_id, serving_id, session_id, terms, vector, p,
                                         now, ranked_fully, ends, weights, fact_seeds, dates)
         if not ranked:
@@ -409,7 +410,7 @@ class Searches:
             turns = index.turns
             message_id = turns.message_ids[doc]
             session = turns.session_ids[turns.session[doc]]
-            around = sorted((turns.by_message[m] for m in c.shown), key=lambda d: turns.seq[d])
+            around = sorted((d for d in map(index.turn_of, c.shown) if d is not None), key=lambda d: turns.seq[d])
             return SearchItem(
                 rank=rank, kind=ItemKind.TURN, text=index.said(message_id), scope=f"session:{session}",
                 tier=c.tier, score=c.score, scores=c.scores, session_id=session,
@@ -455,7 +456,7 @@ def semantic_matches(documents: Documents, vector: np.ndarray | None, pool: np.n
 def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serving: int, session_id: str | None,
                     terms: list[str], vector: np.ndarray | None, p: SearchParameters, now: float,
                     ranked_fully: int, about: Sequence[int] = (), weights: dict[str, float] | None = None,
-                    fact_seeds: Sequence[tuple[float, tuple[str, ...]]] = (),
+                    fact_seeds: Sequence[tuple[float, list[int]]] = (),
                     dates: tuple[float, float] | None = None) -> list[Candidate]:
     """The turns the viewer may see (their session's privacy) that match, with the same signals as facts (a
     turn's activation is `TURN_ACTIVATION`; its recency counts from when it was said) and `context`: a turn
@@ -490,9 +491,8 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
     context: dict[int, float] = {}
     if p.context_weight > 0:
         seeds = [(content[d], d, 0) for d in best[:CONTEXT_HITS]]
-        for strength, message_ids in fact_seeds:  # the turns a matching fact came from, and theirs
-            seeds += [(strength, doc, 1) for doc in (turns.by_message.get(m) for m in message_ids)
-                      if doc is not None]
+        for strength, source_turns in fact_seeds:  # the turns a matching fact came from, and theirs
+            seeds += [(strength, doc, 1) for doc in source_turns]
         top = max((strength for strength, _, _ in seeds), default=0.0) or 1.0
         for strength, hit, itself in seeds:
             if itself:

@@ -2,13 +2,15 @@
 
 The organization of bench_perspective.py (100k entities, 1M facts by default; NOUMENA_BENCH_SEARCH_FACTS to
 change) with a reason of six words per fact drawn from a 20k-word vocabulary (Zipf, exponent 1.3), loaded in bulk;
-the search index is built from the perspective index (statements: labels, relation, reason), embedded with
-wordllama unless NOUMENA_EMBEDDER=none. Prints:
-- build time (terms, impact orders of the long postings, vectors) and the index's bytes per fact, beside the
-  perspective index's (the baseline);
+the search index is built from the perspective index (statements: labels, relation, reason), plus as many turns as
+facts (NOUMENA_BENCH_SEARCH_TURNS to change): messages of twelve words from the same law, spread over the
+organization's 1,000 sessions; embedded with wordllama unless NOUMENA_EMBEDDER=none. Prints:
+- build time (terms, impact orders of the long postings, vectors) and the index's bytes per document (fact or
+  turn), beside the perspective index's per fact (the baseline);
 - in-process search p50/p95, wall and CPU (k = 10, three query words drawn from the same law, random
-  viewpoints) and, same viewpoints, the perspective walk's p50/p95: search / walk is the ratio (a search includes
-  one walk, for activation).
+  viewpoints, every other one a session's own agent and person, so that its turns are searched too) and, same
+  viewpoints, the perspective walk's p50/p95: search / walk is the ratio (a search includes one walk, for
+  activation).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -64,29 +67,38 @@ def main() -> None:
     index = SearchIndex("bench", Analyzer(), embedder)
     t1 = time.perf_counter()
     index.sync(pindex)
+    n_turns = int(os.environ.get("NOUMENA_BENCH_SEARCH_TURNS", str(pindex.fact_count)))
+    session_ids = sessions["session_id"].to_list()
+    said_at = datetime.fromtimestamp(NOW, UTC).isoformat()
+    for k, text in enumerate(words(rng, n_turns, 12)):
+        said = {"session_id": session_ids[k % len(session_ids)], "message_id": f"t{k}", "role": "user",
+                "recorded_at": said_at}
+        index.apply(pindex, 1, "message.appended", said | {"content": text})
     t2 = time.perf_counter()
     index.order_postings()
     t3 = time.perf_counter()
     index.flush()
     t4 = time.perf_counter()
     n = pindex.fact_count
-    print(f"{n:,} facts: perspective index {t1 - t0:.1f} s, search terms {t2 - t1:.1f} s, impact orders"
+    print(f"{n:,} facts and {n_turns:,} turns: perspective index {t1 - t0:.1f} s, search terms {t2 - t1:.1f} s, "
+          "impact orders"
           f" {t3 - t2:.1f} s, vectors {t4 - t3:.1f} s ({embedder.name if embedder else 'no embedder'})")
     s_bytes = index.nbytes()
-    print(f"memory per fact: search index {s_bytes / n:.0f} B on top of the perspective index's {p_bytes / n:.0f} B"
-          f" (goal <= 600 B)")
+    print(f"memory per document: search index {s_bytes / (n + n_turns):.0f} B (facts and turns) on top of the "
+          f"perspective index's {p_bytes / n:.0f} B per fact (goal <= 600 B)")
 
     class _Fixed(Perspectives):
         def index(self, tenant: str):  # type: ignore[no-untyped-def]
             return pindex
-
-    from datetime import UTC, datetime
 
     now = datetime.fromtimestamp(NOW, UTC)
     perspectives = _Fixed(None, lambda: now)  # type: ignore[arg-type]
     searches = Searches(perspectives, lambda: now, embedder=embedder)  # type: ignore[arg-type]
     searches._indexes["bench"] = index
     views = viewpoints(persons, agents, things, QUERIES)
+    owners = sessions.rows()
+    views = [view if k % 2 else type(view)(owners[k % len(owners)][1], owners[k % len(owners)][2], view.focus)
+             for k, view in enumerate(views)]
     queries = words(rng, QUERIES, 3)
     walk_ms, search_ms, search_cpu_ms = [], [], []
     for view, query in zip(views, queries, strict=True):

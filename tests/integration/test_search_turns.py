@@ -123,11 +123,11 @@ def test_forgetting_a_person_erases_their_turn_documents_statistics_and_kept_sea
     assert _turns(searches.search_for(T, "agent:sales", "quokka invoice", serving="person:li")) == []
     _pindex, index = searches.index(T)
     turns = index.turns
-    assert turns.message_ids == ["zhang-1"] and set(turns.by_message) == {"zhang-1"}
+    assert turns.message_ids == ["zhang-1"] and index.turn_of("zhang-1") == 0 and index.turn_of("li-2") is None
     assert "quokka" not in turns.vocabulary and "wire" not in turns.vocabulary and "forgotten" not in turns.vocabulary
     kept_terms = Analyzer().terms("Our platypus shipment must leave on Fridays")
     assert (turns.live_docs, turns.total_len, list(turns.doc_len)) == (1, len(kept_terms), [len(kept_terms)])
-    assert not any("quokka" in text for _session, text in index.messages.values())
+    assert not any("quokka" in text for _session, text, _turn in index.messages.values())
     for path in _every_file(home):
         raw = path.read_bytes()
         assert b"quokka" not in raw and b"wire transfer" not in raw and b"accounting" not in raw, path.name
@@ -200,7 +200,7 @@ def test_search_never_returns_or_shows_a_turn_whose_session_the_viewer_may_not_s
     assert {turns.message_ids[d] for d in np.flatnonzero(visible)} == allowed
     p = DEFAULT_SEARCH_PARAMETERS.model_copy(update={"window_before": reach, "window_after": reach,
                                                      "context_before": reach, "context_after": reach})
-    seeds = [(1.0, tuple(sorted({d["message_id"] for _p, t, d in records if t == "message.appended"})))]
+    seeds = [(1.0, list(range(len(turns.message_ids))))]  # every turn a fact's source: all their neighbours near
     found = turn_candidates(pindex, turns, agent_id, serving_id, None, Analyzer().terms(" ".join(words)), None, p,
                             datetime(2026, 2, 1, tzinfo=UTC).timestamp(), 40, fact_seeds=seeds)
     shown = {m for c in found for m in c.provenance | c.shown}
@@ -210,3 +210,23 @@ def test_search_never_returns_or_shows_a_turn_whose_session_the_viewer_may_not_s
     holding = {d["message_id"] for _p, t, d in records if t == "message.appended"
                and terms & set(Analyzer().terms(d["content"]))}
     assert holding & allowed <= {m for c in found for m in c.provenance}
+
+
+def test_a_context_shows_a_recalled_turn_with_its_window_and_names_no_fact_for_it(make_noumena):
+    from projections.contexts import Contexts
+
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    _org(noumena)
+    noumena.service.execute(StartSession(tenant=T, session_id="now-li", agent="agent:sales", serving="person:li"))
+    searches = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
+    contexts = Contexts(searches.perspectives, noumena.service, noumena.log, clock, searches=searches)
+    context = contexts.context_for(T, "now-li", "how will Li pay the quokka invoice?")
+    lines = [line for block in context.blocks for line in block.lines]
+    recalled = next(line for line in lines if line.message_ids == ["li-2"])
+    assert recalled.text.startswith("- [li-2] (call-li, 2026-03-01) user: We will pay the quokka invoice")
+    assert recalled.fact_ids == [] and "li-2" not in context.recalled_fact_ids
+    window = [line.message_ids for line in lines if line.text.startswith("  · [")]
+    assert ["li-1"] in window and ["li-3"] in window
+    # another agent's session with the same words is not recalled
+    assert not any("other-1" in line.message_ids for line in lines)
