@@ -209,6 +209,33 @@ class Documents:
                           self._order(tid, lengths)))
         return top_matches(terms, lengths, average, k1, b, limit, allowed, self._marks, exact=exact)
 
+    def bm25_among(self, query_terms: Sequence[str], k1: float, b: float, docs: np.ndarray, limit: int,
+                   weights: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The best `limit` of `docs` (ascending) by `bm25`, best first, each term's count looked up in its
+        posting (documents ascending) instead of reading the posting: for a few documents among many."""
+        n_docs = max(self.live_docs, 1)
+        average = self.total_len / n_docs if self.total_len else 1.0
+        scores = np.zeros(len(docs), dtype=np.float64)
+        if not len(docs):
+            return docs, scores
+        norm = k1 * (1.0 - b + b * self._lengths()[docs] / average)
+        for term, weight in counted(query_terms).items():
+            tid = self.vocabulary.get(term)
+            if tid is None:
+                continue
+            posting = self.postings[tid]
+            held = np.frombuffer(posting.docs, dtype=np.int32)
+            at = np.minimum(np.searchsorted(held, docs), len(held) - 1)
+            found = held[at] == docs
+            if not found.any():
+                continue
+            tfs = np.where(found, np.frombuffer(posting.tfs, dtype=np.uint16)[at], 0).astype(np.float64)
+            factor = weights.get(term, 1.0) if weights else 1.0
+            scores += factor * weight * idf(n_docs, len(held)) * tfs / (tfs + norm)
+        hit = np.flatnonzero(scores > 0)
+        order = hit[np.lexsort((docs[hit], -scores[hit]))][:limit]
+        return docs[order], scores[order]
+
     def _order(self, tid: int, lengths: np.ndarray) -> ImpactOrder | None:
         """The term's impact order when its posting is long, made again when it has grown since."""
         posting = self.postings[tid]

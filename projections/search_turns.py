@@ -116,6 +116,21 @@ class TurnIndex(Documents):
 
         return allowed
 
+    def visible_turns(self, pindex: PerspectiveIndex, agent: int, serving: int, about: Sequence[int] = (),
+                      limit: int = 20_000) -> np.ndarray | None:
+        """Every turn the viewer may see (ascending), when they are at most `limit`; else None."""
+        sessions = self.visible_sessions(pindex, agent, serving)
+        if len(about):
+            owner_agent, owner_serving = self.session_owners(pindex)
+            sessions = sessions & (np.isin(owner_serving, about) | np.isin(owner_agent, about))
+        codes = np.flatnonzero(sessions)
+        if sum(len(self.session_turns[c]) for c in codes[: limit + 1]) > limit:
+            return None
+        if not len(codes):
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(np.concatenate([np.frombuffer(self.session_turns[c], dtype=np.int32) for c in codes])
+                       ).astype(np.int64)
+
     def neighbours(self, doc: int, before: int, after: int) -> list[tuple[int, int]]:
         """The turns up to `before` before and `after` after `doc` in its session, with their distance (negative:
         earlier)."""

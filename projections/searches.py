@@ -61,6 +61,9 @@ midpoint), so only content, recency and context decide between turns, and a fact
 against them."""
 CONTEXT_HITS = 20
 """The best turns and facts by content whose turns' neighbours in their session gain the `context` signal."""
+DIRECT_TURNS = 20_000
+"""While the sessions a viewer may see hold up to this many turns, those are scored directly (BM25 by looking
+their terms up), rather than reading the query words' postings across every session for the few it may see."""
 CONTEXT_DECAY = 0.5
 """A neighbour two turns away gains half what the next one does (the perspective's factor per hop)."""
 RANKED_PER_RESULT = 4
@@ -465,14 +468,17 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
     if not n or not p.turns:
         return []
     allowed = turns.allowed(pindex, agent, serving, about=about)
-    exact = n <= p.exact_semantic_limit
-    lex_docs, lex_scores = turns.bm25_top(terms, p.bm25_k1, p.turn_bm25_b, p.lexical_candidates, allowed,
-                                          exact=None if exact else ranked_fully, weights=weights)
+    mine = turns.visible_turns(pindex, agent, serving, about, DIRECT_TURNS)
+    if mine is not None:  # the exact filter first (seed 004): the viewer's own sessions hold few turns
+        lex_docs, lex_scores = turns.bm25_among(terms, p.bm25_k1, p.turn_bm25_b, mine, p.lexical_candidates,
+                                                weights=weights)
+    else:
+        lex_docs, lex_scores = turns.bm25_top(terms, p.bm25_k1, p.turn_bm25_b, p.lexical_candidates, allowed,
+                                              exact=ranked_fully, weights=weights)
     lexical = dict(zip(lex_docs.tolist(), (lex_scores / lex_scores.max()).tolist(), strict=True)) \
         if len(lex_docs) else {}
-    if exact:
-        everything = np.arange(n, dtype=np.int64)
-        pool = everything[allowed(everything)]
+    if mine is not None and len(mine) <= p.exact_semantic_limit:
+        pool = mine
     else:
         pool = lex_docs.astype(np.int64)
     semantic = semantic_matches(turns, vector, pool, lex_docs, p)

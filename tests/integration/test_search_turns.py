@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -230,3 +231,24 @@ def test_a_context_shows_a_recalled_turn_with_its_window_and_names_no_fact_for_i
     assert ["li-1"] in window and ["li-3"] in window
     # another agent's session with the same words is not recalled
     assert not any("other-1" in line.message_ids for line in lines)
+
+
+@settings(max_examples=examples(0.5))
+@given(st.lists(st.lists(st.sampled_from(WORDS + ["x", "y"]), min_size=1, max_size=6), min_size=1, max_size=30),
+       st.lists(st.sampled_from(WORDS + ["x"]), min_size=1, max_size=3), st.data())
+def test_scoring_a_viewers_own_turns_directly_equals_the_full_bm25_among_them(texts, query, data):
+    from projections.search_turns import TurnIndex
+
+    turns = TurnIndex(Analyzer())
+    docs = []
+    for k, words in enumerate(texts):
+        pindex = fold(T, [])
+        turns.add(pindex, {"session_id": "s", "message_id": f"m{k}", "role": "user"}, " ".join(words))
+        docs.append(k)
+    mine = np.array(sorted(data.draw(st.sets(st.sampled_from(docs)))), dtype=np.int64)
+    terms = Analyzer().terms(" ".join(query))
+    everywhere, scores = turns.bm25(terms, 1.2, 0.3)
+    expected = {int(d): float(s) for d, s in zip(everywhere, scores, strict=True) if int(d) in set(mine.tolist())}
+    found, found_scores = turns.bm25_among(terms, 1.2, 0.3, mine, 400)
+    assert dict(zip(found.tolist(), found_scores.tolist(), strict=True)) == pytest.approx(expected, rel=1e-5)
+    assert list(found_scores) == sorted(found_scores, reverse=True)
