@@ -188,8 +188,11 @@ class SearchIndex(Documents):
     def nbytes(self) -> int:
         """Bytes held, roughly: postings, lengths, provenance, vectors, message texts and aliases, and the turns."""
         provenance = sum(56 + 8 * len(m) for m in self.message_ids) + 8 * len(self.sessions)
-        messages = sum(len(k) + len(v) + 49 + 57 + 64 + 90 for k, (_s, v, _t) in self.messages.items())
-        return self.documents_nbytes() + provenance + messages + self.turns.nbytes()
+        return self.documents_nbytes() + provenance + self.messages_nbytes() + self.turns.nbytes()
+
+    def messages_nbytes(self) -> int:
+        """Bytes held by the message texts (and ids) kept for fact documents and for showing turns, roughly."""
+        return sum(len(k) + len(v) + 49 + 57 + 64 + 90 for k, (_s, v, _t) in self.messages.items())
 
 
 def _readable_from(pindex: PerspectiveIndex, doc: int, session_id: str) -> bool:

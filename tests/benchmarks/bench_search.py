@@ -84,8 +84,10 @@ def main() -> None:
           "impact orders"
           f" {t3 - t2:.1f} s, vectors {t4 - t3:.1f} s ({embedder.name if embedder else 'no embedder'})")
     s_bytes = index.nbytes()
-    print(f"memory per document: search index {s_bytes / (n + n_turns):.0f} B (facts and turns) on top of the "
-          f"perspective index's {p_bytes / n:.0f} B per fact (goal <= 600 B)")
+    texts = index.messages_nbytes()
+    print(f"memory per document: search index {s_bytes / (n + n_turns):.0f} B (facts and turns; of which the message "
+          f"texts kept {texts / (n + n_turns):.0f} B) on top of the perspective index's {p_bytes / n:.0f} B per fact"
+          " (goal <= 600 B)")
 
     class _Fixed(Perspectives):
         def index(self, tenant: str):  # type: ignore[no-untyped-def]
