@@ -94,6 +94,7 @@ class SearchParameters(BaseModel):
     """What a candidate's neighbourhood adds (a turn beside a matching turn, a fact one hop from a match)."""
     bm25_k1: float = Field(default=1.2, gt=0)
     turn_bm25_b: float = Field(default=0.3, ge=0, le=1)
+    """BM25's length normalisation for turns (their own statistics): as for facts; 0 and 0.6 measured no better."""
     bm25_b: float = Field(default=0.3, ge=0, le=1)
     """BM25's length normalisation: weak, because a fact's document is its statement plus the messages it came
     from, and a longer source conversation is not less relevant."""
