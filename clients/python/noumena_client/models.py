@@ -183,16 +183,25 @@ class Recall(Model):
 
 
 class SearchItem(Model):
+    """A fact (`kind` "fact": fact_id, subject, relation, object) or a turn (`kind` "turn": message_id, role,
+    occurred_at, the turns shown around it)."""
+
     rank: int
-    fact_id: str
-    subject: str
-    relation: str
-    object: str
+    kind: str = "fact"
+    fact_id: str | None = None
+    subject: str | None = None
+    relation: str | None = None
+    object: str | None = None
     text: str
     scope: str
     tier: str
     score: float
     scores: dict[str, float]
+    session_id: str | None = None
+    message_ids: list[str] = Field(default_factory=list)
+    message_id: str | None = None
+    role: str | None = None
+    occurred_at: str | None = None
 
 
 class Search(Model):
