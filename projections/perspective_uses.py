@@ -33,7 +33,7 @@ class Uses:
         for fact in facts:
             columns[0].append(fact)
             columns[1].append(at)
-        self._forget_derived(agent)
+        # the sorted copy stays: `sorted` merges what was recorded since into it (a few uses, between walks)
 
     def load(self, agent: int, facts: np.ndarray, times: np.ndarray) -> None:
         """An agent's uses in bulk (building an index at start)."""
@@ -57,9 +57,11 @@ class Uses:
     def sorted(self, agent: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The agent's uses as (fact ids, times) sorted by fact then time; None if it used nothing."""
         cached = self._sorted.get(agent)
+        columns = self.by_agent.get(agent)
+        if cached is not None and columns is not None and len(cached[0]) < columns[0].size:
+            cached = self._merged(agent, cached, columns)
         if cached is not None:
             return cached
-        columns = self.by_agent.get(agent)
         if columns is None:
             return None
         if not self._prepared:
@@ -70,11 +72,36 @@ class Uses:
         cached = self._sorted[agent] = (facts.view[order].astype(np.int64), times.view[order].copy())
         return cached
 
+    def _merged(self, agent: int, cached: tuple[np.ndarray, np.ndarray], columns: tuple[Column, Column]
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The sorted copy with the uses recorded since merged in at their places (by fact, then time), so it
+        is the same arrays a sort of everything gives; a long tail is sorted with the rest instead."""
+        facts, times = cached
+        tail_facts = columns[0].view[len(facts):].astype(np.int64)
+        tail_times = columns[1].view[len(facts):]
+        if len(tail_facts) > 256 and len(tail_facts) > len(facts) // 8:
+            self._forget_derived(agent)
+            return None
+        order = np.lexsort((tail_times, tail_facts))
+        tail_facts, tail_times = tail_facts[order], tail_times[order]
+        lo = np.searchsorted(facts, tail_facts, "left")
+        hi = np.searchsorted(facts, tail_facts, "right")
+        at = np.array([a + int(np.searchsorted(times[a:b], t, "right"))
+                       for a, b, t in zip(lo.tolist(), hi.tolist(), tail_times.tolist(), strict=True)],
+                      dtype=np.int64)
+        merged = self._sorted[agent] = (np.insert(facts, at, tail_facts), np.insert(times, at, tail_times))
+        most = self._most.get(agent)
+        if most is not None:
+            unique = np.unique(tail_facts)
+            runs = np.searchsorted(merged[0], unique, "right") - np.searchsorted(merged[0], unique, "left")
+            self._most[agent] = max(most, int(runs.max()))
+        return merged
+
     def most(self, agent: int) -> int:
         """The most times the agent used any one fact."""
+        uses = self.sorted(agent)  # (merges what was recorded since, and with it the count)
         most = self._most.get(agent)
         if most is None:
-            uses = self.sorted(agent)
             most = 0
             if uses is not None and len(uses[0]):
                 most = int(np.unique(uses[0], return_counts=True)[1].max())

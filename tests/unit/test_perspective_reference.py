@@ -374,3 +374,22 @@ def test_a_view_at_t_computed_later_equals_the_view_computed_at_t(world, data: s
     later = walked(world.org, view, p, index=world.org.index(until=at), at=at)
     assert later == served_then
     _equal(served_then, reference(read(then), view, p, at.timestamp()))
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), data=st.data())
+def test_an_index_walked_while_it_follows_the_log_ranks_exactly_as_a_fresh_fold(world, data: st.DataObject):
+    """Walks between records (the follower's life: uses merged into the sorted copies as they come) leave the
+    index giving exactly the numbers of an index folded afresh from the same records (sums in the same order)."""
+    view, p = _draw_view(data)
+    now = world.org.now.timestamp()
+    following = PerspectiveIndex(world.org.tenant)
+    for position, topic, d in world.org.records:
+        following.apply(position, topic, d)
+        if topic in ("facts.recalled", "fact.corroborated", "fact.corrected") or data.draw(st.integers(0, 9)) == 0:
+            following.walk(view, p, now)
+    fresh = world.org.index()
+    a, b = following.walk(view, p, now), fresh.walk(view, p, now)
+    assert [following.fact_id(int(f)) for f in a.facts] == [fresh.fact_id(int(f)) for f in b.facts]
+    assert a.activation.tolist() == b.activation.tolist()
+    assert a.tiers.tolist() == b.tiers.tolist()
