@@ -29,19 +29,36 @@ MEMORIES = ["memory:m0", "memory:m1"]
 REFS = PEOPLE + MEMORIES + ["file:x", "agent:a"]
 SCOPES = ["org", "org", "person:p0", "person:p1", "session:s0"]
 
+SOURCES = [None, None, ("session", "s0"), ("actor", "person:p1"), ("actor", "person:p2"), ("actor", "agent:a")]
+"""Who said it: no one named, session s0 (its words are person:p0's), a person, or an agent."""
+
 asserts = st.tuples(st.just("assert"), st.sampled_from(REFS), st.sampled_from(["r0", "r1", "r2"]),
-                    st.sampled_from(REFS), st.sampled_from(SCOPES))
+                    st.sampled_from(REFS), st.sampled_from(SCOPES), st.sampled_from(SOURCES))
 forgets = st.tuples(st.just("forget"), st.sampled_from(PEOPLE + MEMORIES + ["session:s0", "fact"]),
                     st.integers(0, 1000))
 programs = st.lists(st.one_of(asserts, asserts, forgets), min_size=1, max_size=24)
 
 
-def _owners(event: FactAsserted) -> set[str]:
-    if event.scope == "session:s0":  # the session serves person:p0: forgetting p0 erases the session's facts
-        return {f"fact:{event.fact_id}", event.scope, "person:p0"}
-    if event.scope != "org":
-        return {f"fact:{event.fact_id}", event.scope}
-    return {f"fact:{event.fact_id}"} | {ref for ref in (event.subject, event.object) if ref.startswith("person:")}
+def _author(event: FactAsserted | FactCorroborated) -> str | None:
+    """The reference for `domain.forgetting.author_of`: session s0 serves person:p0; a person may be the actor."""
+    if event.provenance.session_id == "s0":
+        return "person:p0"
+    actor = event.provenance.actor
+    return actor if actor is not None and actor.startswith("person:") else None
+
+
+def _owners(asserted: FactAsserted, event: FactAsserted | FactCorroborated) -> set[str]:
+    """Who owns `event`'s reason (an assertion or a corroboration of the fact `asserted`): docs/forgetting.md's
+    rule, written out plainly."""
+    if asserted.scope == "session:s0":  # the session serves person:p0: forgetting p0 erases the session's facts
+        return {f"fact:{asserted.fact_id}", asserted.scope, "person:p0"}
+    if asserted.scope != "org":
+        return {f"fact:{asserted.fact_id}", asserted.scope}
+    named = {ref for ref in (asserted.subject, asserted.object) if ref.startswith("person:")}
+    author = _author(event)
+    if len(named) == 2 and author in named:  # between two people: each party's own words are theirs alone
+        return {f"fact:{asserted.fact_id}", author}  # type: ignore[arg-type]
+    return {f"fact:{asserted.fact_id}"} | named
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "popo", "postgres"])
@@ -62,9 +79,11 @@ def _check_program(backend: str, program: list[tuple]) -> None:
         run(c.StartSession(tenant=T, session_id="s0", agent="agent:a", serving="person:p0"))
         for n, step in enumerate(program):
             if step[0] == "assert":
-                _kind, subject, relation, obj, scope = step
+                _kind, subject, relation, obj, scope, said = step
+                source = None if said is None else c.Source(session_id=said[1]) if said[0] == "session" else \
+                    c.Source(actor=said[1])
                 app.service.execute_batch([c.AssertFact(tenant=T, subject=subject, relation=relation, object=obj,
-                                                        scope=scope, reason=f"reason {n}")])
+                                                        scope=scope, reason=f"reason {n}", source=source)])
             else:
                 _kind, subject, pick = step
                 if subject == "fact":
@@ -82,23 +101,33 @@ def _check_program(backend: str, program: list[tuple]) -> None:
         for x in logged:
             event = x.event
             if isinstance(event, FactAsserted | FactCorroborated) and event.reason is not None:
-                owners = _owners(asserted[event.fact_id])
+                owners = _owners(asserted[event.fact_id], event)
                 gone = any(at > x.position and subject in owners for at, subject in forgets)
                 assert (event.reason == FORGOTTEN) == gone, (event, owners, forgets)
                 checked += 1
-            elif isinstance(event, EntityRegistered) and event.ref.startswith(("person:", "memory:")):
-                def owners_at(at: int, ref: str = event.ref) -> set[str]:
-                    # a memory is also erased with a person a fact linked it to before that person was forgotten
-                    # (a fact scoped to session s0 links it to person:p0, whom the session serves)
-                    linked = {o for p, f in links if p < at and ref in (f.subject, f.object)
-                              for o in (f.subject, f.object, "person:p0" if f.scope == "session:s0" else f.scope)
-                              if o.startswith("person:")}
-                    return {ref} | (linked if ref.startswith("memory:") else set())
+            elif isinstance(event, EntityRegistered):
+                def linked_at(at: int, ref: str = event.ref) -> set[str]:
+                    # the people facts written before `at` link the entity to: those they name, and person:p0 for
+                    # a fact scoped to or drawn from session s0, which serves p0
+                    return {o for p, f in links if p < at and ref in (f.subject, f.object)
+                            for o in (f.subject, f.object, f.scope,
+                                      "person:p0" if "s0" in (f.scope[8:], f.provenance.session_id) else "")
+                            if o.startswith("person:")}
 
-                gone = any(at > x.position and subject in owners_at(at) for at, subject in forgets)
+                def erased_by(at: int, subject: str, ref: str = event.ref) -> bool:
+                    if subject == ref:
+                        return ref.startswith(("person:", "memory:"))
+                    linked = linked_at(at)
+                    if ref.startswith("memory:"):  # a memory goes with every person a fact linked it to
+                        return subject in linked
+                    # another thing's label goes with the last person still remembered that it is linked to
+                    earlier = {who for when, who in forgets if when < at}
+                    return ref.startswith("file:") and subject in linked and not linked - {subject} - earlier
+
+                gone = any(at > x.position and erased_by(at, subject) for at, subject in forgets)
                 assert (event.label == FORGOTTEN) == gone, (event, forgets)
                 checked += 1
-        assert checked >= len(PEOPLE) + len(MEMORIES)
+        assert checked >= len(REFS)
         app.close()
 
 
