@@ -357,6 +357,7 @@ def promote_fact(cmd: c.PromoteFact, state: Ontology, now: datetime) -> list[Dom
         raise FactNotCurrent(fact.fact_id, fact.status.value, fact.superseded_by)
     if fact.scope == "org":
         raise InvalidInput(f"fact {fact.fact_id} is already org-scoped", field="fact_id")
+    _fact_not_forgotten(state, fact, None, "fact_id")  # (its org copy would name the person anew)
     events = _promotion(state, cmd, now, fact, [fact.fact_id], f"approved by {cmd.approved_by}")
     if not events:
         raise InvalidInput(f"an org-scoped copy of fact {fact.fact_id} already holds", field="fact_id")

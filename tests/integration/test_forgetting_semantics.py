@@ -54,6 +54,9 @@ def test_after_forgetting_a_person_every_write_into_their_sessions_is_refused(ma
     noumena = make_noumena(store)
     service = noumena.service
     _people(service)
+    service.execute(c.AssertFact(tenant=T, subject="person:z", relation="reads", object="file:doc",
+                                 scope="person:z", reason="MARKER-Z-EPISODIC"))
+    (episodic,) = service.ontology(T).facts
     noumena.application.forget(T, "person:z")
     late = {
         "scope": c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
@@ -72,11 +75,14 @@ def test_after_forgetting_a_person_every_write_into_their_sessions_is_refused(ma
         with pytest.raises(SubjectWasForgotten) as refused:
             service.execute(command)
         assert refused.value.field == field.strip() and refused.value.ref == "person:z"
+    with pytest.raises(SubjectWasForgotten) as refused:  # nor is an episodic fact about them promoted
+        service.execute(c.PromoteFact(tenant=T, fact_id=episodic, approved_by="person:admin"))
+    assert refused.value.field == "fact_id"
     # the same writes into Y's sessions pass: the rule is about the forgotten person's sessions only
     service.execute(c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
                                  reason="KEEP-Y-SCOPED", scope="session:s-y"))
     reasons = {f.reason for f in _fresh(noumena).ontology(T).facts.values()}
-    assert reasons == {"KEEP-Y-SCOPED"}
+    assert reasons == {"KEEP-Y-SCOPED", FORGOTTEN}
     # registered anew, the person (and the sessions that served them) are open again, with new keys
     service.execute(c.RegisterEntity(tenant=T, ref="person:z", label="Zed again"))
     service.execute(c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
