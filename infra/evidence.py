@@ -289,6 +289,7 @@ def _blank_perspective(perspective: Perspective) -> None:
         item.subject_label = item.object_label = item.about_label = FORGOTTEN_TEXT
         item.reason = FORGOTTEN_TEXT if item.reason else None
         item.provenance = FORGOTTEN_TEXT if item.provenance else ""
+        item.salience = FORGOTTEN_TEXT if item.salience else ""  # (it names the person served: "sessions of Li's")
     for group in perspective.count_groups:
         group.label = FORGOTTEN_TEXT
     for line in perspective.lines:

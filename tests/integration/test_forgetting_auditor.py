@@ -1,10 +1,12 @@
-"""The auditor's test: markers in one person's name, alias, reasons, messages, tasks, summaries, worker reports and
-session-scoped facts, fed through commands and an import (with rejected lines); perspectives, contexts and searches
-served; a snapshot and a Parquet export made; the folded state snapshotted after every write. Then `forget
-person:x`, and every byte noumena and its databases wrote is scanned — the home, the export, and on PostgreSQL the
-server's whole data directory with `pg_wal` — for the markers (UTF-8, UTF-16, base64; DuckDB and Parquet files also
-queried row by row) and for every deleted data key and the retired key-encryption key (raw, hex, base64). Then every
-key-like byte string found is tried on X's sealed fields: zero may open, on SQLite and on PostgreSQL."""
+"""The auditor's test: markers in one person's name, alias, reasons, messages, tasks, summaries, worker reports,
+session-scoped facts and the labels of a ticket named in their session and a file linked to them alone, fed
+through commands and an import (with rejected lines); perspectives, contexts and searches served; a snapshot and a
+Parquet export made; the folded state snapshotted after every write. Then `forget person:x`, and every byte
+noumena and its databases wrote is scanned — the home, the export, and on PostgreSQL the server's whole data
+directory with `pg_wal` — for the markers (UTF-8, UTF-16, base64; DuckDB and Parquet files also queried row by
+row) and for every deleted data key and the retired key-encryption key (raw, hex, base64). Then every key-like
+byte string found is tried on X's sealed fields: zero may open, on SQLite and on PostgreSQL. Y's own words in an
+org fact between Y and X stay."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def _markers() -> dict[str, str]:
     tag = uuid.uuid4().hex[:8].upper()
     return {kind: f"MARKER{tag}{kind}" for kind in ("NAME", "ALIAS", "MEMORY", "REASON", "ORGREASON", "MESSAGE",
                                                     "TASK", "REPORT", "SUMMARY", "SESSIONFACT", "WORKERFACT",
-                                                    "REJECTED")}
+                                                    "REJECTED", "TICKET", "LINKEDFILE")}
 
 
 def _plant(noumena, m: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -68,6 +70,14 @@ def _plant(noumena, m: dict[str, str], tmp_path: Path) -> None:  # type: ignore[
     run(c.AssertFact(tenant=T, subject="agent:a", relation="summarised", object="file:prices",
                      reason=f"{m['WORKERFACT']} price list", scope="session:w-x"))
     run(c.CompactSession(tenant=T, session_id="s-x", through_message_id="m1", summary=f"{m['SUMMARY']} call"))
+    # labels that are X's words: a ticket named in X's session, a file linked to X alone; and Y's own words in
+    # an org fact between Y and X, which stay
+    run(c.RegisterEntity(tenant=T, ref="ticket:x-1", label=f"Xu: {m['TICKET']} damaged goods", session_id="s-x"))
+    run(c.RegisterEntity(tenant=T, ref="file:x-notes", label=f"{m['LINKEDFILE']} notes"))
+    run(c.AssertFact(tenant=T, subject="person:x", relation="wrote", object="file:x-notes", scope="org"))
+    run(c.StartSession(tenant=T, session_id="s-y", agent="agent:a", serving="person:y"))
+    run(c.AssertFact(tenant=T, subject="person:y", relation="knows", object="person:x", scope="org",
+                     reason="KEEPYWORDS we met at the fair", source=c.Source(session_id="s-y")))
     source = tmp_path / "import.jsonl"
     source.write_text(json.dumps({"event_id": "bad1", "tenant": T, "type": "fact.asserted",
                                   "payload": {"subject": "person:x", "relation": "likes", "object": "file:none",
@@ -294,4 +304,6 @@ def test_after_forgetting_no_byte_on_disk_holds_x_or_opens_x(make_noumena, tmp_p
         keks += [now[bucket] for bucket in x_buckets]
     candidates = _candidates(everything, list(deleted), keks) | set(after_keys.values()) - {None}
     assert _opened(fields, candidates) == 0
-    assert noumena.service.ontology(T).entities["person:y"].label == "Yan KEEPYNAME"
+    state = noumena.service.ontology(T)
+    assert state.entities["person:y"].label == "Yan KEEPYNAME"
+    assert "KEEPYWORDS we met at the fair" in {f.reason for f in state.facts.values()}
