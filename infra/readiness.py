@@ -106,6 +106,12 @@ def warm(application: Application, tenants: list[str]) -> None:
             searches.warm(tenants)
     if isinstance(application.contexts, EngineContexts):
         contexts = application.contexts.contexts
-        with perspectives.lock:
-            for tenant in tenants:
+        for tenant in tenants:
+            # The context's indexes read every entity and fact of the state, which a state loaded from a snapshot
+            # reads from it on demand: read them here first, outside the service's lock (the read-through maps
+            # are safe beside writers, infra/lazy_state.py), so the build under the lock does not hold writes
+            # off while a whole map is read from the file.
+            state = application.service.ontology(tenant)
+            len(state.entities), len(state.facts)
+            with perspectives.lock:
                 contexts.warm(tenant)
