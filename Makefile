@@ -28,7 +28,13 @@ $(VENDOR)/cytoscape.esm.min.js: ui/package.json ui/package-lock.json
 	cp ui/node_modules/cytoscape/dist/cytoscape.esm.min.mjs $(VENDOR)/cytoscape.esm.min.js
 	cp ui/node_modules/cytoscape/LICENSE $(VENDOR)/LICENSE.cytoscape.txt
 
-install: $(VENV)/.installed $(VENDOR)/cytoscape.esm.min.js
+# The TypeScript client's pinned tools (typescript, openapi-typescript): its tests compile and run it with node.
+TS_CLIENT := clients/typescript
+$(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	@command -v npm >/dev/null || apt-get install -y -q npm >/dev/null
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --silent
+
+install: $(VENV)/.installed $(VENDOR)/cytoscape.esm.min.js $(TS_CLIENT)/node_modules/.package-lock.json
 
 # The explorer's browser tests drive Debian's headless Chromium (Playwright cannot download its own browsers here);
 # the CJK fonts make the story's Chinese labels readable in their screenshots.
@@ -78,4 +84,4 @@ lint: install
 	$(BIN)/python tests/check_entry_points.py
 
 clean:
-	rm -rf $(VENV) .noumena .infra ui/node_modules $(VENDOR) site
+	rm -rf $(VENV) .noumena .infra ui/node_modules $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(VENDOR) site
