@@ -83,7 +83,7 @@ def test_every_route_through_the_sync_client(api_server: Server, keys: dict[str,
         recalled = memory.recall("agent:py-assistant", "person:py-li", serving="person:py-wang")
         assert [f.fact_id for f in recalled.data] == [fact.fact_id]
         found = memory.search("agent:py-assistant", "classmates", serving="person:py-wang")
-        assert found.items[0].fact_id == fact.fact_id
+        assert any(i.fact_id == fact.fact_id for i in found.items)  # (beside the turns that match)
         assert memory.explain_search(found.search_id)["search_id"] == found.search_id
         assert memory.list_workers("py-main").session.agent == "agent:py-assistant"
         context = memory.assemble_context("py-main", message="how does Li want to pay?")

@@ -1531,6 +1531,11 @@ export interface components {
             valid_at?: string | null;
         };
         /**
+         * ItemKind
+         * @enum {string}
+         */
+        ItemKind: "fact" | "turn";
+        /**
          * KeyCreate
          * @example {
          *       "label": "sales agent runtime",
@@ -2000,23 +2005,33 @@ export interface components {
         };
         /**
          * SearchItem
-         * @description One result: the fact, why it ranked where it did, and where it came from.
+         * @description One result, a fact or a turn: what it says, why it ranked where it did, and where it came from.
          */
         SearchItem: {
+            /** Around */
+            around?: components["schemas"]["TurnShown"][];
             /** Fact Id */
-            fact_id: string;
+            fact_id?: string | null;
+            /** @default fact */
+            kind: components["schemas"]["ItemKind"];
+            /** Message Id */
+            message_id?: string | null;
             /** Message Ids */
             message_ids?: string[];
             /** Object */
-            object: string;
+            object?: string | null;
             /** Object Label */
-            object_label: string;
+            object_label?: string | null;
+            /** Occurred At */
+            occurred_at?: string | null;
             /** Rank */
             rank: number;
             /** Reason */
             reason?: string | null;
             /** Relation */
-            relation: string;
+            relation?: string | null;
+            /** Role */
+            role?: string | null;
             /** Scope */
             scope: string;
             /** Score */
@@ -2028,9 +2043,9 @@ export interface components {
             /** Session Id */
             session_id?: string | null;
             /** Subject */
-            subject: string;
+            subject?: string | null;
             /** Subject Label */
-            subject_label: string;
+            subject_label?: string | null;
             /** Text */
             text: string;
             tier: components["schemas"]["SearchTier"];
@@ -2039,26 +2054,49 @@ export interface components {
         };
         /** SearchItemPublic */
         SearchItemPublic: {
-            /** Fact Id */
-            fact_id: string;
+            /**
+             * Fact Id
+             * @description The fact (null for a turn).
+             */
+            fact_id?: string | null;
+            /**
+             * Kind
+             * @description fact | turn: a fact of the ontology, or a message of a session.
+             */
+            kind: string;
+            /**
+             * Message Id
+             * @description A turn's message id (null for a fact).
+             */
+            message_id?: string | null;
             /**
              * Message Ids
-             * @description The fact's provenance: the messages it came from.
+             * @description A fact's provenance (the messages it came from); a turn's own id.
              */
             message_ids: string[];
             /** Object */
-            object: string;
+            object?: string | null;
+            /**
+             * Occurred At
+             * @description When a turn was said.
+             */
+            occurred_at?: string | null;
             /** Rank */
             rank: number;
             /** Relation */
-            relation: string;
+            relation?: string | null;
+            /**
+             * Role
+             * @description A turn's speaker role.
+             */
+            role?: string | null;
             /** Scope */
             scope: string;
             /** Score */
             score: number;
             /**
              * Scores
-             * @description lexical, semantic, activation, recency (weighted; they add up).
+             * @description lexical, semantic, activation, recency, context (weighted; they add up).
              */
             scores: {
                 [key: string]: number;
@@ -2066,15 +2104,15 @@ export interface components {
             /** Session Id */
             session_id?: string | null;
             /** Subject */
-            subject: string;
+            subject?: string | null;
             /**
              * Text
-             * @description The fact in one line: subject -relation-> object: reason.
+             * @description A fact in one line (subject -relation-> object: reason); a turn's words.
              */
             text: string;
             /**
              * Tier
-             * @description session | episodic | semantic: the memory tier the fact is in.
+             * @description session | episodic | semantic: the memory tier the item is in.
              */
             tier: string;
             /** Valid From */
@@ -2101,10 +2139,30 @@ export interface components {
              */
             bm25_k1: number;
             /**
+             * Context After
+             * @default 2
+             */
+            context_after: number;
+            /**
+             * Context Before
+             * @default 1
+             */
+            context_before: number;
+            /**
+             * Context Weight
+             * @default 0.25
+             */
+            context_weight: number;
+            /**
              * Duplicate Cosine
              * @default 0.97
              */
             duplicate_cosine: number;
+            /**
+             * Entity Weight
+             * @default 0.2
+             */
+            entity_weight: number;
             /**
              * Exact Semantic Limit
              * @default 10000
@@ -2131,6 +2189,11 @@ export interface components {
              */
             minimum_semantic: number;
             /**
+             * Name Weight
+             * @default 0.3
+             */
+            name_weight: number;
+            /**
              * Recency Days
              * @default 30
              */
@@ -2150,6 +2213,31 @@ export interface components {
              * @default 0.35
              */
             tier_threshold: number;
+            /**
+             * Time Weight
+             * @default 0.25
+             */
+            time_weight: number;
+            /**
+             * Turn Bm25 B
+             * @default 0.3
+             */
+            turn_bm25_b: number;
+            /**
+             * Turns
+             * @default true
+             */
+            turns: boolean;
+            /**
+             * Window After
+             * @default 1
+             */
+            window_after: number;
+            /**
+             * Window Before
+             * @default 1
+             */
+            window_before: number;
         };
         /**
          * SearchPublic
@@ -2333,6 +2421,18 @@ export interface components {
          * @enum {string}
          */
         Tier: "full" | "gist" | "marker" | "count" | "forgotten";
+        /**
+         * TurnShown
+         * @description A turn shown beside a turn found (its window).
+         */
+        TurnShown: {
+            /** Message Id */
+            message_id: string;
+            /** Role */
+            role?: string | null;
+            /** Text */
+            text: string;
+        };
         /**
          * UsedCreate
          * @example {
@@ -2997,7 +3097,7 @@ export interface operations {
                     "application/json": components["schemas"]["KeysPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3017,7 +3117,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3111,7 +3211,7 @@ export interface operations {
                     "application/json": components["schemas"]["KeyIssued"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3131,7 +3231,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3223,7 +3323,7 @@ export interface operations {
                     "application/json": components["schemas"]["KeyPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3243,7 +3343,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3337,7 +3437,7 @@ export interface operations {
                     "application/json": components["schemas"]["TenantWritten"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3357,7 +3457,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3449,7 +3549,7 @@ export interface operations {
                     "application/json": components["schemas"]["Context"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3469,7 +3569,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3568,7 +3668,7 @@ export interface operations {
                     "application/json": components["schemas"]["EntitiesPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3588,7 +3688,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3682,7 +3782,7 @@ export interface operations {
                     "application/json": components["schemas"]["EntityWritten"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3702,7 +3802,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3798,7 +3898,7 @@ export interface operations {
                     "application/json": components["schemas"]["EntityPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3818,7 +3918,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3912,7 +4012,7 @@ export interface operations {
                     "application/json": components["schemas"]["EventsWritten"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3932,7 +4032,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4026,7 +4126,7 @@ export interface operations {
                     "application/json": components["schemas"]["FactWritten"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4046,7 +4146,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4142,7 +4242,7 @@ export interface operations {
                     "application/json": components["schemas"]["FactPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4162,7 +4262,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4259,7 +4359,7 @@ export interface operations {
                     "application/json": components["schemas"]["FactWritten"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4279,7 +4379,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4373,7 +4473,7 @@ export interface operations {
                     "application/json": components["schemas"]["ForgetWritten"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4393,7 +4493,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4494,7 +4594,7 @@ export interface operations {
                     "application/json": components["schemas"]["GraphPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4514,7 +4614,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4608,7 +4708,7 @@ export interface operations {
                     "application/json": components["schemas"]["RecallPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4628,7 +4728,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4722,7 +4822,7 @@ export interface operations {
                     "application/json": components["schemas"]["UsedWritten"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4742,7 +4842,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4854,7 +4954,7 @@ export interface operations {
                     "text/markdown": string;
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4874,7 +4974,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4978,7 +5078,7 @@ export interface operations {
                     "text/markdown": string;
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4998,7 +5098,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5090,7 +5190,7 @@ export interface operations {
                     "application/json": components["schemas"]["ExplanationPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5110,7 +5210,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5204,7 +5304,7 @@ export interface operations {
                     "application/json": components["schemas"]["SearchPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5224,7 +5324,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5316,7 +5416,7 @@ export interface operations {
                     "application/json": components["schemas"]["SearchAnswer"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5336,7 +5436,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5440,7 +5540,7 @@ export interface operations {
                     "text/markdown": string;
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5460,7 +5560,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5555,7 +5655,7 @@ export interface operations {
                     "application/json": components["schemas"]["WorkersPublic"];
                 };
             };
-            /** @description The body is not JSON. */
+            /** @description The body is not JSON, or nests arrays and objects deeper than 64 levels. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5575,7 +5675,7 @@ export interface operations {
                     "application/problem+json": unknown;
                 };
             };
-            /** @description Not allowed (e.g. another tenant's envelope). */
+            /** @description Not allowed for this key (another tenant's envelope, an agent-scoped key asking or writing beyond its agents); the problem names the field. */
             403: {
                 headers: {
                     [name: string]: unknown;

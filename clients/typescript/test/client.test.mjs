@@ -56,7 +56,7 @@ test("every route, and each read carries the last write's position", async () =>
   assert.deepEqual(recalled.data.map((f) => f.fact_id), [fact.fact_id]);
   assert.equal(JSON.parse(sent.at(-1).body).min_position, before);  // (a POST read carries it in its body)
   const searched = await memory.search({ agent: "agent:ts-assistant", query: "classmates", serving: "person:ts-wang" });
-  assert.equal(searched.items[0].fact_id, fact.fact_id);
+  assert.ok(searched.items.some((i) => i.fact_id === fact.fact_id));  // (beside the turns that match)
   assert.equal((await memory.explainSearch(searched.search_id)).search_id, searched.search_id);
   assert.equal((await memory.listWorkers("ts-main")).session.agent, "agent:ts-assistant");
   const context = await memory.assembleContext("ts-main", { message: "who does Li know?" });
