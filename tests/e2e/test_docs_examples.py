@@ -4,7 +4,9 @@ Every fenced ```python and ```sh block of README.md and docs/*.md is an example.
 become one bash script, in the order they appear, run in an empty temporary directory with `.venv/bin` first on
 the PATH, so a later block sees what an earlier one wrote (files, a `noumena serve` started with `&`, exported
 variables). A python block runs as its own process (`python - <<EOF`): each is complete on its own, as a reader
-would paste it. ```json blocks must parse.
+would paste it. A ```ts block is an ES module run by `node` (so it is written in the JavaScript subset of
+TypeScript), with the TypeScript client built from clients/typescript installed beside it as `noumena-client`.
+```json blocks must parse.
 
 A block preceded by `<!-- not run: REASON -->` is only shown (`make test` itself, a cluster address). The runner
 changes a few things in the text, so that the documents can show the values a reader would use while the test
@@ -40,7 +42,8 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                    re.MULTILINE | re.DOTALL)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>[^>]*?)\s*-->\s*$")
-RUNNABLE = {"python", "sh"}
+RUNNABLE = {"python", "sh", "ts"}
+TS_CLIENT = ROOT / "clients" / "typescript"
 KAFKA_ADDRESS = "localhost:9092"
 DEFAULT_TOPIC = "noumena.session-events"
 PG_SCHEMA = "noumena_demo"
@@ -84,9 +87,23 @@ def script_of(blocks: list[Block]) -> str:
         lines.append(f"echo '>>> {block.where}' >&2")
         if block.lang == "sh":
             lines.append(block.body)
+        elif block.lang == "ts":
+            lines += [f"cat > example_{number}.mjs <<'NOUMENA_DOCS_TS_{number}'", block.body,
+                      f"NOUMENA_DOCS_TS_{number}", f"node example_{number}.mjs"]
         else:
             lines += [f"python - <<'NOUMENA_DOCS_PY_{number}'", block.body, f"NOUMENA_DOCS_PY_{number}"]
     return "\n".join(lines) + "\n"
+
+
+def _install_typescript_client(directory: Path) -> None:
+    """The TypeScript client, compiled from its sources into `directory`/node_modules/noumena-client, as `npm install`
+    would put it there (make install fetched its pinned compiler)."""
+    package = directory / "node_modules" / "noumena-client"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text((TS_CLIENT / "package.json").read_text())
+    built = subprocess.run([str(TS_CLIENT / "node_modules" / ".bin" / "tsc"), "-p", str(TS_CLIENT / "tsconfig.json"),
+                            "--outDir", str(package / "dist")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
 
 
 def _kafka_bootstrap() -> str:
@@ -136,6 +153,8 @@ def test_the_examples_of_a_document_run_as_written(document: Path, tmp_path: Pat
         script = script.replace(KAFKA_ADDRESS, bootstrap).replace(DEFAULT_TOPIC, topic)
         env |= {"NOUMENA_KAFKA_TOPIC": topic, "NOUMENA_KAFKA_DLQ_TOPIC": f"{topic}.dlq",
                 "NOUMENA_KAFKA_GROUP": f"{topic}.group"}
+    if any(block.lang == "ts" for block in runnable):
+        _install_typescript_client(tmp_path)
     (tmp_path / "example.sh").write_text(script, encoding="utf-8")
     log = tmp_path / "example.log"
     with log.open("w") as out:  # a file, not a pipe: a server started with `&` would hold a pipe open
