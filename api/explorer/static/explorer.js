@@ -763,23 +763,28 @@ async function search(query) {
 
 function showSearch(answer) {
   const query = answer.query;
-  state.hits = new Map(answer.items.map((hit) => [hit.fact_id, hit]));
-  exposed.hits = Object.fromEntries(answer.items.map((hit) => [hit.fact_id, hit.score]));
+  // A result is a fact (an edge of the graph) or a turn (a message of a session: no edge to light up).
+  const facts = answer.items.filter((hit) => hit.fact_id);
+  state.hits = new Map(facts.map((hit) => [hit.fact_id, hit]));
+  exposed.hits = Object.fromEntries(facts.map((hit) => [hit.fact_id, hit.score]));
   exposed.searchId = answer.search_id;
   const box = $("search-results");
   box.hidden = false;
   box.replaceChildren(el("strong", {}, `${answer.items.length} results for “${query}”`
     + (answer.answered_by ? ` (answered by ${answer.answered_by})` : "")), el("ol", {},
-    answer.items.map((hit) => el("li", { dataset: { factId: hit.fact_id } },
-      el("button", { type: "button", class: "link", onclick: () => guarded(() => openFact(hit.fact_id)) },
-         hit.text || `${hit.subject} ${hit.relation} ${hit.object}`),
-      ` score ${hit.score.toFixed(3)}`, state.items.has(hit.fact_id) ? "" : " (not in this view)",
+    answer.items.map((hit) => el("li", hit.fact_id ? { dataset: { factId: hit.fact_id } } : {},
+      hit.fact_id
+        ? el("button", { type: "button", class: "link", onclick: () => guarded(() => openFact(hit.fact_id)) },
+             hit.text || `${hit.subject} ${hit.relation} ${hit.object}`)
+        : el("span", { class: "turn" }, `[${hit.session_id} · ${hit.message_id}] ${hit.text}`),
+      ` score ${hit.score.toFixed(3)}`,
+      !hit.fact_id || state.items.has(hit.fact_id) ? "" : " (not in this view)",
       el("span", { class: "why" }, Object.entries(hit.scores || {})
         .map(([name, value]) => `${name} ${value.toFixed(3)}`).join(" · "))))),
     el("p", { class: "ids" }, `search ${answer.search_id}`));
   for (const node of document.querySelectorAll(".item.hit")) node.classList.remove("hit");
   state.cy?.edges().removeClass("hit");
-  for (const hit of answer.items) {
+  for (const hit of facts) {
     const edge = state.cy?.$id(hit.fact_id);
     if (edge && edge.length) edge.data("hitLabel", `${hit.relation} · ${hit.score.toFixed(2)}`).addClass("hit");
     $("items").querySelector(`[data-fact-id="${hit.fact_id}"]`)?.classList.add("hit");
