@@ -252,3 +252,20 @@ def test_scoring_a_viewers_own_turns_directly_equals_the_full_bm25_among_them(te
     found, found_scores = turns.bm25_among(terms, 1.2, 0.3, mine, 400)
     assert dict(zip(found.tolist(), found_scores.tolist(), strict=True)) == pytest.approx(expected, rel=1e-5)
     assert list(found_scores) == sorted(found_scores, reverse=True)
+
+
+def test_after_a_merge_a_session_serving_the_merged_person_is_seen_serving_the_one_it_became(make_noumena):
+    from domain.commands import MergeEntities
+
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    _org(noumena)
+    run = noumena.service.execute
+    run(RegisterEntity(tenant=T, ref="person:li-duplicate", label="Li (from the web form)"))
+    run(StartSession(tenant=T, session_id="form-li", agent="agent:sales", serving="person:li-duplicate"))
+    _said(noumena, "form-li", "form-1", "The wombat contract goes to legal")
+    searches = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
+    assert _turns(searches.search_for(T, "agent:sales", "wombat", serving="person:li")) == []
+    run(MergeEntities(tenant=T, merged_ref="person:li-duplicate", into_ref="person:li"))
+    assert _turns(searches.search_for(T, "agent:sales", "wombat", serving="person:li")) == ["form-1"]
+    assert _turns(searches.search_for(T, "agent:sales", "wombat", serving="person:zhang")) == []
