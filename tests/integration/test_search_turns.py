@@ -269,3 +269,14 @@ def test_after_a_merge_a_session_serving_the_merged_person_is_seen_serving_the_o
     run(MergeEntities(tenant=T, merged_ref="person:li-duplicate", into_ref="person:li"))
     assert _turns(searches.search_for(T, "agent:sales", "wombat", serving="person:li")) == ["form-1"]
     assert _turns(searches.search_for(T, "agent:sales", "wombat", serving="person:zhang")) == []
+
+
+def test_the_exact_filter_keeps_the_turns_of_sessions_with_the_named_agent_or_person(make_noumena):
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    _org(noumena)
+    searches = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
+    ask = searches.search_for
+    assert _turns(ask(T, "agent:sales", "platypus", serving="person:zhang", about=["person:zhang"])) == ["zhang-1"]
+    assert _turns(ask(T, "agent:sales", "platypus", serving="person:zhang", about=["agent:sales"])) == ["zhang-1"]
+    assert _turns(ask(T, "agent:sales", "platypus", serving="person:zhang", about=["person:li"])) == []
