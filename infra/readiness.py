@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from domain.application.use_cases import Application
+from domain.errors import NoumenaError
 from infra.context_engine import EngineContexts
 from infra.evidence import EvidenceStore
 from infra.perspective_engine import EnginePerspectives
@@ -116,10 +117,13 @@ def warm(application: Application, tenants: list[str]) -> None:
     with perspectives.lock:  # one walk and one search per tenant, computed only (nothing recorded): the first
         for tenant in tenants:  # query pays for what runs once per process (an embedding of a query, first walks)
             viewer = next(iter(engine.index(tenant).entity_ids), None)
-            if viewer is not None:
-                engine.perspective_for(tenant, viewer)
-                if searches is not None:
-                    searches.search_for(tenant, viewer, "warming up")
+            try:
+                if viewer is not None:
+                    engine.perspective_for(tenant, viewer)
+                    if searches is not None:
+                        searches.search_for(tenant, viewer, "warming up")
+            except NoumenaError as error:  # (a warm-up query only: what it would have warmed waits for a request)
+                log.info("warming tenant %s up with a query as %s: %r", tenant, viewer, error)
     if isinstance(application.contexts, EngineContexts):
         contexts = application.contexts.contexts
         for tenant in tenants:
