@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from domain.resolution import normalize
@@ -331,7 +331,7 @@ class EntityNames:
         return size, exact, prefix, near
 
     @staticmethod
-    def _prefixed(sorted_keys: list[str], prefix: str, widest: int, held: dict[str, object]) -> list[str]:
+    def _prefixed(sorted_keys: list[str], prefix: str, widest: int, held: Mapping[str, object]) -> list[str]:
         """The keys still `held` that start with `prefix`, at most `widest`, in order."""
         start = bisect.bisect_left(sorted_keys, prefix)
         out: list[str] = []
