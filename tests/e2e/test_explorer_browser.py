@@ -16,7 +16,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.api_support import Server, start_server, stop_server
+from tests.api_support import Server, register_story, start_server, stop_server
 from tests.explorer_support import (
     ARTIFACTS,
     CHROMIUM,
@@ -665,3 +665,89 @@ def test_a_name_that_names_several_entities_is_refused_with_its_candidates(page:
     page.click("#show")
     assert "unknown" in wait_until(page, "window.__explorer.problem")
     assert renders(page) == before
+
+
+def test_curation_writes_the_events_it_names_and_an_agent_scoped_key_is_refused(page: Page,
+                                                                                explorer: Explorer) -> None:
+    tenant = explorer.server.tenant("curated")  # a tenant of its own: the other tests' facts stay as they are
+    story = register_story(tenant, "yak")
+    weekly = tenant.client.post("/v1/entities", json={"ref": "memory:weekly", "label": "prefers weekly settlement"})
+    assert weekly.status_code == 200, weekly.text
+    facts = {name: written["fact_id"] for name, written in story["facts"].items()}
+    seen = tenant.client.get("/v1/graph", params={"min_position": weekly.json()["position"], "limit": 1})
+    assert seen.status_code == 200, seen.text  # the page's reads see the story
+
+    def history(fact_id: str) -> dict[str, Any]:
+        return dict(tenant.client.get(f"/v1/facts/{fact_id}").json())
+
+    def curate(fact_id: str, action: str, **fields: str) -> str:
+        page.click("#tab-items")
+        page.click(f'#items button.item[data-fact-id="{fact_id}"]')
+        wait_until(page, f"window.__explorer.fact && window.__explorer.fact.fact_id === '{fact_id}'")
+        page.click(f'#panel-details button[data-action="{action}"]')
+        what = page.inner_text("#curate-what")
+        for field, value in fields.items():
+            page.fill(f"#curate-{field}", value)
+        return what
+
+    # The API decides what a key may do, not the page. An agent-scoped key may not sign in to the page (listing
+    # entities needs a tenant-wide key: refused in words); swapped in under a drawn view, its curation is refused
+    # in words and nothing is written.
+    with explorer.server.admin() as admin:
+        scoped = admin.post("/v1/admin/keys", json={"tenant": "curated", "agents": ["agent:assistant"]}).json()["key"]
+    page.fill("#api-key", scoped)
+    page.press("#api-key", "Enter")
+    assert "tenant-wide key" in wait_until(page, "window.__explorer.problem")
+    sign_in(page, tenant.key)
+    show(page, "agent:assistant", serving="person:boss")
+    knows = history(facts["knows"])
+    curate(facts["knows"], "invalidate", reason="an attempt")
+    page.evaluate(f"sessionStorage.setItem('noumena.explorer.key', '{scoped}')")
+    page.click("#curate-confirm")
+    problem = wait_until(page, "window.__explorer.problem")
+    shot(page, "14-curation-refused")
+    assert "tenant-wide key" in problem, problem
+    assert history(facts["knows"]) == knows and page.evaluate("window.__explorer.curated") is None
+    page.evaluate(f"sessionStorage.setItem('noumena.explorer.key', '{tenant.key}')")
+    # correct a value, chosen by name: the new fact asserted, the old one ended with the reason
+    curate(facts["prefers"], "correct", reason="said so on the fourth call")
+    page.fill("#curate-value", "weekly")
+    wait_until(page, "document.querySelector('#curate-value').getAttribute('aria-expanded') === 'true'")
+    page.press("#curate-value", "ArrowDown")
+    page.press("#curate-value", "Enter")
+    what = page.inner_text("#curate-what")
+    assert "weekly" in what and "fact.asserted" in what and "fact.invalidated" in what
+    page.click("#curate-confirm")
+    done = wait_until(page, "window.__explorer.curated")
+    shot(page, "14-curated-correct")
+    assert done["action"] == "correct" and done["events"] == 2
+    new = history(done["new_fact_id"])["current"]
+    assert (new["subject"], new["relation"], new["object"]) == ("person:customer", "prefers", "memory:weekly")
+    old = history(facts["prefers"])
+    assert old["current"]["status"] == "invalidated"
+    assert old["changes"][-1]["reason"] == "corrected to memory:weekly: said so on the fourth call"
+    assert "correct, 2 event(s) written" in page.inner_text("#curate-status")
+    # forgetting needs the word typed: a wrong one writes nothing
+    before = history(facts["contract"])
+    page.evaluate("window.__explorer.curated = null")
+    what = curate(facts["contract"], "forget-fact", typed="forget")
+    assert "cannot be undone" in what
+    page.click("#curate-confirm")
+    assert "Not confirmed" in wait_until(page, "window.__explorer.problem")
+    assert history(facts["contract"]) == before
+    page.fill("#curate-typed", "FORGET")
+    page.click("#curate-confirm")
+    done = wait_until(page, "window.__explorer.curated")
+    assert done["action"] == "forget-fact" and done["subject"] == f"fact:{facts['contract']}"
+    assert "yak" in str(before) and "yak" not in str(history(facts["contract"]))  # its words are gone
+    # invalidate, with a reason: one fact.invalidated event, and the fact leaves the view
+    page.evaluate("window.__explorer.curated = null")
+    what = curate(facts["knows"], "invalidate", reason="they never met: a mix-up")
+    assert "fact.invalidated" in what and "knows" in what
+    page.click("#curate-confirm")
+    done = wait_until(page, "window.__explorer.curated")
+    shot(page, "14-curated-invalidate")
+    assert done["action"] == "invalidate" and done["events"] == 1
+    knows = history(facts["knows"])
+    assert knows["current"]["status"] == "invalidated" and knows["changes"][-1]["reason"] == "they never met: a mix-up"
+    assert facts["knows"] not in {e["id"] for e in page.evaluate("window.__explorer.edges")}

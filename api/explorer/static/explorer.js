@@ -3,6 +3,7 @@
 
 import { api, ApiError, key } from "./api.js";
 import { boxRef, nameBox, resolveName } from "./names.js";
+import { curationSection } from "./curate.js";
 import { DRAW_CAP, drawGraph, edgesThroughNodes, perspectiveModel, placeLabels, renderedLabels } from "./graph.js";
 
 const $ = (id) => document.getElementById(id);
@@ -231,6 +232,7 @@ async function showPerspective({ record } = {}) {
   // recorded. Only a moment of the slider asks for `as_of` (a fold of the log up to then: slower, and never now).
   params.as_of = at;
   params.record = at || serve ? null : "false";
+  params.min_position = state.curated?.position ?? null;  // read this tab's own curation
   const sequence = ++state.sequence;
   const asked = performance.now();
   const perspective = await api.perspective(params);
@@ -615,7 +617,7 @@ async function openFact(factId) {
   for (const b of document.querySelectorAll(".items button.item")) {
     b.setAttribute("aria-current", String(b.dataset.factId === factId));
   }
-  const fact = await api.fact(factId);
+  const fact = await api.fact(factId, state.curated?.position);
   const item = state.items.get(factId);
   const current = fact.current;
   const entityButton = (ref) => el("button", { type: "button", class: "link",
@@ -659,10 +661,27 @@ async function openFact(factId) {
       [c.session_id ? `session ${c.session_id}` : "", c.message_ids?.length ? ` messages ${c.message_ids.join(", ")}`
         : "", c.event_id ? ` (event ${c.event_id})` : ""].join("") || "—",
       c.actor || "—", c.reason || c.cause || "")))));
+  parts.push(curationSection(fact, { known: state.known, labelOf, report: guarded, done: curated }));
+  if (state.curated?.fact_id === factId) {
+    const c = state.curated;
+    parts.unshift(el("p", { id: "curate-status", class: "curated", role: "status" }, `Done: ${c.action}, `
+      + `${c.events} event(s) written, log position ${c.position}`
+      + (c.new_fact_id ? `; the new fact is ${c.new_fact_id.slice(0, 8)}` : "") + "."));
+  }
   panel.replaceChildren(...parts);
   exposed.fact = { fact_id: factId, versions: fact.versions.length, changes: fact.changes.length,
                    in_view: Boolean(item) };
   $("fact-title").tabIndex = -1;
+}
+
+async function curated(result) {
+  // A curation wrote events: say so, show the fact as it is now, and redraw the view from the live index.
+  const positions = result.writes.map((w) => w.position).filter((p) => p !== null && p !== undefined);
+  state.curated = { ...result, events: result.writes.reduce((sum, w) => sum + (w.events || 0), 0),
+                    position: positions.length ? Math.max(...positions) : null };
+  if (state.perspective && !believedAt()) await showPerspective();
+  await openFact(result.fact_id);
+  exposed.curated = state.curated;  // once the view and the fact show the change
 }
 
 function refocus(ref) {
@@ -846,8 +865,9 @@ function wire() {
   }));
   $("graph").addEventListener("keydown", graphKey);
   $("graph").addEventListener("focus", () => { if (!state.cursor && state.perspective) moveCursor(state.perspective.agent); });
-  nameBox($("serving"), state.known, () => {});
-  nameBox($("focus-input"), state.known, (entity) => addFocus(entity.ref), { keep: false });
+  const boxes = [nameBox($("serving"), state.known, () => {}),
+                 nameBox($("focus-input"), state.known, (entity) => addFocus(entity.ref), { keep: false })];
+  $("standpoint").addEventListener("submit", () => boxes.forEach((box) => box.close()));
   $("focus-input").addEventListener("keydown", (event) => {
     // Enter on a suggestion picked it (the name box); Enter on typed text adds what it names
     if (event.key !== "Enter" || event.defaultPrevented) return;
