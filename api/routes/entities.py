@@ -39,15 +39,22 @@ def find_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: L
                   q: Annotated[str, Query(max_length=200, description="A name, in any script: a label, an alias,"
                                           " a ref or its identifier, or the start of one, a word of one, a typo"
                                           " of one. Empty: every entity (a tenant-wide key only).",
-                                          examples=["王总"])] = "") -> EntitiesPublic:
+                                          examples=["王总"])] = "",
+                  kind: Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_-]{0,63}$", description="With an"
+                                                    " empty `q`: only entities of this kind (refs `kind:...`),"
+                                                    " e.g. `agent` (a tenant-wide key only).")] = None,
+                  ) -> EntitiesPublic:
     """Find entities by name, best first: `score`, how it matched (`match`) and on which name (`matched`). An
     agent-scoped key finds its agents, the persons they serve and the organization's other entities only."""
     if not q.strip():
-        rows, count = memory.search_entities(caller, "", skip, limit, min_position)
+        # every entity, or those whose ref starts `kind:` (the read model's search by ref, label or alias, kept
+        # to the refs that start so: a label that merely contains "agent:" is not an agent)
+        prefix = f"{kind}:" if kind else ""
+        rows, count = memory.search_entities(caller, prefix, skip, limit, min_position)
         return EntitiesPublic(data=[EntityFoundPublic(ref=row["ref"], label=row["label"],
                                                       kind=row["ref"].partition(":")[0],
-                                                      aliases=row["aliases"] or [], hub=row["hub"]) for row in rows],
-                              count=count)
+                                                      aliases=row["aliases"] or [], hub=row["hub"])
+                                    for row in rows if row["ref"].startswith(prefix)], count=count)
     found, count = memory.find_entities(caller, q, skip + limit, min_position)
     return EntitiesPublic(data=[EntityFoundPublic(ref=f.ref, label=f.label, kind=f.kind, aliases=list(f.aliases),
                                                   hub=f.hub, score=f.score, match=f.match, matched=f.matched)

@@ -95,6 +95,16 @@ def test_entities_are_found_by_label_and_alias(acme: Tenant) -> None:
     assert acme.client.get("/v1/entities", params={"q": "mr. li"}).json()["data"][0]["label"] == "Li Wei"
 
 
+def test_entities_of_one_kind_are_listed_without_a_name(acme: Tenant) -> None:
+    acme.client.post("/v1/entities", json={"ref": "agent:lister", "label": "the listing agent"})
+    written = acme.client.post("/v1/entities", json={"ref": "memory:note", "label": "a note naming agent:lister"})
+    agents = acme.client.get("/v1/entities", params={"kind": "agent", "min_position": written.json()["position"]})
+    assert agents.status_code == 200, agents.text
+    refs = [e["ref"] for e in agents.json()["data"]]
+    assert "agent:lister" in refs and all(ref.startswith("agent:") for ref in refs)  # not the note naming one
+    assert_problem(acme.client.get("/v1/entities", params={"kind": "Agent!"}), 422, "query.kind")
+
+
 def test_a_perspective_in_json_and_markdown_then_deeper_then_explained(acme: Tenant, story: dict) -> None:
     owns = acme.client.post("/v1/facts", json={"subject": "person:boss", "relation": "owns",
                                                 "object": "file:contract-v3", "reason": "signed it"}).json()

@@ -52,6 +52,7 @@ async function request(method, path, { params, body } = {}) {
 
 export const api = {
   entities: (q, limit = 50) => request("GET", "/entities", { params: { q, limit } }),
+  entitiesOfKind: (kind, limit = 1000) => request("GET", "/entities", { params: { kind, limit } }),
   entity: (ref) => request("GET", `/entities/${ref.split("/").map(encodeURIComponent).join("/")}`),
   perspective: (params) => request("GET", "/perspectives", { params }),
   deepen: (id, budget) => request("POST", `/perspectives/${encodeURIComponent(id)}/deepen`,

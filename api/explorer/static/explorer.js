@@ -118,7 +118,7 @@ function selectTab(name) {
 
 async function useKey(value) {
   key.set(value);
-  const agents = await api.entities("agent:", 1000).catch((error) => {
+  const agents = await api.entitiesOfKind("agent").catch((error) => {
     key.clear();
     throw error;
   });
