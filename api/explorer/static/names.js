@@ -126,7 +126,10 @@ export function nameBox(input, known, onPick, { keep = true } = {}) {
       pick(options[active]);
     }
   });
-  input.addEventListener("blur", () => setTimeout(close, 150));
+  // leaving the box closes its suggestions (after a moment: a click on one lands first), unless it comes back
+  let leaving = null;
+  input.addEventListener("blur", () => { leaving = setTimeout(close, 150); });
+  input.addEventListener("focus", () => clearTimeout(leaving));
   return { close, pick };
 }
 
