@@ -5,14 +5,19 @@ Read-your-writes: a write returns its log position; a read that names one waits 
 has applied it. Writers nudge the follower so that wait is usually one DuckDB transaction, not a poll interval.
 
 Forgetting: when the projector applies a `subject.forgotten` event (written by this process or any other), the
-tenant it names is *purging*: its reads (read model, perspectives, searches, contexts) wait until the purge is
-done, while every other tenant reads on. A worker process (infra/purge_worker.py; a thread for the in-memory store)
-replays the log (which now reads `[forgotten]` for the subject's content) into a new DuckDB file, republishes the
-snapshot and rewrites the exports from it; meanwhile
-this thread keeps projecting new events into the old file, so other tenants' reads and `min_position` waits go
-on. When the build is done, this thread catches the new file up and swaps it in (readers wait only for the swap),
-the perspective indexes reload the purged tenants from it, and the tenants are let through. A forget recorded
-after a build started is not covered by it: its tenant waits for the next build, which starts at once.
+tenant it names is *purging*. Its reads (read model, perspectives, searches, contexts) wait only until the live
+file is *redacted*: a thread finds the events that now read `[forgotten]`, this thread blanks every text
+of the tenant that came from them in the live file (projections/purge.py `redact_in_place`) and the perspective
+indexes reload the tenant from it; then its reads go on, never showing the forgotten content. Meanwhile a worker
+process (infra/purge_worker.py; a thread for the in-memory store) replays the log (which now reads `[forgotten]`
+for the subject's content) into a new DuckDB file, republishes the snapshot and rewrites the exports from it:
+the live file's freed blocks may still hold the old text until then, so no snapshot is published from it and the
+forget answers once the rebuilt file is in. This thread keeps projecting new events into the old file, so other
+tenants' reads and `min_position` waits go on. When the build is done, this thread catches the new file up and
+swaps it in (readers wait only for the swap) and the perspective indexes reload the purged tenants from it. A
+forget recorded after a build started is not covered by it: the next build starts at once, and its tenant's reads
+wait again until the swapped-in file is redacted too. A purge a crash cut short is redacted and redone at the next
+start.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from infra.settings import Settings
 from projections import read_model
 from projections.files import ProjectionFiles
 from projections.projector import Projector
-from projections.purge import build_purged
+from projections.purge import build_purged, forgotten_positions, redact_in_place
 from projections.snapshot import remove_stale_temporaries
 from projections.source import RawLog
 
@@ -67,7 +72,17 @@ class ProjectionFollower:
         """Called (in the follower's thread) with the purged tenants after a purge's swap, before they are let
         through."""
         self._purging: dict[str, int] = {}
-        """Tenant -> the position of its latest forget not yet purged: its reads wait."""
+        """Tenant -> the position of its latest forget not yet purged (the live file is not rebuilt yet)."""
+        self._held: dict[str, int] = {}
+        """Tenant -> the position of its latest forget whose content the live file and indexes may still show: its
+        reads wait (until the redaction, else the rebuilt file)."""
+        self._finding = False
+        """A redaction thread is finding the forgotten events."""
+        self._redactions: list[tuple[int, list[int]]] = []
+        """Found by the redaction thread, applied by the follower's: (up to which position, the positions that read
+        `[forgotten]`)."""
+        self.redact_seconds: list[float] = []
+        """How long each redaction took from its forget being projected to its tenants being let read again."""
         self._build: threading.Thread | None = None
         self._build_covers = 0
         """Every forget at or before this position reads `[forgotten]` to the running build."""
@@ -130,6 +145,8 @@ class ProjectionFollower:
                 applied = self._projector.run_once()
                 if applied:
                     self._begin_purge(self._forgotten_since(before))
+                if self._redactions:
+                    self._apply_redactions()
                 if self._built is not None or self._build_error is not None:
                     self._finish_purge()
                 self.last_error = None
@@ -154,7 +171,7 @@ class ProjectionFollower:
                     last_publish = time.monotonic()
                 if requested:
                     self._files.snapshot_request.unlink(missing_ok=True)
-            if not applied and self._built is None:
+            if not applied and self._built is None and not self._redactions:
                 self._wake.wait(self._poll)
 
     def _forgotten_since(self, position: int) -> dict[str, int]:
@@ -163,7 +180,8 @@ class ProjectionFollower:
         return {str(tenant): int(at) for tenant, at in rows}
 
     def _begin_purge(self, forgotten: dict[str, int], *, build: bool = True) -> None:
-        """Hold the tenants' reads (from before their new position is reported) and start a build if none runs."""
+        """Hold the tenants' reads (from before their new position is reported), start redacting the live file
+        for them and a build if none runs."""
         if not forgotten:
             return
         with self._swap:
@@ -171,9 +189,62 @@ class ProjectionFollower:
                 self._purge_started = time.monotonic()
             for tenant, position in forgotten.items():
                 self._purging[tenant] = max(position, self._purging.get(tenant, 0))
+                self._held[tenant] = max(position, self._held.get(tenant, 0))
             self._pending_file.write_text(json.dumps(self._purging))  # a restart finishes what a crash left
+        self._start_redaction()
         if build and self._build is None:
             self._start_build()
+
+    # ------------------------------------------------------------------ redaction: reads go on during a purge
+
+    def _start_redaction(self) -> None:
+        """Find, in a thread of this process, the events up to the latest held forget that read `[forgotten]`; the
+        follower's thread then blanks their texts in the live file. One search at a time: a forget held meanwhile
+        is covered by the next one, started when this one is applied. (Not in a worker process as the rebuild is:
+        starting one on a loaded machine takes longer than a read may wait; the search folds nothing, it only
+        opens each event and looks for the marker.)"""
+        with self._swap:
+            until = max(self._held.values(), default=0)
+            if self._finding or until <= 0:
+                return
+            self._finding = True
+        started = time.monotonic()
+
+        def find() -> None:
+            try:
+                positions = forgotten_positions(self._log, until)
+                with self._swap:
+                    self._redactions.append((until, positions))
+                    self._finding = False
+                self.redact_seconds.append(time.monotonic() - started)
+            except Exception:  # the tenants' reads then wait for the rebuilt file, as they would without this
+                log.exception("finding the forgotten events failed; the purging tenants' reads wait for the rebuild")
+            finally:
+                with self._swap:
+                    self._finding = False
+                self._wake.set()
+
+        threading.Thread(target=find, name="noumena-redact", daemon=True).start()
+
+    def _apply_redactions(self) -> None:
+        """In the follower's thread: blank the forgotten texts of the held tenants in the live file, reload their
+        indexes from it, and let their reads go on."""
+        with self._swap:
+            until, positions = max(self._redactions)
+            self._redactions.clear()
+            tenants = [tenant for tenant, position in self._held.items() if position <= until]
+        for tenant in tenants:
+            redact_in_place(self._projector.con, tenant, positions)
+        for listener in self.on_purged:
+            listener(tenants)
+        with self._swap:
+            for tenant in tenants:
+                if self._held.get(tenant, 0) <= until:
+                    self._held.pop(tenant, None)
+            later = bool(self._held)
+            self._swap.notify_all()
+        if later:  # a forget projected while this one was searched for
+            self._start_redaction()
 
     def _start_build(self) -> None:
         self._build_covers = self._log.max_position()  # forgets recorded by now had their keys deleted before
@@ -236,9 +307,15 @@ class ProjectionFollower:
                 self._read_base = self._projector.con.cursor()
                 self._generation += 1
                 self.purges += 1
+                # a forget this build does not cover may show in the new file, redacted in the old one or not:
+                # its tenant's reads wait again, until the new file is redacted too
+                for tenant, position in self._purging.items():
+                    if position > covered:
+                        self._held[tenant] = max(position, self._held.get(tenant, 0))
             finally:
                 self._swapping = False
                 self._swap.notify_all()
+        self._start_redaction()
         # the new file may have gone past the old one: a forget it applied there waits like any other
         self._begin_purge(self._forgotten_since(old_position), build=False)
         with self._swap:
@@ -250,6 +327,8 @@ class ProjectionFollower:
             with self._swap:
                 for tenant in tenants:
                     self._purging.pop(tenant, None)
+                    if self._held.get(tenant, 0) <= covered:
+                        self._held.pop(tenant, None)
                 if self._purging:
                     self._pending_file.write_text(json.dumps(self._purging))
                 else:
@@ -273,11 +352,21 @@ class ProjectionFollower:
         with self._swap:
             return self._swap.wait_for(lambda: tenant not in self._purging, timeout)
 
+    def held(self) -> dict[str, int]:
+        """Tenants whose reads wait because the live file may still show content they forgot."""
+        with self._swap:
+            return dict(self._held)
+
     def wait_clean(self, tenant: str, timeout: float) -> None:
-        """A read of `tenant` must not see content it forgot: wait for its purge (bounded), else ProjectionBehind."""
-        if tenant in self._purging and not self.wait_purged(tenant, timeout):
-            raise ProjectionBehind(f"tenant {tenant!r} forgot a subject and its read model is still being rebuilt "
-                                   f"without it (more than {timeout:g} s); retry")
+        """A read of `tenant` must not see content it forgot: wait (bounded) until the live file and indexes no
+        longer show it (redacted, or rebuilt), else ProjectionBehind."""
+        if tenant not in self._held:
+            return
+        with self._swap:
+            clean = self._swap.wait_for(lambda: tenant not in self._held, timeout)
+        if not clean:
+            raise ProjectionBehind(f"tenant {tenant!r} forgot a subject and its read model is still being cleared "
+                                   f"of it (more than {timeout:g} s); retry")
 
     def _close_connections(self) -> None:
         with self._cursor_lock:

@@ -66,6 +66,12 @@ class EntityFinder:
         self._read_model = read_model
         self._indexes: dict[str, _Followed] = {}
         self._lock = threading.Lock()
+        """Taken by a lookup bringing an index up to date, across its read of the read model."""
+        self._drop_lock = threading.Lock()
+        """Taken to change an index or drop it. Not `_lock`: a lookup holds that while its read waits for a
+        forgetting tenant to be cleared, which ends only after the indexes were dropped (`forgotten`)."""
+        self._drops = 0
+        """How many times indexes were dropped: a lookup whose read overlapped a drop starts again."""
 
     def _rows_to_index(self, names: EntityNames, rows: list[dict[str, Any]]) -> None:
         for row in rows:
@@ -85,24 +91,31 @@ class EntityFinder:
         if read_model is None:
             return self._from_state(tenant)
         with self._lock:
-            followed = self._indexes.get(tenant)
-            generation = read_model.generation
-            if followed is not None and followed.generation == generation and followed.position == read_model.position:
-                return followed.names
-            after = followed.position if followed is not None and followed.generation == generation else -1
-            rows, position = read_model.entities_since(tenant, after)
-            if after < 0:
-                followed = _Followed(EntityNames(), position, generation)
-                self._indexes[tenant] = followed
-            assert followed is not None
-            self._rows_to_index(followed.names, rows)
-            followed.position = position
-            return followed.names
+            while True:
+                drops = self._drops
+                followed = self._indexes.get(tenant)
+                generation = read_model.generation
+                if (followed is not None and followed.generation == generation
+                        and followed.position == read_model.position):
+                    return followed.names
+                after = followed.position if followed is not None and followed.generation == generation else -1
+                rows, position = read_model.entities_since(tenant, after)
+                with self._drop_lock:
+                    if self._drops != drops:  # dropped meanwhile: the old index may hold forgotten labels
+                        continue
+                    if after < 0:
+                        followed = _Followed(EntityNames(), position, generation)
+                        self._indexes[tenant] = followed
+                    assert followed is not None
+                    self._rows_to_index(followed.names, rows)
+                    followed.position = position
+                    return followed.names
 
     def forgotten(self, tenants: list[str] | None = None) -> None:
         """Content of `tenants` (None: any) was forgotten: drop their indexes (they hold labels), to be built again
         from the purged read model at their next lookup."""
-        with self._lock:
+        with self._drop_lock:
+            self._drops += 1
             if tenants is None:
                 self._indexes.clear()
             for tenant in tenants or ():
