@@ -287,6 +287,7 @@ def test_a_fact_opens_its_versions_provenance_and_activation_and_an_entity_recen
     assert page.locator("#versions tbody tr").count() == fact["versions"]
     breakdown = page.inner_text("#breakdown")
     assert f"{prefers['base_level']:.3f}" in breakdown and f"{prefers['activation']:.3f}" in breakdown
+    assert prefers["salience"] and prefers["salience"] in breakdown  # why it is this clear, in the API's words
     page.keyboard.press("Escape")
     assert page.evaluate("document.activeElement.dataset.factId") == prefers["fact_id"]
     page.click(f'#items button.item[data-fact-id="{prefers["fact_id"]}"]')
@@ -473,6 +474,13 @@ def test_observing_now_reads_the_live_view_and_its_times_on_6k_facts_are_printed
     # the live view, as the agent's own call reads it, and no recall recorded: not an as-of fold of the log
     assert drawn["perspective"]["as_of"] is None and drawn["perspective"]["recall"] is None
     assert "now, observed" in page.inner_text("#summary")
+    # why the strongest forgotten facts faded, and why each item is as clear as it is: shown as the API says it
+    faded = drawn["perspective"]["faded"]
+    assert faded and page.eval_on_selector_all("#faded li", "ls => ls.map(l => l.dataset.factId)") == [
+        f["fact_id"] for f in faded]
+    listed = page.inner_text("#items")
+    assert all(f["salience"] in listed for f in faded)
+    assert all(i["salience"] in listed for i in drawn["perspective"]["items"])
     clicks = []
     for _ in range(8):
         before = renders(page)

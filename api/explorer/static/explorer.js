@@ -247,7 +247,8 @@ function normalise(perspective) {
            focus: perspective.focus || [], as_of: perspective.as_of, deeper: perspective.deeper,
            items: perspective.items || [], count_groups: perspective.count_groups || [],
            counts: perspective.counts || {}, forgotten: perspective.forgotten ?? perspective.counts?.forgotten,
-           context: perspective.context, parameters: perspective.parameters || {}, recall: perspective.recall ?? null };
+           context: perspective.context, parameters: perspective.parameters || {}, recall: perspective.recall ?? null,
+           faded: perspective.faded || [] };
 }
 
 // ------------------------------------------------------------------------------------------------ drawing
@@ -510,7 +511,8 @@ function itemButton(item) {
     el("span", { class: "score", title: "activation A = B + ln(confidence) + spread" },
        `A ${item.activation.toFixed(2)}`),
     `${item.subject_label} —${item.relation}→ ${item.object_label}`,
-    why ? el("span", { class: "why" }, why) : null);
+    why ? el("span", { class: "why" }, why) : null,
+    item.salience ? el("span", { class: "why salience" }, item.salience) : null);
 }
 
 function renderItems(changes) {
@@ -528,7 +530,15 @@ function renderItems(changes) {
       counted.map((g) => el("li", { dataset: { about: g.about } }, `${g.count} more about ${g.label}`)))));
   }
   const forgotten = state.perspective.counts.forgotten ?? state.perspective.forgotten ?? 0;
-  groups.push(el("li", {}, el("h3", {}, "forgotten"), `${forgotten} below the threshold`));
+  // the strongest forgotten facts, with why they faded, as the API says it (the rest are only counted)
+  const faded = state.perspective.faded || [];
+  groups.push(el("li", {}, el("h3", {}, "forgotten"), `${forgotten} below the threshold`
+    + (faded.length ? `; the strongest ${faded.length}, and why they faded:` : ""),
+  faded.length ? el("ul", { class: "items faded", id: "faded" }, faded.map((f) => el("li", { dataset: { factId: f.fact_id } },
+    el("button", { type: "button", class: "link", onclick: () => guarded(() => openFact(f.fact_id)) },
+       `${f.subject_label} —${f.relation}→ ${f.object_label}`),
+    el("span", { class: "score", title: "activation A (below the threshold)" }, ` A ${f.activation.toFixed(2)}`),
+    f.salience ? el("span", { class: "why salience" }, f.salience) : null))) : null));
   list.replaceChildren(...groups);
   if (!changes) $("changes").replaceChildren();
   if (changes) {
@@ -637,6 +647,7 @@ async function openFact(factId) {
       el("dt", {}, "spread S + ln x"), el("dd", {}, `${spreadTerm.toFixed(3)} (x = ${item.spread.toPrecision(3)})`),
       el("dt", {}, "hops"), el("dd", {}, String(item.hops)),
       el("dt", {}, "path"), el("dd", {}, item.path.map(labelOf).join(" → ")),
+      item.salience ? [el("dt", {}, "why this clear"), el("dd", { id: "salience" }, item.salience)] : null,
     ));
     const via = item.path_fact_ids.filter((id) => id !== factId);
     if (via.length) {
