@@ -22,9 +22,11 @@ def mark_used(used: UsedCreate, caller: CallerDep, memory: MemoryDep) -> UsedWri
 def recall(request: RecallCreate, caller: CallerDep, memory: MemoryDep) -> RecallPublic:
     """Facts about a subject from the nearest tier that has any (session, then episodic, then semantic), saying
     which tier answered; recorded as recalled by the agent (`looked_up`, or `deepened` with `deeper`)."""
-    result = memory.recall(caller, request.agent, request.subject, relation=request.relation,
-                           serving=request.serving, session_id=request.session_id, deeper=request.deeper,
-                           min_position=request.min_position)
+    agent = memory.resolve_ref(caller, request.agent, "body.agent")
+    subject = memory.resolve_ref(caller, request.subject, "body.subject")
+    serving = request.serving and memory.resolve_ref(caller, request.serving, "body.serving")
+    result = memory.recall(caller, agent, subject, relation=request.relation, serving=serving,
+                           session_id=request.session_id, deeper=request.deeper, min_position=request.min_position)
     data = [RecalledFact(tier=hit.tier, **{k: v for k, v in hit.fact.items() if k != "status"})
             for hit in result.hits]
     return RecallPublic(answered_by=result.answered_by, tiers_checked=result.tiers_checked, data=data,

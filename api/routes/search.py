@@ -25,9 +25,11 @@ def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> Resp
     and embeddings fused, combined with the agent's activation and recency, near-duplicates removed, nearest
     tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search, or one with
     `record: false` (an observer's), records nothing."""
-    answer = memory.search_for(caller, request.agent, request.query, serving=request.serving,
-                               session_id=request.session_id, k=request.k, as_of=request.as_of,
-                               min_position=request.min_position, about=request.about,
+    agent = memory.resolve_ref(caller, request.agent, "body.agent")
+    serving = request.serving and memory.resolve_ref(caller, request.serving, "body.serving")
+    about = [memory.resolve_ref(caller, ref, f"body.about.{i}") for i, ref in enumerate(request.about)]
+    answer = memory.search_for(caller, agent, request.query, serving=serving, session_id=request.session_id,
+                               k=request.k, as_of=request.as_of, min_position=request.min_position, about=about,
                                record=request.record)
     # checked against the documented shape once, and serialized by pydantic's encoder (returning the model would
     # have FastAPI validate and encode it a second time)

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import MIN_POSITION_TEXT, WritePublic
-from domain.values import Count, Flag, Identifier, Ref, RelationName
+from domain.values import Count, Flag, Identifier, Ref, RefOrName, RelationName
 
 
 class UsedCreate(BaseModel):
@@ -26,10 +26,11 @@ class RecallCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"agent": "agent:wang-assistant", "subject": "person:li", "serving": "person:wang"}]})
 
-    agent: Ref
-    subject: Ref = Field(description="Facts with this entity at either end.")
+    agent: RefOrName = Field(description="The agent looking: its ref, or a name naming exactly one entity.")
+    subject: RefOrName = Field(description="Facts with this entity at either end (ref or name).")
     relation: RelationName | None = Field(default=None, description="Only this relation.")
-    serving: Ref | None = Field(default=None, description="The person served: their episodic tier is searched.")
+    serving: RefOrName | None = Field(default=None, description="The person served (ref or name): their episodic"
+                                      " tier is searched.")
     session_id: Identifier | None = Field(default=None, description="The session tier (default: the agent's live"
                                           " main sessions serving that person).")
     deeper: Flag = Field(default=False, description="Also facts archived for disuse (they come back).")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import MIN_POSITION_TEXT
-from domain.values import Count, Identifier, Ref, Timestamp, text
+from domain.values import Count, Identifier, RefOrName, Timestamp, text
 
 
 class SearchRequest(BaseModel):
@@ -13,11 +13,13 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    agent: Ref = Field(examples=["agent:wang-assistant"])
+    agent: RefOrName = Field(examples=["agent:wang-assistant"], description="The agent searching: its ref, or a"
+                             " name naming exactly one entity.")
     query: text(1, 10_000) = Field(examples=["how does Li want to pay?"])
-    serving: Ref | None = Field(default=None, examples=["person:li"])
+    serving: RefOrName | None = Field(default=None, examples=["person:li"], description="The person served (ref or"
+                                      " name).")
     session_id: Identifier | None = None
-    about: list[Ref] = Field(default=[], max_length=20, description="The exact filter: only facts touching one "
+    about: list[RefOrName] = Field(default=[], max_length=20, description="The exact filter: only facts touching one "
                              "of these entities (a person, a contract).")
     k: Count = Field(default=10, ge=1, le=100)
     as_of: Timestamp | None = Field(default=None, description="Search what was believed then (records nothing).")

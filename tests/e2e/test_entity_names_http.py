@@ -70,6 +70,21 @@ def test_a_route_taking_a_ref_takes_an_unambiguous_name(names: dict[str, Any]) -
     assert response.json()["agent"] == "agent:wang-assistant" and response.json()["serving"] == "person:wang"
 
 
+def test_recall_and_search_take_names_too(names: dict[str, Any]) -> None:
+    client = names["tenant"].client
+    recalled = client.post("/v1/memory/recall", json={"agent": "Wang's assistant", "subject": "王总",
+                                                      "min_position": names["position"]})
+    assert recalled.status_code == 200, recalled.text
+    assert [f["relation"] for f in recalled.json()["data"]] == ["serves"]
+    searched = client.post("/v1/search", json={"agent": "Wang's assistant", "serving": "王总", "query": "serves",
+                                               "about": ["Wang Wei"]})
+    assert searched.status_code == 200, searched.text
+    assert searched.json()["agent"] == "agent:wang-assistant" and searched.json()["about"] == ["person:wang"]
+    ambiguous = client.post("/v1/search", json={"agent": "agent:wang-assistant", "query": "x", "about": ["Boss"]})
+    assert ambiguous.status_code == 422 and ambiguous.json()["field"] == "body.about.0"
+    assert {c["ref"] for c in ambiguous.json()["candidates"]} == {"person:wangfang", "person:li"}
+
+
 def test_an_ambiguous_name_is_refused_listing_the_candidates(names: dict[str, Any]) -> None:
     response = names["tenant"].client.get("/v1/perspectives", params={
         "agent": "agent:wang-assistant", "serving": "Boss", "min_position": names["position"]})

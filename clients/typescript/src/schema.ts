@@ -1855,7 +1855,10 @@ export interface components {
          *     }
          */
         RecallCreate: {
-            /** Agent */
+            /**
+             * Agent
+             * @description The agent looking: its ref, or a name naming exactly one entity.
+             */
             agent: string;
             /**
              * Deeper
@@ -1875,7 +1878,7 @@ export interface components {
             relation?: string | null;
             /**
              * Serving
-             * @description The person served: their episodic tier is searched.
+             * @description The person served (ref or name): their episodic tier is searched.
              */
             serving?: string | null;
             /**
@@ -1885,7 +1888,7 @@ export interface components {
             session_id?: string | null;
             /**
              * Subject
-             * @description Facts with this entity at either end.
+             * @description Facts with this entity at either end (ref or name).
              */
             subject: string;
         };
@@ -2289,6 +2292,7 @@ export interface components {
             about: string[];
             /**
              * Agent
+             * @description The agent searching: its ref, or a name naming exactly one entity.
              * @example agent:wang-assistant
              */
             agent: string;
@@ -2320,6 +2324,7 @@ export interface components {
             record: boolean;
             /**
              * Serving
+             * @description The person served (ref or name).
              * @example person:li
              */
             serving?: string | null;
