@@ -1,6 +1,7 @@
 """Retrieval quality of recall by content on LoCoMo, with same-run baselines: `make eval` or
 
     python tests/benchmarks/eval_locomo.py --data DIR [--conversations ID ...] [--embedder wordllama|none]
+        [--no-ablations] [--set NAME=VALUE ...]
 
 LoCoMo (Maharana et al., ACL 2024; CC BY-NC 4.0, so the project never vendors it): long conversations between
 two people, with questions annotated with the turns that answer them. Get it from snap-research/locomo
@@ -14,14 +15,18 @@ How a conversation is imported (through the wire format, as a service would send
   image's caption); its observations as facts `person:<speaker> -observed-> memory:<id>-<N>-<k>` (the memory's
   label is the observation) in speaker A's scope (the person the session serves: a fact's search document takes
   the words of the turns it cites only when its viewers may read them), whose provenance holds the evidence
-  turns; its summary as the
-  session's compaction.
+  turns; its summary as the session's compaction;
+- and again **messages only** (tenant `locomo-<id>-turns`): the turns alone, no observations or summaries (what a
+  deployment that extracts nothing holds).
 
 What is asked: every question of categories 1-4 (5 is adversarial: no evidence) through
 - `search_for(agent:companion, question, serving=person:<A>)`: recall@5/10/20 (a hit: a returned item's
-  `message_ids` hold an evidence turn), per category and overall, and latency p50/p95;
+  `message_ids` hold an evidence turn: a fact's provenance, a turn and its window), per category and overall, for
+  both imports, and latency p50/p95;
+- the same with each signal off in turn (ABLATIONS: its weight 0, or turns not searched), R@5/R@10 and the change;
 - `context_for` on a live main session of the companion serving A, with the question as the message: the share of
-  questions whose block shows a fact carrying an evidence turn, and how many facts it shows; and the same share
+  questions whose block shows a fact carrying an evidence turn or a recalled turn (or its window) that is one, and
+  how many facts it names; and the same share
   for the perspective alone (the block without its "Recalled for this request" part: what the ranking by
   activation shows, without recall by content).
 Baselines, same run, same questions: BM25 (bm25s, English stopwords) over raw turns and over observations, and
