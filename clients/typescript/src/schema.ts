@@ -3657,6 +3657,8 @@ export interface operations {
                 min_position?: number | null;
                 /** @description A name, in any script: a label, an alias, a ref or its identifier, or the start of one, a word of one, a typo of one. Empty: every entity (a tenant-wide key only). */
                 q?: string;
+                /** @description With an empty `q`: only entities of this kind (refs `kind:...`), e.g. `agent` (a tenant-wide key only). */
+                kind?: string | null;
             };
             header?: never;
             path?: never;
