@@ -11,7 +11,7 @@ export NOUMENA_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NOUMENA_KAFKA_PORT)
 # mkdocs-material prints a banner about mkdocs 2 on every build; we pin mkdocs < 2.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo test services services-stop bench fuzz eval lint docs docs-serve clean chromium
+.PHONY: install demo test services services-stop bench fuzz eval lint docs docs-serve clean chromium clients-types
 
 $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ $(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package.json $(TS_CLI
 	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --silent
 
 install: $(VENV)/.installed $(VENDOR)/cytoscape.esm.min.js $(TS_CLIENT)/node_modules/.package-lock.json
+
+# After a change to the HTTP API: the TypeScript client's OpenAPI document and the types generated from it
+# (tests/e2e/test_typescript_client.py fails until they are regenerated).
+clients-types: install
+	$(BIN)/python $(TS_CLIENT)/scripts/openapi.py
+	cd $(TS_CLIENT) && npm run --silent generate
 
 # The explorer's browser tests drive Debian's headless Chromium (Playwright cannot download its own browsers here);
 # the CJK fonts make the story's Chinese labels readable in their screenshots.

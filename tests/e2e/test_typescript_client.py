@@ -64,12 +64,12 @@ def test_the_generated_types_are_those_of_the_current_openapi_document(tools: Pa
                           capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr
     assert _shape(json.loads(document.read_text())) == _shape(json.loads((CLIENT / "openapi.json").read_text())), \
-        "clients/typescript/openapi.json is out of date: run its scripts/openapi.py, then npm run generate"
+        "clients/typescript/openapi.json is out of date (the API changed): run make clients-types"
     generated = tmp_path / "schema.ts"
     ran = _run(tools / "openapi-typescript", CLIENT / "openapi.json", "--output", generated)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert _code(generated.read_text()) == _code((CLIENT / "src" / "schema.ts").read_text()), \
-        "clients/typescript/src/schema.ts is out of date: run npm run generate in clients/typescript"
+        "clients/typescript/src/schema.ts is out of date: run make clients-types"
 
 
 def test_the_node_suite_passes_against_a_served_noumena(tools: Path, api_server: Server,  # noqa: F811
