@@ -159,11 +159,12 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
                             " valid key.")
         return Caller(tenant, record.agents)
 
-    def named(value: str | None, field: str) -> str | None:
+    def named(value: str, field: str) -> str:
         """A ref given as itself or by a name that names exactly one entity the key may see."""
-        if value is None:
-            return None
         return _call(lambda: memory.resolve_ref(caller(), value, field))
+
+    def named_if(value: str | None, field: str) -> str | None:
+        return None if value is None else named(value, field)
 
     def checked(annotations: ToolAnnotations) -> Callable[[Callable[..., T]], Callable[..., T]]:
         def register(function: Callable[..., T]) -> Callable[..., T]:
@@ -203,10 +204,9 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
                     ) -> dict[str, Any]:
         """What you see from where you stand: the context block to keep in mind, ranked in clarity tiers (full,
         gist, marker, count). Call it at the start of a turn."""
-        agent_ref, serving_ref = named(agent, "agent"), named(serving, "serving")
+        agent_ref, serving_ref = named(agent, "agent"), named_if(serving, "serving")
         refs = [named(ref, f"focus.{i}") for i, ref in enumerate(focus or [])]
-        assert agent_ref is not None
-        return _brief(_call(lambda: memory.perspective(caller(), agent_ref, serving_ref, [r for r in refs if r],
+        return _brief(_call(lambda: memory.perspective(caller(), agent_ref, serving_ref, refs,
                                                        as_of, budget_tokens)), format)
 
     @checked(READS)
@@ -247,7 +247,6 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
             labels: dict[str, str | None] = {}
             subject_ref = subject if subject_label else named(subject, "subject")
             object_ref = object if object_label else named(object, "object")
-            assert subject_ref is not None and object_ref is not None
             for ref, label in ((subject_ref, subject_label), (object_ref, object_label)):
                 if label:
                     labels.setdefault(ref, label)
@@ -274,8 +273,8 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         """Correct memory: end a fact (by fact_id, or by subject, relation, object) that no longer holds. It is
         kept in history ("what was believed then"), never in a current perspective again."""
         def run() -> dict[str, Any]:
-            written = memory.invalidate_fact(caller(), fact_id=fact_id, subject=named(subject, "subject"),
-                                             relation=relation, object=named(object, "object"), scope=scope,
+            written = memory.invalidate_fact(caller(), fact_id=fact_id, subject=named_if(subject, "subject"),
+                                             relation=relation, object=named_if(object, "object"), scope=scope,
                                              reason=reason, valid_to=valid_to)
             return {"fact_id": written.fact_id, "change": written.change, "position": written.position}
         return _call(run)
@@ -291,9 +290,8 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """Look facts about one entity up, nearest tier first (your session, then the person you serve, then
         the organization); says which tier answered."""
-        agent_ref, serving_ref, subject_ref = named(agent, "agent"), named(serving, "serving"), named(subject,
-                                                                                                      "subject")
-        assert agent_ref is not None and subject_ref is not None
+        agent_ref, serving_ref = named(agent, "agent"), named_if(serving, "serving")
+        subject_ref = named(subject, "subject")
         result = _call(lambda: memory.recall(caller(), agent_ref, subject_ref, relation=relation, serving=serving_ref,
                                              session_id=session_id, deeper=deeper))
         return {"answered_by": result.answered_by, "tiers_checked": result.tiers_checked,
@@ -313,14 +311,13 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """Recall by content: the facts you may see that match the query (words and meaning), nearest tier first
         (your session, the person you serve, the org), each with its score components and source messages."""
-        agent_ref, serving_ref = named(agent, "agent"), named(serving, "serving")
+        agent_ref, serving_ref = named(agent, "agent"), named_if(serving, "serving")
         refs = [named(ref, f"about.{i}") for i, ref in enumerate(about or [])]
-        assert agent_ref is not None
         from projections.searches import search_json
 
         return search_json(_call(lambda: memory.search_for(caller(), agent_ref, query, serving=serving_ref,
                                                            session_id=session_id, k=k, as_of=as_of,
-                                                           about=[r for r in refs if r])))
+                                                           about=refs)))
 
     @checked(ENDS)
     def forget(subject: Annotated[RefOrName, Field(description="What to forget: person:<ref> (forget me),"
@@ -329,7 +326,6 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         """Really delete what is known about a subject ("forget me", "forget that"): its content becomes
         unreadable everywhere, irreversibly; ids and relations stay. Only when someone asks for it."""
         ref = named(subject, "subject")
-        assert ref is not None
         written = _call(lambda: memory.forget(caller(), ref))
         return {"subject": ref, "keys_deleted": written.keys_deleted, "position": written.position,
                 "receipt_id": written.receipt.receipt_id if written.receipt is not None else None}
