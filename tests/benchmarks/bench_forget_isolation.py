@@ -14,8 +14,12 @@ load without the forget, in one run.
 3. The same load, starting half a second before `POST /v1/forget` in `busy` and lasting until the forget has
    answered: the percentiles are of the requests scheduled while the forget ran.
 
-Printed: both distributions, the ratio of their p95, `/healthz` p99 in both, and the forget's duration.
-Goal: HTTP perspective p95 <= 20 ms at 200 requests/s while the forget runs.
+4. Beside it, the forgetting tenant's own reads (`person:li` and another person, one after the other, closed loop):
+   their statuses, the longest, and whether Li's label was shown again after a read that no longer showed it.
+
+Printed: both distributions, the ratio of their p95, `/healthz` p99 in both, the forget's duration and the
+forgetting tenant's own reads. Goals: HTTP perspective p95 <= 20 ms at 200 requests/s while the forget runs; the
+forgetting tenant's reads never 503.
 """
 
 from __future__ import annotations
@@ -253,10 +257,25 @@ def main() -> None:
             time.sleep(0.2)
             forgotten.set()
 
-        thread = threading.Thread(target=forget)
+        own: list[tuple[float, float, str, int, bool]] = []  # (sent, seconds, ref, status, Li's label shown)
+
+        def read_own() -> None:
+            with httpx.Client(base_url=server.url, timeout=300,
+                              headers={"Authorization": f"Bearer {busy.key}"}) as client:
+                while not forgotten.is_set():
+                    for ref in ("person:li", "person:b1"):
+                        sent = time.perf_counter()
+                        answer = client.get(f"/v1/entities/{ref}")
+                        own.append((sent, time.perf_counter() - sent, ref, answer.status_code,
+                                    '"label":"Li"' in answer.text.replace(" ", "")))
+                    time.sleep(0.05)
+
+        thread, own_reader = threading.Thread(target=forget), threading.Thread(target=read_own)
         thread.start()
+        own_reader.start()
         loaded = asyncio.run(_run_load(server.url, reader.key, paths, RATE, forgotten, SECONDS))
         thread.join()
+        own_reader.join()
         response = receipt["response"]
         assert response.status_code == 200, response.text
         t0, t1 = receipt["window"]
@@ -272,6 +291,15 @@ def main() -> None:
                        base_statuses))
         print(_summary("while it forgets", during_ms, health_during, t1 - t0, statuses))
         print(f"  ratio p95 while forgetting / without: {pct(during_ms, 95) / pct(base_ms, 95):.2f}x")
+        own_during = [r for r in own if t0 <= r[0] <= t1]
+        own_statuses: dict[int, int] = {}
+        for _, _, _, status, _ in own_during:
+            own_statuses[status] = own_statuses.get(status, 0) + 1
+        li = [shown for _, _, ref, status, shown in own if ref == "person:li" and status == 200]
+        again = False in li and True in li[li.index(False):]
+        print(f"  the forgetting tenant's own reads meanwhile: {len(own_during)}, statuses {own_statuses}, longest"
+              f" {max((r[1] for r in own_during), default=0):.2f} s; Li's label shown again after a read without it:"
+              f" {'YES' if again else 'no'}")
         goal = pct(during_ms, 95) <= 20 and len(during_ms) >= 0.95 * RATE * (t1 - t0)
         print(f"  goal p95 <= 20 ms at {RATE:g} req/s while another tenant forgets: {'met' if goal else 'NOT met'}")
         ok = True
