@@ -17,7 +17,7 @@ from infra.settings import Settings
 from projections.projector import Projector
 from projections.purge import forgotten_positions, redact_in_place
 from projections.replay import replay
-from tests.conftest import TickingClock
+from tests.conftest import TickingClock, postgres_settings
 from tests.integration.test_forgetting import GONE, KEPT, T, _plant
 
 CONTENT = {  # table -> (its key columns, its text columns)
@@ -44,9 +44,15 @@ def _texts(con: duckdb.DuckDBPyConnection) -> str:
     return "\n".join(found)
 
 
-@pytest.mark.parametrize("subject", ["person:zhao", "session:s-zhao"])
-def test_redacting_the_live_file_blanks_at_least_what_the_rebuild_forgets(tmp_path: Path, subject: str) -> None:
-    app = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite"), clock=TickingClock())
+def _settings(store: str, home: Path) -> Settings:
+    return postgres_settings(home) if store == "postgres" else Settings(home=home, event_store=store)
+
+
+@pytest.mark.parametrize(("store", "subject"), [("sqlite", "person:zhao"), ("sqlite", "session:s-zhao"),
+                                                ("postgres", "person:zhao")])
+def test_redacting_the_live_file_blanks_at_least_what_the_rebuild_forgets(tmp_path: Path, store: str,
+                                                                          subject: str) -> None:
+    app = bootstrap(_settings(store, tmp_path / "home"), clock=TickingClock())
     try:
         _plant(app.service)
         app.service.execute(c.AssertFact(tenant=T, subject="person:qian", relation="prefers",
