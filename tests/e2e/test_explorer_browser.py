@@ -767,3 +767,29 @@ def test_curation_writes_the_events_it_names_and_an_agent_scoped_key_is_refused(
     knows = history(facts["knows"])
     assert knows["current"]["status"] == "invalidated" and knows["changes"][-1]["reason"] == "they never met: a mix-up"
     assert facts["knows"] not in {e["id"] for e in page.evaluate("window.__explorer.edges")}
+
+
+def test_a_session_opens_from_a_facts_provenance_with_its_workers_and_summary(page: Page, explorer: Explorer) -> None:
+    with httpx.Client(base_url=explorer.server.url, headers={"Authorization": f"Bearer {explorer.story_key}"}
+                      ) as client:
+        known = client.get("/v1/sessions/wang-main/workers").json()
+    sign_in(page, explorer.story_key)
+    drawn = show(page, **WANG)
+    prefers = next(i for i in drawn["perspective"]["items"] if i["relation"] == "prefers")
+    page.click(f'#items button.item[data-fact-id="{prefers["fact_id"]}"]')
+    page.click('#changes-table button[data-session="wang-main"]')
+    session = wait_until(page, "window.__explorer.session")
+    shot(page, "15-session")
+    assert session == {"session_id": "wang-main", "agent": WANG["agent"], "serving": WANG["serving"],
+                       "workers": known["count"]}
+    assert page.is_visible("#panel-session") and "Wang's agent" in page.inner_text("#session-card")
+    assert page.locator("#workers tbody tr").count() == known["count"] > 0
+    if known["session"]["last_summary"]:
+        assert page.inner_text("#session-summary") == known["session"]["last_summary"]
+    worker = known["data"][0]["session_id"]
+    page.click(f'#workers button[data-session="{worker}"]')
+    wait_until(page, f"window.__explorer.session.session_id === '{worker}'")
+    assert worker in page.inner_text("#session-title")
+    page.fill("#session-id", "no-such-session")
+    page.click("#open-session")
+    assert "no session" in wait_until(page, "window.__explorer.problem")

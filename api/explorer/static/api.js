@@ -61,6 +61,7 @@ export const api = {
   explainContext: (id) => request("GET", `/contexts/${encodeURIComponent(id)}/explain`),
   context: (session, message) => request("POST", `/sessions/${encodeURIComponent(session)}/context`,
                                          { body: message ? { message } : {} }),
+  session: (id) => request("GET", `/sessions/${encodeURIComponent(id)}/workers`),
   fact: (id, minPosition) => request("GET", `/facts/${encodeURIComponent(id)}`,
                                      { params: { min_position: minPosition } }),
   assertFact: (body) => request("POST", "/facts", { body }),

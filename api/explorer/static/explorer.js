@@ -106,7 +106,7 @@ async function guarded(action) {
 }
 
 function selectTab(name) {
-  for (const tab of ["items", "details", "context"]) {
+  for (const tab of ["items", "details", "context", "session"]) {
     const selected = tab === name;
     $(`tab-${tab}`).setAttribute("aria-selected", String(selected));
     $(`tab-${tab}`).tabIndex = selected ? 0 : -1;
@@ -647,7 +647,8 @@ async function openFact(factId) {
       el("dt", {}, "spread S + ln x"), el("dd", {}, `${spreadTerm.toFixed(3)} (x = ${item.spread.toPrecision(3)})`),
       el("dt", {}, "hops"), el("dd", {}, String(item.hops)),
       el("dt", {}, "path"), el("dd", {}, item.path.map(labelOf).join(" → ")),
-      item.salience ? [el("dt", {}, "why this clear"), el("dd", { id: "salience" }, item.salience)] : null,
+      item.salience ? el("dt", {}, "why this clear") : null,
+      item.salience ? el("dd", { id: "salience" }, item.salience) : null,
     ));
     const via = item.path_fact_ids.filter((id) => id !== factId);
     if (via.length) {
@@ -669,8 +670,12 @@ async function openFact(factId) {
     el("thead", {}, el("tr", {}, ["when recorded", "change", "from", "by", "why"]
       .map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, fact.changes.map((c) => row(when(c.recorded_at), c.change,
-      [c.session_id ? `session ${c.session_id}` : "", c.message_ids?.length ? ` messages ${c.message_ids.join(", ")}`
-        : "", c.event_id ? ` (event ${c.event_id})` : ""].join("") || "—",
+      c.session_id || c.message_ids?.length || c.event_id ? [
+        c.session_id ? el("button", { type: "button", class: "link", "data-session": c.session_id,
+                                      onclick: () => guarded(() => openSession(c.session_id)) },
+                          `session ${c.session_id}`) : "",
+        c.message_ids?.length ? ` messages ${c.message_ids.join(", ")}` : "",
+        c.event_id ? ` (event ${c.event_id})` : ""] : "—",
       c.actor || "—", c.reason || c.cause || "")))));
   parts.push(curationSection(fact, { known: state.known, labelOf, report: guarded, done: curated }));
   if (state.curated?.fact_id === factId) {
@@ -774,6 +779,49 @@ function renderContext(context) {
       : el("p", { class: "help" }, "Nothing was cut."));
   exposed.context = { context_id: context.context_id, roles: context.blocks.map((b) => b.role),
                       omitted: omitted.length, perspective_id: perspectiveId || null };
+}
+
+// ------------------------------------------------------------------------------------------------ sessions
+
+// A session as the API knows it (GET /v1/sessions/{id}/workers): who, serving whom, how far along, its turns and
+// compactions counted, its last summary, and the worker sessions it dispatched (each opens in turn). Message
+// texts are not shown: no route returns them.
+async function openSession(sessionId) {
+  selectTab("session");
+  const panel = $("panel-session");
+  panel.replaceChildren(el("p", { class: "help" }, "Loading the session…"));
+  const answer = await api.session(sessionId);
+  const s = answer.session;
+  const open = (id) => el("button", { type: "button", class: "link", "data-session": id,
+                                      onclick: () => guarded(() => openSession(id)) }, id);
+  const facts = (refs) => (refs || []).map((ref) => el("button", { type: "button", class: "link",
+                                                                  onclick: () => refocus(ref) }, labelOf(ref)));
+  const card = [["agent", labelOf(s.agent)], ["serving", s.serving ? labelOf(s.serving) : "—"], ["kind", s.kind],
+    ["status", [s.status || "—", s.ended ? " (ended)" : ""]], ["started", when(s.started_at)],
+    ["last change", when(s.updated_at)], ["turns (messages)", String(s.messages ?? 0)],
+    ["compactions", String(s.compactions ?? 0)]];
+  if (s.parent_session_id) card.push(["dispatched by", open(s.parent_session_id)]);
+  if (s.task) card.push(["task", s.task]);
+  if (s.about?.length) card.push(["about", facts(s.about)]);
+  panel.replaceChildren(
+    el("h2", { id: "session-title" }, `Session ${s.session_id}`),
+    el("dl", { class: "breakdown", id: "session-card" }, card.flatMap(([name, value]) => [el("dt", {}, name),
+                                                                                          el("dd", {}, value)])),
+    el("h3", {}, "Last summary"),
+    s.last_summary ? el("pre", { class: "block", id: "session-summary" }, s.last_summary)
+      : el("p", { class: "help" }, "No summary yet (one is written when its context is compacted)."),
+    el("h3", {}, `Worker sessions (${answer.count})`),
+    answer.count ? el("table", { id: "workers" },
+      el("thead", {}, el("tr", {}, ["session", "task", "about", "status", "summary"]
+        .map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, answer.data.map((w) => row(open(w.session_id), w.task || "—", facts(w.about),
+                                                   `${w.status || "—"}${w.ended ? " (ended)" : ""}`,
+                                                   w.last_summary || "")))) : el("p", { class: "help" }, "None."),
+    el("p", {}, el("button", { type: "button", onclick: () => guarded(async () => {
+      renderContext(await api.context(s.session_id, ""));
+    }) }, "Assemble its context ", el("span", { class: "optional" }, "(records a recall)"))));
+  exposed.session = { session_id: s.session_id, agent: s.agent, serving: s.serving, workers: answer.count };
+  $("session-title").tabIndex = -1;
 }
 
 // ------------------------------------------------------------------------------------------------ search
@@ -915,6 +963,14 @@ function wire() {
     const id = $("explain-id").value.trim();
     if (id) guarded(() => explain(id));
   });
+  $("open-session").addEventListener("click", () => {
+    const session = $("session-id").value.trim();
+    if (!session) {
+      showProblem(new ApiError(0, "No session", "enter a session's id"));
+      return;
+    }
+    guarded(() => openSession(session));
+  });
   $("context-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const session = $("session-id").value.trim();
@@ -924,7 +980,7 @@ function wire() {
     }
     guarded(async () => renderContext(await api.context(session, $("context-message").value.trim())));
   });
-  const tabs = ["items", "details", "context"];
+  const tabs = ["items", "details", "context", "session"];
   for (const name of tabs) {
     const tab = $(`tab-${name}`);
     tab.addEventListener("click", () => selectTab(name));

@@ -50,6 +50,8 @@ export function nameBox(input, known, onPick, { keep = true } = {}) {
   let asked = 0;
 
   const close = () => {
+    clearTimeout(timer);  // a pending or answering lookup must not open it again
+    asked += 1;
     list.hidden = true;
     input.setAttribute("aria-expanded", "false");
     input.removeAttribute("aria-activedescendant");
