@@ -40,9 +40,9 @@ def find_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: L
                                           " a ref or its identifier, or the start of one, a word of one, a typo"
                                           " of one. Empty: every entity (a tenant-wide key only).",
                                           examples=["王总"])] = "",
-                  kind: Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_-]{0,63}$", description="With an"
-                                                    " empty `q`: only entities of this kind (refs `kind:...`),"
-                                                    " e.g. `agent` (a tenant-wide key only).")] = None,
+                  kind: Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_-]{0,63}$", description="Only"
+                                                    " entities of this kind (refs `kind:...`), e.g. `agent`;"
+                                                    " with an empty `q`, a tenant-wide key only.")] = None,
                   ) -> EntitiesPublic:
     """Find entities by name, best first: `score`, how it matched (`match`) and on which name (`matched`). An
     agent-scoped key finds its agents, the persons they serve and the organization's other entities only."""
@@ -55,7 +55,7 @@ def find_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: L
                                                       kind=row["ref"].partition(":")[0],
                                                       aliases=row["aliases"] or [], hub=row["hub"])
                                     for row in rows if row["ref"].startswith(prefix)], count=count)
-    found, count = memory.find_entities(caller, q, skip + limit, min_position)
+    found, count = memory.find_entities(caller, q, skip + limit, min_position, kind)
     return EntitiesPublic(data=[EntityFoundPublic(ref=f.ref, label=f.label, kind=f.kind, aliases=list(f.aliases),
                                                   hub=f.hub, score=f.score, match=f.match, matched=f.matched)
                                 for f in found[skip:]], count=count)

@@ -135,12 +135,17 @@ class EntityFinder:
             return kind != "person" and kind not in HIDDEN_FROM_AGENT_KEYS
         return may_see
 
-    def find(self, tenant: str, text: str, limit: int = 10, agents: Collection[str] = ()
+    def find(self, tenant: str, text: str, limit: int = 10, agents: Collection[str] = (), kind: str | None = None
              ) -> tuple[list[Found], int]:
-        """The `limit` entities `text` most likely names that the caller may see, best first, and how many it may
-        name in all."""
+        """The `limit` entities `text` most likely names that the caller may see (of `kind` only, if given), best
+        first, and how many it may name in all."""
         names = self.names(tenant)
         may_see = self._may_see(tenant, agents)
+        if kind is not None:
+            seen_by_caller, prefix = may_see, f"{kind}:"
+
+            def may_see(ref: str) -> bool:
+                return ref.startswith(prefix) and (seen_by_caller is None or seen_by_caller(ref))
         with self._lock:
             return names.find(text, limit, may_see=may_see)
 

@@ -539,14 +539,14 @@ class Application:
         self.fresh(tenant, min_position)
         return self._read_model().search_entities(tenant, text, skip, limit)
 
-    def find_entities(self, who: Caller | str, text: str, limit: int = 10, min_position: int | None = None
-                      ) -> tuple[list[Found], int]:
+    def find_entities(self, who: Caller | str, text: str, limit: int = 10, min_position: int | None = None,
+                      kind: str | None = None) -> tuple[list[Found], int]:
         """The entities `text` may name (ref, label, alias; Chinese or Latin; exact, prefix, word or one typo
-        away), best first, of those the caller may see (domain/application/entity_finder.py); and how many there
-        were in all."""
+        away), best first, of those the caller may see (domain/application/entity_finder.py) and of `kind` if
+        given; and how many there were in all."""
         caller = as_caller(who)
         self.fresh(caller.tenant, min_position)
-        return self.entity_names.find(caller.tenant, text, limit, caller.agents)
+        return self.entity_names.find(caller.tenant, text, limit, caller.agents, kind)
 
     def relations(self, who: Caller | str) -> list[RelationInUse]:
         """Every relation type the tenant knows (built in or defined) and every relation name its current facts

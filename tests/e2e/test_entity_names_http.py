@@ -56,6 +56,11 @@ def test_a_found_entity_says_whether_it_is_a_hub(names: dict[str, Any]) -> None:
     assert _find(names, "Li Wei")["data"][0]["hub"] is False
 
 
+def test_a_kind_keeps_the_names_of_that_kind(names: dict[str, Any]) -> None:
+    agents = names["tenant"].client.get("/v1/entities", params={"q": "wang", "kind": "agent"}).json()
+    assert [f["ref"] for f in agents["data"]] == ["agent:wang-assistant"] and agents["count"] == 1
+
+
 def test_the_ranked_list_is_paged_and_counted(names: dict[str, Any]) -> None:
     everything = _find(names, "wang")
     assert everything["count"] == len(everything["data"]) >= 3

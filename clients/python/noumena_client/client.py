@@ -114,10 +114,11 @@ class Noumena:
 
     # ------------------------------------------------------------------ reads
 
-    def find_entities(self, q: str = "", *, limit: int | None = None, skip: int | None = None,
-                      min_position: int | None = None) -> m.Entities:
-        """Entities a name may mean, best first; without `q`, every entity (GET /v1/entities)."""
-        params = clean({"q": q or None, "limit": limit, "skip": skip, "min_position": min_position})
+    def find_entities(self, q: str = "", *, kind: str | None = None, limit: int | None = None,
+                      skip: int | None = None, min_position: int | None = None) -> m.Entities:
+        """Entities a name may mean (of `kind` only, if given), best first; without `q`, every entity (GET
+        /v1/entities)."""
+        params = clean({"q": q or None, "kind": kind, "limit": limit, "skip": skip, "min_position": min_position})
         return self._send(Call("GET", "/v1/entities", params=params, model=m.Entities, read=True))
 
     def get_entity(self, ref: str, *, min_position: int | None = None) -> m.Entity:

@@ -3657,7 +3657,7 @@ export interface operations {
                 min_position?: number | null;
                 /** @description A name, in any script: a label, an alias, a ref or its identifier, or the start of one, a word of one, a typo of one. Empty: every entity (a tenant-wide key only). */
                 q?: string;
-                /** @description With an empty `q`: only entities of this kind (refs `kind:...`), e.g. `agent` (a tenant-wide key only). */
+                /** @description Only entities of this kind (refs `kind:...`), e.g. `agent`; with an empty `q`, a tenant-wide key only. */
                 kind?: string | null;
             };
             header?: never;
