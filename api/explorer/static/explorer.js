@@ -143,6 +143,12 @@ async function probeSearch() {
   }
   $("search-form").hidden = !state.searchAvailable;
   exposed.searchAvailable = state.searchAvailable;
+  const agent = $("agent").value;
+  if (state.searchAvailable && agent) {
+    // The server builds a tenant's search index on its first search (seconds on a large tenant): ask one
+    // observer's search now, in the background and recording nothing, so the first real one is answered at once.
+    exposed.warming = api.search({ agent, query: "warm up", k: 1, record: false }).then(() => true, () => false);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------ time
