@@ -148,6 +148,11 @@ class EntityNames:
     def get(self, ref: str) -> NamedEntity | None:
         return self._entities.get(ref)
 
+    def of_kind(self, kind: str) -> list[NamedEntity]:
+        """Every entity of `kind` (refs `kind:...`), by ref."""
+        prefix = f"{kind}:"
+        return [self._entities[ref] for ref in sorted(r for r in self._entities if r.startswith(prefix))]
+
     def _names_of(self, entity: NamedEntity) -> list[tuple[str, str]]:
         """(normalized name, what it is) for every name of `entity`."""
         named = [(normalize(entity.label), "label")]

@@ -46,15 +46,16 @@ def find_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: L
                   ) -> EntitiesPublic:
     """Find entities by name, best first: `score`, how it matched (`match`) and on which name (`matched`). An
     agent-scoped key finds its agents, the persons they serve and the organization's other entities only."""
+    if not q.strip() and kind:
+        listed, count = memory.entities_of_kind(caller, kind, skip, limit, min_position)
+        return EntitiesPublic(data=[EntityFoundPublic(ref=e.ref, label=e.label, kind=e.kind, aliases=list(e.aliases),
+                                                      hub=e.hub) for e in listed], count=count)
     if not q.strip():
-        # every entity, or those whose ref starts `kind:` (the read model's search by ref, label or alias, kept
-        # to the refs that start so: a label that merely contains "agent:" is not an agent)
-        prefix = f"{kind}:" if kind else ""
-        rows, count = memory.search_entities(caller, prefix, skip, limit, min_position)
+        rows, count = memory.search_entities(caller, "", skip, limit, min_position)
         return EntitiesPublic(data=[EntityFoundPublic(ref=row["ref"], label=row["label"],
                                                       kind=row["ref"].partition(":")[0],
                                                       aliases=row["aliases"] or [], hub=row["hub"])
-                                    for row in rows if row["ref"].startswith(prefix)], count=count)
+                                    for row in rows], count=count)
     found, count = memory.find_entities(caller, q, skip + limit, min_position, kind)
     return EntitiesPublic(data=[EntityFoundPublic(ref=f.ref, label=f.label, kind=f.kind, aliases=list(f.aliases),
                                                   hub=f.hub, score=f.score, match=f.match, matched=f.matched)

@@ -149,6 +149,12 @@ class EntityFinder:
         with self._lock:
             return names.find(text, limit, may_see=may_see)
 
+    def of_kind(self, tenant: str, kind: str) -> list[NamedEntity]:
+        """Every entity of `kind` in the tenant, by ref (for tenant-wide callers: nothing is hidden here)."""
+        names = self.names(tenant)
+        with self._lock:
+            return names.of_kind(kind)
+
     def resolve(self, tenant: str, value: str, field: str, agents: Collection[str] = ()) -> str:
         """`value` itself when it is a ref; else the one entity it names exactly (label, alias or identifier).
         AmbiguousName, listing the candidates, when it names none or several."""

@@ -44,7 +44,7 @@ from domain.application.recall_buffer import RecallBuffer
 from domain.consolidation import CompactionState
 from domain.context import Context
 from domain.entities import EntityState
-from domain.entity_names import Found
+from domain.entity_names import Found, NamedEntity
 from domain.errors import (
     DomainError,
     ForgetRunning,
@@ -547,6 +547,14 @@ class Application:
         caller = as_caller(who)
         self.fresh(caller.tenant, min_position)
         return self.entity_names.find(caller.tenant, text, limit, caller.agents, kind)
+
+    def entities_of_kind(self, who: Caller | str, kind: str, skip: int, limit: int, min_position: int | None = None
+                         ) -> tuple[list[NamedEntity], int]:
+        """A page of the tenant's entities of `kind`, by ref, and how many there are (tenant-wide keys)."""
+        tenant = self._tenant_wide(who, "listing entities")
+        self.fresh(tenant, min_position)
+        every = self.entity_names.of_kind(tenant, kind)
+        return every[skip:skip + limit], len(every)
 
     def relations(self, who: Caller | str) -> list[RelationInUse]:
         """Every relation type the tenant knows (built in or defined) and every relation name its current facts

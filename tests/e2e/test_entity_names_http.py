@@ -59,6 +59,10 @@ def test_a_found_entity_says_whether_it_is_a_hub(names: dict[str, Any]) -> None:
 def test_a_kind_keeps_the_names_of_that_kind(names: dict[str, Any]) -> None:
     agents = names["tenant"].client.get("/v1/entities", params={"q": "wang", "kind": "agent"}).json()
     assert [f["ref"] for f in agents["data"]] == ["agent:wang-assistant"] and agents["count"] == 1
+    every_agent = names["tenant"].client.get("/v1/entities", params={"kind": "agent", "limit": 1}).json()
+    assert every_agent["count"] == 2 and [f["ref"] for f in every_agent["data"]] == ["agent:cs"]
+    second = names["tenant"].client.get("/v1/entities", params={"kind": "agent", "skip": 1}).json()
+    assert [f["ref"] for f in second["data"]] == ["agent:wang-assistant"] and second["data"][0]["hub"] is False
 
 
 def test_the_ranked_list_is_paged_and_counted(names: dict[str, Any]) -> None:
