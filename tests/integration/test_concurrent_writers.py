@@ -10,12 +10,16 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from domain import commands as c
 from domain.errors import ConcurrencyError
 from domain.facts import FactAsserted
 from infra.bootstrap import bootstrap
 from tests.api_support import start_server, stop_server
 from tests.conftest import TickingClock, postgres_settings
+
+pytestmark = pytest.mark.postgres  # (every test here writes one PostgreSQL tenant from several processes)
 
 T = "acme"
 ROOT = Path(__file__).resolve().parents[2]
