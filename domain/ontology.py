@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, get_type_hints
@@ -200,32 +200,25 @@ class Ontology:
             self._link_session_person(e.provenance.session_id, people)
         if not people:
             return
-        entity_links, linked_people = self.entity_links, self.linked_people
         fast = self._journal is None  # (a fold: nothing to undo, so the sets are changed directly)
         for person in people:
-            linked = entity_links.get(person)
-            if linked is None:
-                linked = set()
-                self._set(entity_links, person, linked)
-            for ref in refs:
-                if ref in linked:
-                    continue
-                if fast:
-                    linked.add(ref)
-                else:
-                    self._add(linked, ref)
+            self._link(self.entity_links, person, refs, fast)
         for ref in refs:
-            linked = linked_people.get(ref)
-            if linked is None:
-                linked = set()
-                self._set(linked_people, ref, linked)
-            for person in people:
-                if person in linked:
-                    continue
-                if fast:
-                    linked.add(person)
-                else:
-                    self._add(linked, person)
+            self._link(self.linked_people, ref, people, fast)
+
+    def _link(self, index: dict[str, set[str]], key: str, values: Sequence[str], fast: bool) -> None:
+        """Add `values` to `index[key]` (one side of a two-way link), journalled unless `fast`."""
+        linked = index.get(key)
+        if linked is None:
+            linked = set()
+            self._set(index, key, linked)
+        for value in values:
+            if value in linked:
+                continue
+            if fast:
+                linked.add(value)
+            else:
+                self._add(linked, value)
 
     def _link_session_person(self, session_id: str, people: list[str]) -> None:
         session = self.sessions.get(session_id)

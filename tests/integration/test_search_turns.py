@@ -20,7 +20,7 @@ from projections.search_index import SearchIndex
 from projections.search_text import Analyzer
 from projections.searches import Searches, turn_candidates
 from tests.conftest import TickingClock
-from tests.integration.test_search import _Cut
+from tests.integration.test_search import AGENTS, PERSONS, WORDS, _Cut  # (the same organization's names)
 from tests.properties import examples
 
 T = "acme"
@@ -137,9 +137,6 @@ def test_forgetting_a_person_erases_their_turn_documents_statistics_and_kept_sea
 
 # ---------------------------------------------------------------------------------------------- privacy property
 
-PERSONS = ["person:a", "person:b", "person:c"]
-AGENTS = ["agent:x", "agent:y", "agent:hub"]
-WORDS = ["invoice", "monthly", "dog", "contract", "发货", "报价"]
 
 
 @st.composite
