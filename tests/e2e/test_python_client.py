@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -33,111 +31,110 @@ from noumena_client import (
 from tests.api_support import ADMIN_KEY, Server, api_server, start_server, stop_server  # noqa: F401
 from tests.conftest import postgres_settings
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def keys(api_server: Server) -> dict[str, str]:  # noqa: F811
-    with Noumena(api_server.url, ADMIN_KEY) as admin:
-        created = admin.create_tenant("pyclient", display_name="Python client")
+    with Noumena(api_server.url, ADMIN_KEY) as operator:
+        created = operator.admin.create_tenant("pyclient", display_name="Python client")
         assert created.tenant == "pyclient" and created.position is not None
-        issued = admin.create_key("pyclient", label="service")
-        scoped = admin.create_key("pyclient", label="assistant", agents=["agent:py-assistant"])
-        listed = admin.list_keys(tenant="pyclient")
+        issued = operator.admin.create_key("pyclient", label="service")
+        scoped = operator.admin.create_key("pyclient", label="assistant", agents=["agent:py-assistant"])
+        listed = operator.admin.list_keys(tenant="pyclient")
         assert {k.key_id for k in listed.data} == {issued.key_id, scoped.key_id} and listed.count == 2
     return {"tenant": issued.key, "scoped": scoped.key, "scoped_id": scoped.key_id}
 
 
 def test_every_route_through_the_sync_client(api_server: Server, keys: dict[str, str]) -> None:  # noqa: F811
-    with Noumena(api_server.url, keys["tenant"]) as memory:
-        wang = memory.register_entity("person:py-wang", "Wang Wei", aliases=["王总"])
-        assert memory.last_position == wang.position and wang.ref == "person:py-wang"
-        memory.register_entity("agent:py-assistant", "Wang's assistant")
-        memory.register_entity("person:py-li", "Li Na", aliases=["李总"])
-        events = memory.ingest_events([
+    with Noumena(api_server.url, keys["tenant"]) as client:
+        wang = client.entities.register("person:py-wang", "Wang Wei", aliases=["王总"])
+        assert client.last_position == wang.position and wang.ref == "person:py-wang"
+        client.entities.register("agent:py-assistant", "Wang's assistant")
+        client.entities.register("person:py-li", "Li Na", aliases=["李总"])
+        events = client.events.ingest([
             {"event_id": "py-s1", "tenant": "pyclient", "type": "session.started",
              "payload": {"session_id": "py-main", "agent": "agent:py-assistant", "kind": "main",
                          "serving": "person:py-wang"}},
             {"event_id": "py-m1", "tenant": "pyclient", "type": "message.appended",
              "payload": {"session_id": "py-main", "message_id": "m1", "role": "user",
                          "content": "Li prefers monthly settlement"}}])
-        assert events.accepted == 2 and memory.last_position == events.position
-        fact = memory.assert_fact("person:py-li", "knows", "person:py-wang", reason="old classmates",
+        assert events.accepted == 2 and client.last_position == events.position
+        fact = client.facts.assert_("person:py-li", "knows", "person:py-wang", reason="old classmates",
                                   source={"session_id": "py-main", "message_ids": ["m1"]})
-        assert fact.change == "asserted" and memory.last_position == fact.position
-        served = memory.assert_fact("agent:py-assistant", "serves", "person:py-wang")
+        assert fact.change == "asserted" and client.last_position == fact.position
+        served = client.facts.assert_("agent:py-assistant", "serves", "person:py-wang")
         # each read below carries the last write's position (read-your-writes), with no min_position given
-        assert memory.find_entities("王总").data[0].ref == "person:py-wang"
-        assert memory.find_entities(limit=2).count >= 3
-        assert memory.get_entity("person:py-li").aliases == ["李总"]
-        history = memory.get_fact(fact.fact_id or "")
+        assert client.entities.find("王总").data[0].ref == "person:py-wang"
+        assert client.entities.find(limit=2).count >= 3
+        assert client.entities.get("person:py-li").aliases == ["李总"]
+        history = client.facts.get(fact.fact_id or "")
         assert history.current.status == "current" and history.changes[0].message_ids == ["m1"]
-        assert any(f.fact_id == served.fact_id for f in memory.get_graph(limit=100).data)
-        view = memory.get_perspective("Wang's assistant", serving="王总")
+        assert any(f.fact_id == served.fact_id for f in client.graph.get(limit=100).data)
+        view = client.perspectives.get("Wang's assistant", serving="王总")
         assert view.agent == "agent:py-assistant" and any(i.fact_id == fact.fact_id for i in view.items)
-        assert "Li Na" in memory.get_perspective_markdown("agent:py-assistant", serving="person:py-wang")
-        deeper = memory.deepen_perspective(view.perspective_id)
-        assert deeper.deeper and memory.explain_perspective(view.perspective_id).perspective_id == \
+        assert "Li Na" in client.perspectives.markdown("agent:py-assistant", serving="person:py-wang")
+        deeper = client.perspectives.deepen(view.perspective_id)
+        assert deeper.deeper and client.perspectives.explain(view.perspective_id).perspective_id == \
             view.perspective_id
-        assert memory.mark_used("agent:py-assistant", [fact.fact_id or ""]).events >= 0
-        recalled = memory.recall("agent:py-assistant", "person:py-li", serving="person:py-wang")
+        assert client.memory.mark_used("agent:py-assistant", [fact.fact_id or ""]).events >= 0
+        recalled = client.memory.recall("agent:py-assistant", "person:py-li", serving="person:py-wang")
         assert [f.fact_id for f in recalled.data] == [fact.fact_id]
-        found = memory.search("agent:py-assistant", "classmates", serving="person:py-wang")
+        found = client.search.run("agent:py-assistant", "classmates", serving="person:py-wang")
         assert any(i.fact_id == fact.fact_id for i in found.items)  # (beside the turns that match)
-        assert memory.explain_search(found.search_id)["search_id"] == found.search_id
-        assert memory.list_workers("py-main").session.agent == "agent:py-assistant"
-        context = memory.assemble_context("py-main", message="how does Li want to pay?")
+        assert client.search.explain(found.search_id)["search_id"] == found.search_id
+        assert client.sessions.workers("py-main").session.agent == "agent:py-assistant"
+        context = client.contexts.assemble("py-main", message="how does Li want to pay?")
         assert context.session_id == "py-main" and context.tokens > 0
-        assert memory.explain_context(context.context_id)["context_id"] == context.context_id
-        ended = memory.invalidate_fact(fact.fact_id or "", "they never met")
+        assert client.contexts.explain(context.context_id)["context_id"] == context.context_id
+        ended = client.facts.invalidate(fact.fact_id or "", "they never met")
         assert ended.change == "invalidated"
-        receipt = memory.forget("person:py-li")
+        receipt = client.memory.forget("person:py-li")
         assert receipt.keys_deleted >= 1 and receipt.receipt_id.startswith("fgt-")
-        assert memory.get_entity("person:py-li").label == "[forgotten]"
-        assert memory.healthz() == {"status": "ok"} and memory.readyz()["log_position"] >= receipt.position
-        assert "noumena_" in memory.metrics()
-    with Noumena(api_server.url, ADMIN_KEY) as admin:
-        assert admin.revoke_key(keys["scoped_id"]).key_id == keys["scoped_id"]
+        assert client.entities.get("person:py-li").label == "[forgotten]"
+        assert client.operations.healthz() == {"status": "ok"}
+        assert client.operations.readyz()["log_position"] >= receipt.position
+        assert "noumena_" in client.operations.metrics()
+    with Noumena(api_server.url, ADMIN_KEY) as operator:
+        assert operator.admin.revoke_key(keys["scoped_id"]).key_id == keys["scoped_id"]
     with Noumena(api_server.url, keys["scoped"]) as revoked, pytest.raises(Unauthorized):
-        revoked.find_entities("wang")
+        revoked.entities.find("wang")
 
 
 def test_problems_are_raised_as_typed_exceptions(api_server: Server, keys: dict[str, str]) -> None:  # noqa: F811
-    with Noumena(api_server.url, keys["tenant"]) as memory:
-        memory.register_entity("person:py-boss-a", "Boss A", aliases=["Boss"])
-        memory.register_entity("person:py-boss-b", "Boss B", aliases=["Boss"])
+    with Noumena(api_server.url, keys["tenant"]) as client:
+        client.entities.register("person:py-boss-a", "Boss A", aliases=["Boss"])
+        client.entities.register("person:py-boss-b", "Boss B", aliases=["Boss"])
         with pytest.raises(NotFound) as missing:
-            memory.get_entity("person:nobody-here")
+            client.entities.get("person:nobody-here")
         assert missing.value.status == 404 and missing.value.field == "path.ref"
         with pytest.raises(InvalidInput) as invalid:
-            memory.assert_fact("person:py-boss-a", "knows", "person:py-boss-b", confidence=2)
+            client.facts.assert_("person:py-boss-a", "knows", "person:py-boss-b", confidence=2)
         assert invalid.value.field == "body.confidence" and invalid.value.slug == "invalid-input"
         with pytest.raises(AmbiguousName) as ambiguous:
-            memory.get_perspective("agent:py-assistant", serving="Boss")
+            client.perspectives.get("agent:py-assistant", serving="Boss")
         assert {c["ref"] for c in ambiguous.value.candidates} == {"person:py-boss-a", "person:py-boss-b"}
-        fact = memory.assert_fact("person:py-boss-a", "knows", "person:py-boss-b")
-        memory.invalidate_fact(fact.fact_id or "", "no")
+        fact = client.facts.assert_("person:py-boss-a", "knows", "person:py-boss-b")
+        client.facts.invalidate(fact.fact_id or "", "no")
         with pytest.raises(Conflict):
-            memory.invalidate_fact(fact.fact_id or "", "no")
+            client.facts.invalidate(fact.fact_id or "", "no")
     with Noumena(api_server.url, "nk_000000000000_wrong") as stranger, pytest.raises(Unauthorized):
-        stranger.find_entities("wang")
-    with Noumena(api_server.url, ADMIN_KEY) as admin:
-        scoped = admin.create_key("pyclient", agents=["agent:py-assistant"]).key
+        stranger.entities.find("wang")
+    with Noumena(api_server.url, ADMIN_KEY) as operator:
+        scoped = operator.admin.create_key("pyclient", agents=["agent:py-assistant"]).key
     with Noumena(api_server.url, scoped) as assistant, pytest.raises(Forbidden) as forbidden:
-        assistant.find_entities()  # (listing every entity needs a tenant-wide key)
+        assistant.entities.find()  # (listing every entity needs a tenant-wide key)
     assert forbidden.value.field == "Authorization"
 
 
 def test_the_async_client_does_the_same(api_server: Server, keys: dict[str, str]) -> None:  # noqa: F811
     async def story() -> dict[str, Any]:
-        async with AsyncNoumena(api_server.url, keys["tenant"]) as memory:
-            await memory.register_entity("person:py-zhao", "Zhao Min", aliases=["赵总"])
-            fact = await memory.assert_fact("person:py-zhao", "knows", "person:py-wang")
-            position = memory.last_position
-            found = await memory.find_entities("赵总")
-            history = await memory.get_fact(fact.fact_id or "")
+        async with AsyncNoumena(api_server.url, keys["tenant"]) as client:
+            await client.entities.register("person:py-zhao", "Zhao Min", aliases=["赵总"])
+            fact = await client.facts.assert_("person:py-zhao", "knows", "person:py-wang")
+            position = client.last_position
+            found = await client.entities.find("赵总")
+            history = await client.facts.get(fact.fact_id or "")
             try:
-                await memory.get_entity("person:py-nobody")
+                await client.entities.get("person:py-nobody")
             except NotFound as error:
                 missing = error
             return {"position": position, "fact": fact, "found": found, "history": history, "missing": missing}
@@ -148,10 +145,23 @@ def test_the_async_client_does_the_same(api_server: Server, keys: dict[str, str]
     assert seen["missing"].status == 404
 
 
-def test_the_async_client_is_generated_from_the_sync_one() -> None:
-    checked = subprocess.run([sys.executable, "clients/python/scripts/unasync.py", "--check"], cwd=ROOT,
-                             capture_output=True, text=True)
-    assert checked.returncode == 0, checked.stderr
+def test_both_clients_have_the_same_groups_and_operations_one_definition_each() -> None:
+    sync, asynchronous = Noumena("http://127.0.0.1:9"), AsyncNoumena("http://127.0.0.1:9")
+    groups = {name: type(group) for name, group in vars(sync).items() if not name.startswith("_")
+              and hasattr(group, "_send")}
+    assert set(groups) == {"events", "entities", "facts", "graph", "perspectives", "memory", "search", "contexts",
+                           "sessions", "admin", "operations"}
+    for name, group in groups.items():
+        assert type(getattr(asynchronous, name)) is group  # the same class: each operation is defined once
+        public = [n for n in vars(group) if not n.startswith("_")]
+        assert public and len(public) <= 15
+        for operation in public:
+            sent = getattr(getattr(asynchronous, name), operation)
+            assert sent.__doc__ and sent.__doc__ == getattr(getattr(sync, name), operation).__doc__
+    answered = asynchronous.operations.healthz()  # (nothing listens on port 9: the coroutine is not awaited)
+    assert asyncio.iscoroutine(answered)
+    answered.close()
+    sync.close()
 
 
 class _StandIn(BaseHTTPRequestHandler):
@@ -190,8 +200,8 @@ def stand_in() -> Iterator[tuple[str, type[_StandIn]]]:
 def test_503_then_200_is_retried_after_retry_after(stand_in: tuple[str, type[_StandIn]]) -> None:
     url, handler = stand_in
     handler.script = [(503, {"Retry-After": "1"})]
-    with Noumena(url, "nk_x") as memory:
-        found = memory.find_entities("li")
+    with Noumena(url, "nk_x") as client:
+        found = client.entities.find("li")
     assert found.data[0].ref == "person:li" and len(handler.seen) == 2
     assert handler.seen[1][0] - handler.seen[0][0] >= 0.95  # waited as told
 
@@ -200,16 +210,16 @@ def test_429_is_retried_too_and_a_lasting_503_is_raised_once_retries_are_spent(
         stand_in: tuple[str, type[_StandIn]]) -> None:
     url, handler = stand_in
     handler.script = [(429, {"Retry-After": "0"}), (429, {"Retry-After": "0"})]
-    with Noumena(url, "nk_x") as memory:
-        assert memory.find_entities("li").count == 1 and len(handler.seen) == 3
+    with Noumena(url, "nk_x") as client:
+        assert client.entities.find("li").count == 1 and len(handler.seen) == 3
     handler.seen.clear()
     handler.script = [(503, {"Retry-After": "0"})] * 3
-    with Noumena(url, "nk_x", retries=2) as memory, pytest.raises(Unavailable) as unavailable:
-        memory.find_entities("li")
+    with Noumena(url, "nk_x", retries=2) as client, pytest.raises(Unavailable) as unavailable:
+        client.entities.find("li")
     assert len(handler.seen) == 3 and unavailable.value.detail == "try later"
     handler.script = [(429, {})]
-    with Noumena(url, "nk_x", retries=0) as memory, pytest.raises(RateLimited):
-        memory.find_entities("li")
+    with Noumena(url, "nk_x", retries=0) as client, pytest.raises(RateLimited):
+        client.entities.find("li")
 
 
 class _RoundRobin(httpx.BaseTransport):
@@ -240,16 +250,16 @@ def test_read_your_writes_across_two_replicas(tmp_path: Path) -> None:
     try:
         b = start_server(tmp_path / "b", **shared)
         try:
-            with Noumena(a.url, ADMIN_KEY) as admin:
-                admin.create_tenant("rywc")
-                key = admin.create_key("rywc").key
+            with Noumena(a.url, ADMIN_KEY) as operator:
+                operator.admin.create_tenant("rywc")
+                key = operator.admin.create_key("rywc").key
             balancer = _RoundRobin([a.url, b.url])
             http = httpx.Client(base_url=a.url, headers={"Authorization": f"Bearer {key}"}, transport=balancer)
-            with Noumena(a.url, http=http) as memory:
+            with Noumena(a.url, http=http) as client:
                 for i in range(6):  # each write to one replica, each read from the other
-                    written = memory.register_entity(f"person:ryw-{i}", f"Replica Person {i}")
-                    assert memory.get_entity(f"person:ryw-{i}").label == f"Replica Person {i}"
-                    assert written.position == memory.last_position
+                    written = client.entities.register(f"person:ryw-{i}", f"Replica Person {i}")
+                    assert client.entities.get(f"person:ryw-{i}").label == f"Replica Person {i}"
+                    assert written.position == client.last_position
             assert balancer.sent == 12
         finally:
             stop_server(b)

@@ -1,5 +1,5 @@
-"""noumena's HTTP API from Python: `Noumena` (sync) and `AsyncNoumena` (async), typed answers (`models`),
-problems as exceptions (`errors`)."""
+"""noumena's HTTP API from Python: `Noumena` (sync) and `AsyncNoumena` (async), one resource group per OpenAPI
+tag (`memory.facts.assert_(...)`), typed answers (`models`), problems as exceptions (`errors`)."""
 
 from noumena_client import errors, models
 from noumena_client.aio import AsyncNoumena

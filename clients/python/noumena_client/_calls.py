@@ -6,7 +6,7 @@ from __future__ import annotations
 import email.utils
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -14,11 +14,13 @@ from pydantic import BaseModel
 from noumena_client.errors import problem_for
 
 RETRIED = (429, 503)
+T = TypeVar("T")
 
 
 @dataclass
-class Call:
-    """One HTTP call: `read` calls carry `min_position` (read-your-writes), `write` calls update it."""
+class Call(Generic[T]):
+    """One HTTP call answering a `T`: `read` calls carry `min_position` (read-your-writes), `write` calls update
+    it."""
 
     method: str
     path: str
@@ -34,13 +36,18 @@ class Call:
     accept_503: bool = False
     """A 503 is an answer, not an error (readiness)."""
 
+    @property
+    def request(self) -> dict[str, Any]:
+        """The arguments of httpx's `request` that send it."""
+        return {"method": self.method, "url": self.path, "params": self.params or None, "json": self.json}
+
 
 def clean(values: dict[str, Any]) -> dict[str, Any]:
     """The values that were given (None means: leave it to the server's default)."""
     return {k: v for k, v in values.items() if v is not None}
 
 
-def with_position(call: Call, position: int | None) -> Call:
+def with_position(call: Call[T], position: int | None) -> Call[T]:
     """The call carrying `min_position` (the caller's own, else the last write's)."""
     if not call.read or position is None:
         return call
@@ -65,7 +72,7 @@ def retry_delay(response: httpx.Response, attempt: int, longest: float) -> float
     return max(0.0, min(delay, longest))
 
 
-def answer(call: Call, response: httpx.Response) -> Any:
+def answer(call: Call[Any], response: httpx.Response) -> Any:
     """The answer as its model (or text, or JSON); a problem as its exception."""
     if response.status_code >= 400 and not (call.accept_503 and response.status_code == 503):
         try:

@@ -1,7 +1,8 @@
 // noumena's HTTP API from TypeScript: fetch-based, no runtime dependency, types generated from the OpenAPI document
 // (src/schema.ts, by openapi-typescript: `npm run generate` after clients/typescript/scripts/openapi.py).
-// One method per operationId. Read-your-writes: the last write's position is sent as `min_position` by every later
-// read. 503 and 429 are retried after their Retry-After. A problem document is thrown as a ProblemError subclass.
+// One group per OpenAPI tag, one method per operation (`client.entities.find`). Read-your-writes: the last write's
+// position is sent as `min_position` by every later read. 503 and 429 are retried after their Retry-After. A problem
+// document is thrown as a ProblemError subclass.
 
 import type { components, operations } from "./schema.js";
 
@@ -116,10 +117,191 @@ export function retryDelay(headers: Headers, attempt: number, longest: number): 
   return Math.max(0, Math.min(delay, longest));
 }
 
+type Send = <T>(call: Call) => Promise<T>;
+
+/** The operations of one OpenAPI tag, sent through the client that holds the group. */
+class Group {
+  constructor(protected readonly send: Send) {}
+}
+
+export class Events extends Group {
+  /** Write a batch of wire-format envelopes, all or nothing (POST /v1/events). */
+  ingest(events: Body<"ingestEvents">["events"]): Promise<Answer<"ingestEvents">> {
+    return this.send({ method: "POST", path: "/v1/events", body: { events }, write: true });
+  }
+}
+
+export class Entities extends Group {
+  /** Register an entity, or update its label and aliases (POST /v1/entities). */
+  register(entity: Loose<Body<"registerEntity">, "aliases" | "hub">): Promise<Answer<"registerEntity">> {
+    return this.send({ method: "POST", path: "/v1/entities", body: entity, write: true });
+  }
+
+  /** Entities a name may mean, best first; without `q`, every entity (GET /v1/entities). */
+  find(query: Query<"findEntities"> = {}): Promise<EntitiesFound> {
+    return this.send({ method: "GET", path: "/v1/entities", query, read: true });
+  }
+
+  /** One entity as it is now (GET /v1/entities/{ref}). */
+  get(ref: string, query: Query<"getEntity"> = {}): Promise<Entity> {
+    return this.send({ method: "GET", path: `/v1/entities/${ref.split("/").map(enc).join("/")}`, query,
+                       read: true });
+  }
+}
+
+export class Facts extends Group {
+  /** Assert `subject -relation-> object` (POST /v1/facts). */
+  assert(fact: Loose<Body<"assertFact">, "scope">): Promise<Answer<"assertFact">> {
+    return this.send({ method: "POST", path: "/v1/facts", body: fact, write: true });
+  }
+
+  /** End a current fact, kept in history (POST /v1/facts/{fact_id}/invalidate). */
+  invalidate(factId: string, body: Body<"invalidateFact">): Promise<Answer<"invalidateFact">> {
+    return this.send({ method: "POST", path: `/v1/facts/${enc(factId)}/invalidate`, body, write: true });
+  }
+
+  /** A fact now, every version, every change (GET /v1/facts/{fact_id}). */
+  get(factId: string, query: Query<"getFact"> = {}): Promise<Answer<"getFact">> {
+    return this.send({ method: "GET", path: `/v1/facts/${enc(factId)}`, query, read: true });
+  }
+}
+
+export class Graph extends Group {
+  /** The facts believed at `recorded_at`, holding at `valid_at`, paged (GET /v1/graph). */
+  get(query: Query<"getGraph"> = {}): Promise<Answer<"getGraph">> {
+    return this.send({ method: "GET", path: "/v1/graph", query, read: true });
+  }
+}
+
+export class Perspectives extends Group {
+  /** What an agent sees (GET /v1/perspectives); refs or names. */
+  get(query: Omit<Query<"getPerspective">, "format">): Promise<Perspective> {
+    return this.send({ method: "GET", path: "/v1/perspectives", query: { ...query, format: "json" }, read: true });
+  }
+
+  /** Only the context block of a perspective, as markdown. */
+  markdown(query: Omit<Query<"getPerspective">, "format">): Promise<string> {
+    return this.send({ method: "GET", path: "/v1/perspectives", query: { ...query, format: "markdown" }, read: true,
+                       text: true });
+  }
+
+  /** The same standpoint one hop deeper (POST /v1/perspectives/{id}/deepen). */
+  deepen(perspectiveId: string, query: Omit<Query<"deepenPerspective">, "format"> = {}): Promise<Perspective> {
+    return this.send({ method: "POST", path: `/v1/perspectives/${enc(perspectiveId)}/deepen`,
+                       query: { ...query, format: "json" }, read: true });
+  }
+
+  /** Inputs, parameters and outputs of a served perspective (GET /v1/perspectives/{id}/explain). */
+  explain(perspectiveId: string): Promise<Answer<"explainPerspective">> {
+    return this.send({ method: "GET", path: `/v1/perspectives/${enc(perspectiveId)}/explain` });
+  }
+}
+
+export class Memory extends Group {
+  /** Facts about a subject, nearest memory tier first (POST /v1/memory/recall). */
+  recall(body: Loose<Body<"recall">, "deeper">): Promise<Answer<"recall">> {
+    return this.send({ method: "POST", path: "/v1/memory/recall", body, read: true, write: true,
+                       bodyPosition: true });
+  }
+
+  /** Record that an agent used these facts (POST /v1/memory/used). */
+  markUsed(body: Body<"markUsed">): Promise<Answer<"markUsed">> {
+    return this.send({ method: "POST", path: "/v1/memory/used", body, write: true });
+  }
+
+  /** Really delete what is known about a subject (POST /v1/forget). */
+  forget(subject: string): Promise<Answer<"forget">> {
+    return this.send({ method: "POST", path: "/v1/forget", body: { subject }, write: true });
+  }
+}
+
+export class Search extends Group {
+  /** Facts and turns matching a query by content (POST /v1/search). */
+  run(body: Loose<Body<"search">, "about" | "k" | "record">): Promise<Answer<"search">> {
+    return this.send({ method: "POST", path: "/v1/search", body, read: true, bodyPosition: true });
+  }
+
+  /** The evidence of a served search (GET /v1/searches/{id}/explain). */
+  explain(searchId: string): Promise<Answer<"explainSearch">> {
+    return this.send({ method: "GET", path: `/v1/searches/${enc(searchId)}/explain` });
+  }
+}
+
+export class Contexts extends Group {
+  /** The budgeted context block of a main session (POST /v1/sessions/{id}/context). */
+  assemble(sessionId: string, body: Body<"assembleContext"> = {}): Promise<Answer<"assembleContext">> {
+    return this.send({ method: "POST", path: `/v1/sessions/${enc(sessionId)}/context`, body, read: true,
+                       bodyPosition: true });
+  }
+
+  /** The evidence of a served context (GET /v1/contexts/{id}/explain). */
+  explain(contextId: string): Promise<Answer<"explainContext">> {
+    return this.send({ method: "GET", path: `/v1/contexts/${enc(contextId)}/explain` });
+  }
+}
+
+export class Sessions extends Group {
+  /** A main session and the workers it dispatched (GET /v1/sessions/{id}/workers). */
+  workers(sessionId: string, query: Query<"listWorkers"> = {}): Promise<Answer<"listWorkers">> {
+    return this.send({ method: "GET", path: `/v1/sessions/${enc(sessionId)}/workers`, query, read: true });
+  }
+}
+
+/** With the admin key. */
+export class Admin extends Group {
+  /** Create a tenant (POST /v1/admin/tenants). */
+  createTenant(body: Loose<Body<"createTenant">, "display_name">): Promise<Answer<"createTenant">> {
+    return this.send({ method: "POST", path: "/v1/admin/tenants", body, write: true });
+  }
+
+  /** Issue an API key, shown once (POST /v1/admin/keys). */
+  createKey(body: Loose<Body<"createKey">, "label" | "agents">): Promise<Answer<"createKey">> {
+    return this.send({ method: "POST", path: "/v1/admin/keys", body });
+  }
+
+  /** The keys issued, never the keys (GET /v1/admin/keys). */
+  listKeys(query: Query<"listKeys"> = {}): Promise<Answer<"listKeys">> {
+    return this.send({ method: "GET", path: "/v1/admin/keys", query });
+  }
+
+  /** Revoke a key (DELETE /v1/admin/keys/{key_id}). */
+  revokeKey(keyId: string): Promise<Answer<"revokeKey">> {
+    return this.send({ method: "DELETE", path: `/v1/admin/keys/${enc(keyId)}` });
+  }
+}
+
+export class Operations extends Group {
+  /** Liveness (GET /healthz). */
+  healthz(): Promise<Record<string, string>> {
+    return this.send({ method: "GET", path: "/healthz" });
+  }
+
+  /** Readiness, ready or not (GET /readyz: a 503 is answered, not thrown). */
+  readyz(): Promise<Record<string, unknown>> {
+    return this.send({ method: "GET", path: "/readyz", accept503: true });
+  }
+
+  /** Prometheus text (GET /metrics). */
+  metrics(): Promise<string> {
+    return this.send({ method: "GET", path: "/metrics", text: true });
+  }
+}
+
 export class Noumena {
   readonly baseUrl: string;
   readonly retries: number;
   readonly longestWait: number;
+  readonly events: Events;
+  readonly entities: Entities;
+  readonly facts: Facts;
+  readonly graph: Graph;
+  readonly perspectives: Perspectives;
+  readonly memory: Memory;
+  readonly search: Search;
+  readonly contexts: Contexts;
+  readonly sessions: Sessions;
+  readonly admin: Admin;
+  readonly operations: Operations;
   private readonly apiKey?: string;
   private readonly fetcher: typeof fetch;
   private position: number | null = null;
@@ -130,6 +312,18 @@ export class Noumena {
     this.retries = options.retries ?? 3;
     this.longestWait = options.longestWait ?? 30;
     this.fetcher = options.fetch ?? fetch;
+    const send: Send = (call) => this.send(call);
+    this.events = new Events(send);
+    this.entities = new Entities(send);
+    this.facts = new Facts(send);
+    this.graph = new Graph(send);
+    this.perspectives = new Perspectives(send);
+    this.memory = new Memory(send);
+    this.search = new Search(send);
+    this.contexts = new Contexts(send);
+    this.sessions = new Sessions(send);
+    this.admin = new Admin(send);
+    this.operations = new Operations(send);
   }
 
   /** The log position of the latest write this client made (sent as `min_position` by reads). */
@@ -175,154 +369,5 @@ export class Noumena {
       if (call.write) this.rememberPosition((result as { position?: number | null }).position);
       return result;
     }
-  }
-
-  // ---------------------------------------------------------------- writes
-
-  /** Write a batch of wire-format envelopes, all or nothing (POST /v1/events). */
-  ingestEvents(events: Body<"ingestEvents">["events"]): Promise<Answer<"ingestEvents">> {
-    return this.send({ method: "POST", path: "/v1/events", body: { events }, write: true });
-  }
-
-  /** Register an entity, or update its label and aliases (POST /v1/entities). */
-  registerEntity(entity: Loose<Body<"registerEntity">, "aliases" | "hub">): Promise<Answer<"registerEntity">> {
-    return this.send({ method: "POST", path: "/v1/entities", body: entity, write: true });
-  }
-
-  /** Assert `subject -relation-> object` (POST /v1/facts). */
-  assertFact(fact: Loose<Body<"assertFact">, "scope">): Promise<Answer<"assertFact">> {
-    return this.send({ method: "POST", path: "/v1/facts", body: fact, write: true });
-  }
-
-  /** End a current fact, kept in history (POST /v1/facts/{fact_id}/invalidate). */
-  invalidateFact(factId: string, body: Body<"invalidateFact">): Promise<Answer<"invalidateFact">> {
-    return this.send({ method: "POST", path: `/v1/facts/${enc(factId)}/invalidate`, body, write: true });
-  }
-
-  /** Record that an agent used these facts (POST /v1/memory/used). */
-  markUsed(body: Body<"markUsed">): Promise<Answer<"markUsed">> {
-    return this.send({ method: "POST", path: "/v1/memory/used", body, write: true });
-  }
-
-  /** Really delete what is known about a subject (POST /v1/forget). */
-  forget(subject: string): Promise<Answer<"forget">> {
-    return this.send({ method: "POST", path: "/v1/forget", body: { subject }, write: true });
-  }
-
-  // ---------------------------------------------------------------- reads
-
-  /** Entities a name may mean, best first; without `q`, every entity (GET /v1/entities). */
-  findEntities(query: Query<"findEntities"> = {}): Promise<EntitiesFound> {
-    return this.send({ method: "GET", path: "/v1/entities", query, read: true });
-  }
-
-  /** One entity as it is now (GET /v1/entities/{ref}). */
-  getEntity(ref: string, query: Query<"getEntity"> = {}): Promise<Entity> {
-    return this.send({ method: "GET", path: `/v1/entities/${ref.split("/").map(enc).join("/")}`, query,
-                       read: true });
-  }
-
-  /** A fact now, every version, every change (GET /v1/facts/{fact_id}). */
-  getFact(factId: string, query: Query<"getFact"> = {}): Promise<Answer<"getFact">> {
-    return this.send({ method: "GET", path: `/v1/facts/${enc(factId)}`, query, read: true });
-  }
-
-  /** The facts believed at `recorded_at`, holding at `valid_at`, paged (GET /v1/graph). */
-  getGraph(query: Query<"getGraph"> = {}): Promise<Answer<"getGraph">> {
-    return this.send({ method: "GET", path: "/v1/graph", query, read: true });
-  }
-
-  /** What an agent sees (GET /v1/perspectives); refs or names. */
-  getPerspective(query: Omit<Query<"getPerspective">, "format">): Promise<Perspective> {
-    return this.send({ method: "GET", path: "/v1/perspectives", query: { ...query, format: "json" }, read: true });
-  }
-
-  /** Only the context block of a perspective, as markdown. */
-  getPerspectiveMarkdown(query: Omit<Query<"getPerspective">, "format">): Promise<string> {
-    return this.send({ method: "GET", path: "/v1/perspectives", query: { ...query, format: "markdown" }, read: true,
-                       text: true });
-  }
-
-  /** The same standpoint one hop deeper (POST /v1/perspectives/{id}/deepen). */
-  deepenPerspective(perspectiveId: string, query: Omit<Query<"deepenPerspective">, "format"> = {}
-  ): Promise<Perspective> {
-    return this.send({ method: "POST", path: `/v1/perspectives/${enc(perspectiveId)}/deepen`,
-                       query: { ...query, format: "json" }, read: true });
-  }
-
-  /** Inputs, parameters and outputs of a served perspective (GET /v1/perspectives/{id}/explain). */
-  explainPerspective(perspectiveId: string): Promise<Answer<"explainPerspective">> {
-    return this.send({ method: "GET", path: `/v1/perspectives/${enc(perspectiveId)}/explain` });
-  }
-
-  /** Facts about a subject, nearest memory tier first (POST /v1/memory/recall). */
-  recall(body: Loose<Body<"recall">, "deeper">): Promise<Answer<"recall">> {
-    return this.send({ method: "POST", path: "/v1/memory/recall", body, read: true, write: true,
-                       bodyPosition: true });
-  }
-
-  /** Facts matching a query by content (POST /v1/search). */
-  search(body: Loose<Body<"search">, "about" | "k" | "record">): Promise<Answer<"search">> {
-    return this.send({ method: "POST", path: "/v1/search", body, read: true, bodyPosition: true });
-  }
-
-  /** The evidence of a served search (GET /v1/searches/{id}/explain). */
-  explainSearch(searchId: string): Promise<Answer<"explainSearch">> {
-    return this.send({ method: "GET", path: `/v1/searches/${enc(searchId)}/explain` });
-  }
-
-  /** A main session and the workers it dispatched (GET /v1/sessions/{id}/workers). */
-  listWorkers(sessionId: string, query: Query<"listWorkers"> = {}): Promise<Answer<"listWorkers">> {
-    return this.send({ method: "GET", path: `/v1/sessions/${enc(sessionId)}/workers`, query, read: true });
-  }
-
-  /** The budgeted context block of a main session (POST /v1/sessions/{id}/context). */
-  assembleContext(sessionId: string, body: Body<"assembleContext"> = {}): Promise<Answer<"assembleContext">> {
-    return this.send({ method: "POST", path: `/v1/sessions/${enc(sessionId)}/context`, body, read: true,
-                       bodyPosition: true });
-  }
-
-  /** The evidence of a served context (GET /v1/contexts/{id}/explain). */
-  explainContext(contextId: string): Promise<Answer<"explainContext">> {
-    return this.send({ method: "GET", path: `/v1/contexts/${enc(contextId)}/explain` });
-  }
-
-  // ---------------------------------------------------------------- admin (the admin key)
-
-  /** Create a tenant (POST /v1/admin/tenants). */
-  createTenant(body: Loose<Body<"createTenant">, "display_name">): Promise<Answer<"createTenant">> {
-    return this.send({ method: "POST", path: "/v1/admin/tenants", body, write: true });
-  }
-
-  /** Issue an API key, shown once (POST /v1/admin/keys). */
-  createKey(body: Loose<Body<"createKey">, "label" | "agents">): Promise<Answer<"createKey">> {
-    return this.send({ method: "POST", path: "/v1/admin/keys", body });
-  }
-
-  /** The keys issued, never the keys (GET /v1/admin/keys). */
-  listKeys(query: Query<"listKeys"> = {}): Promise<Answer<"listKeys">> {
-    return this.send({ method: "GET", path: "/v1/admin/keys", query });
-  }
-
-  /** Revoke a key (DELETE /v1/admin/keys/{key_id}). */
-  revokeKey(keyId: string): Promise<Answer<"revokeKey">> {
-    return this.send({ method: "DELETE", path: `/v1/admin/keys/${enc(keyId)}` });
-  }
-
-  // ---------------------------------------------------------------- operations
-
-  /** Liveness (GET /healthz). */
-  healthz(): Promise<Record<string, string>> {
-    return this.send({ method: "GET", path: "/healthz" });
-  }
-
-  /** Readiness, ready or not (GET /readyz: a 503 is answered, not thrown). */
-  readyz(): Promise<Record<string, unknown>> {
-    return this.send({ method: "GET", path: "/readyz", accept503: true });
-  }
-
-  /** Prometheus text (GET /metrics). */
-  metrics(): Promise<string> {
-    return this.send({ method: "GET", path: "/metrics", text: true });
   }
 }
