@@ -51,12 +51,12 @@ demo: install
 	$(BIN)/noumena demo
 
 services:
-	infra/postgres.sh start
-	infra/kafka.sh start
+	infra/scripts/postgres.sh start
+	infra/scripts/kafka.sh start
 
 services-stop:
-	-infra/kafka.sh stop
-	-infra/postgres.sh stop
+	-infra/scripts/kafka.sh stop
+	-infra/scripts/postgres.sh stop
 
 test: install services chromium
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest -p no:cacheprovider

@@ -33,7 +33,7 @@ from api.routes import (
 )
 from domain.application.wire import envelope_schema
 from domain.ports import PerspectiveEngine
-from infra.api_keys import ApiKeyStore
+from infra.adapters.api_keys import ApiKeyStore
 from infra.bootstrap import Noumena, serve
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.problems import ApiProblem
 from domain.access import Caller
 from domain.application.use_cases import Application
-from infra.api_keys import ApiKeyStore, admin_key_matches
+from infra.adapters.api_keys import ApiKeyStore, admin_key_matches
 from infra.settings import Settings
 
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer nk_...` (a tenant's API key) or the"

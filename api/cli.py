@@ -12,7 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from api.cli_support import application, console, errors
 from domain.errors import NoumenaError
-from infra.process_tuning import tune_collector_for_a_long_lived_heap
+from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap
 
 app = typer.Typer(help="noumena: event-sourced memory for AI agents.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -23,7 +23,7 @@ app.add_typer(tenant_app, name="tenant")
 @app.command()
 def demo() -> None:
     """Build the seed's story in a fresh temporary store and show what was believed when."""
-    from api.demo import run_demo
+    from demo.run import run_demo
 
     run_demo(console)
 

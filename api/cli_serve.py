@@ -37,7 +37,7 @@ def serve(
     if not settings.admin_key.get_secret_value():
         errors.print("[yellow]warning:[/] no NOUMENA_ADMIN_KEY: the /v1/admin routes refuse every request"
                      " (development mode); create keys with `noumena keys create --tenant T`")
-    from infra.embedders import embedder_from
+    from infra.adapters.embedders import embedder_from
 
     embedder_from(settings)  # a broken embedder setting is refused now, naming the setting, not at the first search
     noumena = bootstrap(settings)
@@ -62,7 +62,7 @@ def keys_create(
     for name in agent or []:
         if not (name.startswith("agent:") and REF_PATTERN.fullmatch(name)):
             _fail(f"--agent {name!r} is not an agent ref (agent:<id>)")
-    from infra.api_keys import ApiKeyStore
+    from infra.adapters.api_keys import ApiKeyStore
     from infra.bootstrap import bootstrap
 
     noumena = bootstrap()
@@ -80,7 +80,7 @@ def keys_create(
 def keys_list(tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None
               ) -> None:
     """The keys issued: ids, tenants, labels (never the keys)."""
-    from infra.api_keys import ApiKeyStore
+    from infra.adapters.api_keys import ApiKeyStore
     from infra.settings import Settings
 
     table = Table("key id", "tenant", "label", "created", "acts as")
@@ -93,7 +93,7 @@ def keys_list(tenant: Annotated[str | None, typer.Option("--tenant", help="Only 
 @keys_app.command("revoke")
 def keys_revoke(key_id: str) -> None:
     """Revoke a key: a running server refuses it from its next request."""
-    from infra.api_keys import ApiKeyStore, UnknownApiKey
+    from infra.adapters.api_keys import ApiKeyStore, UnknownApiKey
     from infra.settings import Settings
 
     try:

@@ -370,7 +370,7 @@ def run_stdio(key: str) -> None:
     """Serve MCP over stdin/stdout for the tenant of `key`."""
     import sys
 
-    from infra.api_keys import ApiKeyStore
+    from infra.adapters.api_keys import ApiKeyStore
     from infra.bootstrap import bootstrap
 
     noumena = bootstrap()

@@ -1,8 +1,8 @@
 """Request metrics of the HTTP API, with `prometheus_client`.
 
 Every metric noumena exports lives in prometheus_client's default registry (`REGISTRY`): these, the Kafka
-consumer's (`consumers/metrics.py`) and the event log's (`infra/eventlog.py`). The API serves the whole registry
-at `/metrics` (`render`); `noumena consume --metrics-port` serves it with prometheus_client's own server.
+consumer's (`consumers/metrics.py`) and the event log's (`infra/adapters/eventlog.py`). The API serves the whole
+registry at `/metrics` (`render`); `noumena consume --metrics-port` serves it with prometheus_client's own server.
 """
 
 from __future__ import annotations

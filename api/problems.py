@@ -32,7 +32,7 @@ from domain.errors import (
     UnknownFact,
     UnknownPerspective,
 )
-from infra.api_keys import UnknownApiKey
+from infra.adapters.api_keys import UnknownApiKey
 
 log = logging.getLogger(__name__)
 PROBLEM_TYPE = "https://noumena.dev/problems/"

@@ -77,7 +77,7 @@ class BatchReport:
 
 def is_transient(error: BaseException) -> bool:
     """Failures of infrastructure (broker, store, network): retry the batch later, never dead-letter it. The event
-    log's adapter raises every failure of the store as an InfrastructureError (infra/eventlog.py)."""
+    log's adapter raises every failure of the store as an InfrastructureError (infra/adapters/eventlog.py)."""
     from kafka.errors import KafkaError
 
     return isinstance(error, InfrastructureError | KafkaError | OSError)

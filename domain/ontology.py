@@ -77,8 +77,8 @@ class Ontology:
     """Everything the rules need to know about one tenant, folded from its events in log order.
 
     The big maps and the set of seen event ids may be any mutable mapping or set: a state loaded from a snapshot
-    has ones that read their entries from it on demand (infra/lazy_state.py), so the rules look keys up and iterate
-    a whole map only where they must."""
+    has ones that read their entries from it on demand (infra/adapters/lazy_state.py), so the rules look keys up and
+    iterate a whole map only where they must."""
 
     tenant: str
     exists: bool = False

@@ -83,7 +83,7 @@ class EventLog(Protocol):
 
 class StateSnapshots(Protocol):
     """Snapshots of a tenant's folded state (the `Ontology` its rules decide on), so that a process starts from
-    the latest one plus the log's tail instead of folding the whole log (infra/state_snapshots.py)."""
+    the latest one plus the log's tail instead of folding the whole log (infra/adapters/state_snapshots.py)."""
 
     every: int
     """How many events a snapshot may lag the state it was taken from before a new one is taken (0: never)."""
@@ -132,7 +132,7 @@ class StateSnapshots(Protocol):
 class TenantWriteLocks(Protocol):
     """Serializes the writers of one tenant across processes (a PostgreSQL advisory lock per tenant): a writer
     holding a tenant's lock decides on the log as it is and appends without a version conflict, and writers that
-    wait are served in turn, so none starves behind another's tight loop (infra/writer_locks.py)."""
+    wait are served in turn, so none starves behind another's tight loop (infra/adapters/writer_locks.py)."""
 
     def acquire(self, tenant: str, wait: bool = True) -> bool:
         """Take the tenant's lock for this thread (re-entrant). With `wait`, block until it is free (raise
@@ -184,7 +184,7 @@ class KeyStore(Protocol):
 
 
 class Embedder(Protocol):
-    """Turns texts into vectors for semantic search. Implemented in infra/embedders.py (numpy stays out of the
+    """Turns texts into vectors for semantic search. Implemented in infra/adapters/embedders.py (numpy stays out of the
     domain, hence `Any`)."""
 
     name: str
@@ -200,7 +200,7 @@ class Embedder(Protocol):
 
 
 class PerspectiveEngine(Protocol):
-    """Computes what a viewer sees (projections/perspectives.py behind infra/perspective_engine.py). It only
+    """Computes what a viewer sees (projections/perspectives.py behind infra/runtime/perspective_engine.py). It only
     computes: recording the recall a perspective causes and keeping its evidence are the application's side
     effects."""
 
@@ -224,8 +224,8 @@ class PerspectiveEngine(Protocol):
 
 
 class ContextEngine(Protocol):
-    """Assembles a main session's context block (projections/contexts.py behind infra/context_engine.py); computes
-    only."""
+    """Assembles a main session's context block (projections/contexts.py behind infra/runtime/context_engine.py);
+    computes only."""
 
     def context(self, tenant: str, session_id: str, message: str | None, budget_tokens: int | None) -> Context:
         """Assemble (no write, no evidence)."""
@@ -237,7 +237,7 @@ class ContextEngine(Protocol):
 
 
 class SearchEngine(Protocol):
-    """Recall by content (projections/searches.py behind infra/search_engine.py): BM25 and embeddings fused with
+    """Recall by content (projections/searches.py behind infra/runtime/search_engine.py): BM25 and embeddings fused with
     the viewer's activation, within what the viewer may see; computes only."""
 
     def search(self, tenant: str, agent: str, query: str, serving: str | None = None, session_id: str | None = None,
@@ -245,7 +245,7 @@ class SearchEngine(Protocol):
 
 
 class EvidenceStore(Protocol):
-    """What `explain` shows about served reads, bounded in size and age (infra/evidence.py). Lookups are scoped
+    """What `explain` shows about served reads, bounded in size and age (infra/adapters/evidence.py). Lookups are scoped
     to a tenant (None: an operator's look, any tenant) and raise `UnknownServed` for an id not kept."""
 
     def keep(self, served: Perspective | Context | SearchAnswer) -> None: ...
@@ -264,7 +264,7 @@ class EvidenceStore(Protocol):
 
 
 class ReadModel(Protocol):
-    """The read model this process's projector keeps (DuckDB, infra/serving.py): where reads by query go.
+    """The read model this process's projector keeps (DuckDB, infra/runtime/serving.py): where reads by query go.
     Writes nudge it; a read naming a log position waits (bounded) until it has applied that position."""
 
     position: int

@@ -25,18 +25,18 @@ from domain.application.recall_buffer import RecallBuffer
 from domain.application.use_cases import Application, ApplicationSettings
 from domain.consolidation import CompositeExtractor, Extractor, StructuredPayloadExtractor
 from domain.ports import PerspectiveEngine
-from infra.context_engine import EngineContexts
-from infra.eventlog import EventsourcingLog
-from infra.evidence import EvidenceStore
-from infra.perspective_engine import EnginePerspectives, build_perspective_engine
-from infra.private import make_private
-from infra.search_engine import EngineSearches
+from infra.adapters.eventlog import EventsourcingLog
+from infra.adapters.evidence import EvidenceStore
+from infra.adapters.state_snapshots import FileStateSnapshots
+from infra.runtime.context_engine import EngineContexts
+from infra.runtime.perspective_engine import EnginePerspectives, build_perspective_engine
+from infra.runtime.private import make_private
+from infra.runtime.search_engine import EngineSearches
 from infra.settings import Settings, for_another_process
-from infra.state_snapshots import FileStateSnapshots
 
 if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
-    from infra.readiness import Warmup
-    from infra.serving import FollowedReadModel, KafkaFollower, ProjectionFollower
+    from infra.runtime.readiness import Warmup
+    from infra.runtime.serving import FollowedReadModel, KafkaFollower, ProjectionFollower
     from projections.source import RawLog
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class ProjectionCopies:
     evidence: EvidenceStore
     worker_settings: Settings | None = None
     """The settings a worker process opens the same stores with; set in a process that serves requests (and whose
-    log another process can open), where the receipt's count runs in that worker process (infra/purge_worker.py,
+    log another process can open), where the receipt's count runs in that worker process (infra/runtime/purge_worker.py,
     at a lower priority), so a forget in one tenant never holds this process's interpreter for a pass over the
     deleted keys' events while other tenants' requests wait for it."""
 
@@ -109,7 +109,7 @@ class ProjectionCopies:
     def events_affected(self, tenant: str | None = None) -> int | None:
         names = sorted(getattr(self.log.keys, "deleted", ()))
         if self.worker_settings is not None and names:
-            from infra.purge_worker import run_worker
+            from infra.runtime.purge_worker import run_worker
 
             try:
                 return int(run_worker(self.worker_settings, count={"tenant": tenant, "names": names})
@@ -172,7 +172,7 @@ def application_reading(noumena: Noumena, follower: ProjectionFollower | None,
                         perspectives: PerspectiveEngine | None = None) -> Application:
     """The application of `noumena` with its reads by query and its perspectives following `follower` (started
     by the caller), or over `perspectives` when given."""
-    from infra.serving import FollowedReadModel
+    from infra.runtime.serving import FollowedReadModel
 
     if perspectives is None:
         perspectives = build_perspective_engine(noumena.log, noumena.settings.home, noumena.clock, follower)
@@ -193,7 +193,7 @@ class Served:
     follower: ProjectionFollower | None
     kafka: KafkaFollower | None
     warmup: Warmup | None = None
-    """Readiness: caught up with the log as it was at start, every index loaded (infra/readiness.py)."""
+    """Readiness: caught up with the log as it was at start, every index loaded (infra/runtime/readiness.py)."""
 
     def stop(self) -> None:
         if self.warmup is not None:
@@ -209,8 +209,8 @@ def serve(noumena: Noumena, *, projector: bool = True, kafka: bool = True,
     """Start the projector in this process (it owns the DuckDB file; reads by query and perspectives follow it)
     and the Kafka consumer when NOUMENA_KAFKA_BOOTSTRAP is set. `perspectives` replaces the perspective engine
     built from the log (benchmarks)."""
-    from infra.readiness import Warmup
-    from infra.serving import KafkaFollower, ProjectionFollower
+    from infra.runtime.readiness import Warmup
+    from infra.runtime.serving import KafkaFollower, ProjectionFollower
 
     follower = ProjectionFollower(noumena.log, noumena.settings) if projector else None
     application = noumena.application
@@ -238,7 +238,7 @@ def session_event_consumer(noumena: Noumena, **options: Any) -> Any:
 def extractor_from(settings: Settings) -> Extractor:
     """The configured extractor: the structured payload, plus an LLM when NOUMENA_EXTRACTOR=llm."""
     if settings.extractor == "llm":
-        from infra.llm_extractor import LLMExtractor
+        from infra.adapters.llm_extractor import LLMExtractor
 
         if not settings.llm_url or not settings.llm_model:
             raise ValueError("NOUMENA_EXTRACTOR=llm needs NOUMENA_LLM_URL and NOUMENA_LLM_MODEL")
@@ -250,7 +250,7 @@ def extractor_from(settings: Settings) -> Extractor:
 
 
 def _embedder(settings: Settings) -> Any:
-    from infra.embedders import embedder_from
+    from infra.adapters.embedders import embedder_from
 
     return embedder_from(settings)
 

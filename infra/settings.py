@@ -154,9 +154,9 @@ class Settings(BaseSettings):
 
     def key_store(self) -> KeyStore | None:
         """The data-key store: its own SQLite file in the home, or tables beside the PostgreSQL event store."""
-        from infra.keys.memory import MemoryKeyStore
-        from infra.keys.postgres import PostgresKeyStore
-        from infra.keys.sqlite import SQLiteKeyStore
+        from infra.adapters.keys.memory import MemoryKeyStore
+        from infra.adapters.keys.postgres import PostgresKeyStore
+        from infra.adapters.keys.sqlite import SQLiteKeyStore
 
         if not self.encrypt_content:
             return None
@@ -175,7 +175,7 @@ class Settings(BaseSettings):
         """Writer locks per tenant across processes: on PostgreSQL (SQLite's writers retry on a conflict)."""
         if self.event_store != "postgres":
             return None
-        from infra.writer_locks import PostgresTenantWriteLocks
+        from infra.adapters.writer_locks import PostgresTenantWriteLocks
 
         return PostgresTenantWriteLocks(self.pg_connect_kwargs(), self.pg_schema, self.write_lock_wait_seconds)
 
@@ -222,7 +222,7 @@ def admin_key_bits(key: str) -> float:
 
 def for_another_process(settings: Settings) -> dict[str, object]:
     """`settings` as JSON values, secrets included, for a worker process that opens the same stores (it is handed
-    them through a pipe: infra/purge_worker.py, infra/state_snapshotter.py)."""
+    them through a pipe: infra/runtime/purge_worker.py, infra/runtime/state_snapshotter.py)."""
     values: dict[str, object] = {}
     for name in type(settings).model_fields:
         value = getattr(settings, name)

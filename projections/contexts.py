@@ -6,7 +6,7 @@ layers out with domain/context.py. Per tenant it keeps, following the tenant's s
 find mentions and an index of constraint facts by entity; per session, the summary reduction tree.
 
 Nothing here writes: the application records the recall a context causes (`shown_clearly`) and keeps its evidence
-(infra/evidence.py: the request, the parameters, the tenant stream version the session was read at, the
+(infra/adapters/evidence.py: the request, the parameters, the tenant stream version the session was read at, the
 perspective with its own log position, the focus, every block with its ids, what was cut). `reproduce` folds the
 log back to those positions and assembles again.
 """

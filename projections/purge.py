@@ -56,7 +56,7 @@ def rewrite_exports(home: Path, snapshot: Path) -> list[Path]:
 
 
 def build_purged(log: RawLog, home: Path, out: Path, batch_size: int) -> int:
-    """For a running projector (infra/serving.py): replay the log into `out` (a new file beside the live one),
+    """For a running projector (infra/runtime/serving.py): replay the log into `out` (a new file beside the live one),
     republish the snapshot from it and rewrite the exports; returns the position reached. The live file is left
     to the projector, which catches `out` up and swaps it in."""
     built = replay(log, out, batch_size=max(batch_size, REPLAY_BATCH))

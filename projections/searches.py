@@ -6,7 +6,7 @@ exactly the facts the viewer's perspective may show (domain rules of scope, stat
 perspective index); the ranking is domain/search.py's.
 
 Nothing here writes: the application records a current search's results as recalled (mode `looked_up`) and keeps
-its evidence (infra/evidence.py: the request, the parameters, the log position, every item with its score
+its evidence (infra/adapters/evidence.py: the request, the parameters, the log position, every item with its score
 components); `noumena explain SEARCH_ID` prints it.
 """
 

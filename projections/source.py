@@ -28,7 +28,7 @@ class Record:
 
 
 class RawLog(Protocol):
-    """What the projector needs from the event log (infra.eventlog.EventsourcingLog provides it)."""
+    """What the projector needs from the event log (infra.adapters.eventlog.EventsourcingLog provides it)."""
 
     def read_raw(self, after_position: int, limit: int) -> Sequence[tuple[int, str, bytes]]: ...
 

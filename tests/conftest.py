@@ -1,6 +1,6 @@
 """Shared fixtures: the same stories run against every event store (POPO, SQLite file, PostgreSQL).
 
-PostgreSQL comes from `infra/postgres.sh start` (run by `make test`); the settings are read from NOUMENA_PG_*.
+PostgreSQL comes from `infra/scripts/postgres.sh start` (run by `make test`); the settings are read from NOUMENA_PG_*.
 A missing server fails the PostgreSQL tests loudly: they are never skipped.
 """
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from api.story import TENANT
-from infra.api_keys import ApiKeyStore
+from demo.story import TENANT
+from infra.adapters.api_keys import ApiKeyStore
 from infra.settings import Settings
 from tests.api_support import Server, Tenant
 
@@ -29,7 +29,7 @@ closed network are refused many at a time. Playwright gives every launch a fresh
 def build_story_home(home: Path) -> str:
     """The seed's story (with the perspectives served and the briefing used at their moments) in a SQLite home,
     and an API key for its tenant. Returns the key."""
-    from api.perspective_story import serve_story
+    from demo.perspective_story import serve_story
 
     story = serve_story(home)
     story.close()

@@ -24,13 +24,13 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:59092"
 
 
 def kafka_bootstrap() -> str:
-    """The broker `infra/kafka.sh start` runs; raises (never skips) if it is not reachable."""
+    """The broker `infra/scripts/kafka.sh start` runs; raises (never skips) if it is not reachable."""
     bootstrap = os.environ.get("NOUMENA_KAFKA_BOOTSTRAP", DEFAULT_BOOTSTRAP)
     host, _, port = bootstrap.split(",")[0].rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as error:
-        raise RuntimeError(f"no Kafka broker at {bootstrap} ({error}): run `infra/kafka.sh start`") from error
+        raise RuntimeError(f"no Kafka broker at {bootstrap} ({error}): run `infra/scripts/kafka.sh start`") from error
     return bootstrap
 
 

@@ -11,7 +11,7 @@ import sys
 import types
 from collections.abc import Iterable
 
-OURS = ("domain", "infra", "projections", "api", "consumers")
+OURS = ("domain", "infra", "projections", "api", "demo", "consumers")
 
 
 def _ours(name: object) -> bool:

@@ -11,7 +11,7 @@ from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.admin import KeyCreate, KeyIssued, KeyPublic, KeysPublic, TenantCreate, TenantWritten
 from domain.values import TenantName
-from infra.api_keys import ApiKeyRecord
+from infra.adapters.api_keys import ApiKeyRecord
 
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=EdgeRoute)
 

@@ -188,7 +188,7 @@ class Application:
         self.searches = searches
         self.copies = copies
         self.evidence = evidence
-        """What `explain` shows about served reads (infra/evidence.py), kept by the read use cases below."""
+        """What `explain` shows about served reads (infra/adapters/evidence.py), kept by the read use cases below."""
         self.recalls = recalls if recalls is not None else RecallBuffer(service)
         """Where served reads record their uses (coalesced, domain/application/recall_buffer.py): one per process,
         shared by every Application of the process."""
@@ -355,7 +355,7 @@ class Application:
         content before answering (or let this process's projector do it, waiting for it, bounded).
 
         Other tenants are never held up by it beyond the key deletion itself: the projector rebuilds the read
-        model in the background while they read on (infra/serving.py). One forget per tenant runs at a time in
+        model in the background while they read on (infra/runtime/serving.py). One forget per tenant runs at a time in
         a process: another one asked meanwhile is refused (ForgetRunning, naming the running one)."""
         tenant = self._tenant_wide(who, "forgetting")
         with self._forgets_lock:

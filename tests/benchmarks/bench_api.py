@@ -100,9 +100,9 @@ def serve(port: int, home: Path, keys_file: Path | None = None) -> None:
     from bench_search import words
 
     from api.app import create_app
-    from infra.api_keys import ApiKeyStore
+    from infra.adapters.api_keys import ApiKeyStore
     from infra.bootstrap import application_reading, bootstrap
-    from infra.perspective_engine import EnginePerspectives
+    from infra.runtime.perspective_engine import EnginePerspectives
     from infra.settings import Settings
     from projections.perspective_load import from_frames
     from projections.perspectives import Perspectives

@@ -48,7 +48,7 @@ from domain.sessions import SessionKind, SessionStarted  # noqa: E402
 from domain.tenants import TenantCreated  # noqa: E402
 from domain.values import Provenance  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
-from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
+from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.contexts import Contexts  # noqa: E402
 from projections.perspectives import Perspectives  # noqa: E402

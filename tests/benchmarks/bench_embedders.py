@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from infra.embedders import WordLlamaEmbedder  # noqa: E402
+from infra.adapters.embedders import WordLlamaEmbedder  # noqa: E402
 
 WORDS = ("the invoice payment monthly settlement prefers quarterly report meeting customer order shipped Friday "
          "Caroline adopted a puppy named Oscar last spring and Li wants to pay by card she painted mountains "

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
 
 from domain.forgetting import ContentKey  # noqa: E402
-from infra.keys.postgres import BUCKETS, PostgresKeyStore, bucket_of  # noqa: E402
-from infra.keys.wrapping import wrap  # noqa: E402
+from infra.adapters.keys.postgres import BUCKETS, PostgresKeyStore, bucket_of  # noqa: E402
+from infra.adapters.keys.wrapping import wrap  # noqa: E402
 from tests.conftest import postgres_settings  # noqa: E402
 
 SIZES = [int(n) for n in os.environ.get("NOUMENA_BENCH_KEYS", "1000,100000,1000000").split(",")]

@@ -20,7 +20,7 @@ NOUMENA_BENCH_KAFKA_MAX_SECONDS per drain (20), NOUMENA_BENCH_KAFKA_RATE msg/s (
 min(this, half the measured Kafka->log rate)), NOUMENA_BENCH_KAFKA_LIVE_SECONDS (6),
 NOUMENA_BENCH_KAFKA_BASELINE_ROUNDS (3: rounds of A and C, alternating; the fastest of each is used),
 NOUMENA_BENCH_KAFKA_BAD_EVERY (0: clean input; N: a bad input after every N good ones; a batch holding an input
-the rules reject runs the rules twice). Needs the broker (`infra/kafka.sh start`).
+the rules reject runs the rules twice). Needs the broker (`infra/scripts/kafka.sh start`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from infra.bootstrap import Noumena, bootstrap  # noqa: E402
-from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
+from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from tests.kafka_support import (  # noqa: E402

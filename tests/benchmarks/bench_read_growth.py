@@ -30,7 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
+from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 
 AGENTS = int(os.environ.get("NOUMENA_BENCH_GROWTH_AGENTS", "10"))
 PERSONS = 5
@@ -59,7 +59,7 @@ def _stored_events(database: Path) -> int:
 
 
 def _evidence_bytes(home: Path) -> int:
-    from infra.evidence import EvidenceStore
+    from infra.adapters.evidence import EvidenceStore
 
     store = EvidenceStore(home / "evidence.sqlite")
     try:

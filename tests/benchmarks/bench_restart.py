@@ -51,7 +51,7 @@ from domain.ports import Pending  # noqa: E402
 from domain.recalls import FactsRecalled, RecallMode  # noqa: E402
 from domain.tenants import TenantCreated  # noqa: E402
 from domain.values import Provenance  # noqa: E402
-from infra.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
+from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 SIZES = [int(n) for n in os.environ.get("NOUMENA_BENCH_RESTART_EVENTS", "100000,1000000").split(",")]
@@ -116,8 +116,8 @@ def _events(n: int, rng: random.Random, first: int):  # type: ignore[no-untyped-
 
 def write_log(home: Path, n: int) -> float:
     """Append `n` events to the tenant's stream, sealed, in batches (through the log adapter, not the rules)."""
-    from infra.eventlog import EventsourcingLog
-    from infra.mapper import stream_id
+    from infra.adapters.eventlog import EventsourcingLog
+    from infra.adapters.mapper import stream_id
 
     settings = _settings(home)
     log = EventsourcingLog(settings.event_store_env(), settings.key_store())
@@ -153,7 +153,7 @@ def _restart(home: str, every: int, out: str) -> None:
                                                    reason="first"))
     written = time.perf_counter()
     assert outcome.events
-    from infra.state_snapshots import FileStateSnapshots
+    from infra.adapters.state_snapshots import FileStateSnapshots
 
     loaded = FileStateSnapshots.reads(noumena.service.ontology(TENANT))
     noumena.close()
@@ -197,9 +197,9 @@ def write_through_service(home: Path, n: int, kill: bool) -> float:
 
 def snapshot_lag(home: Path) -> tuple[int, int]:
     """(the log's length, the stream version of the snapshot on disk) of the benchmark's tenant."""
-    from infra.eventlog import EventsourcingLog
-    from infra.mapper import stream_id
-    from infra.state_snapshots import FileStateSnapshots
+    from infra.adapters.eventlog import EventsourcingLog
+    from infra.adapters.mapper import stream_id
+    from infra.adapters.state_snapshots import FileStateSnapshots
 
     settings = _settings(home)
     log = EventsourcingLog(settings.event_store_env(), settings.key_store())

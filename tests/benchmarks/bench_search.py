@@ -53,7 +53,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    from infra.embedders import embedder_from
+    from infra.adapters.embedders import embedder_from
     from projections.perspectives import Perspectives
     from projections.searches import Searches
 

@@ -213,7 +213,7 @@ def evaluate(data: Path, ids: Sequence[str] | None, embedder_name: str, ablation
 
     embedder = None
     if embedder_name == "wordllama":
-        from infra.embedders import WordLlamaEmbedder
+        from infra.adapters.embedders import WordLlamaEmbedder
 
         embedder = WordLlamaEmbedder()
     tally = Tally()

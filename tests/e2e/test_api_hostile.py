@@ -184,7 +184,7 @@ def test_a_100_mb_unauthenticated_body_is_refused_from_its_headers_with_bounded_
 
 def test_a_fact_stored_out_of_range_before_the_rule_still_reads(tmp_path: Path) -> None:
     from domain.commands import AssertFact, CreateTenant, RegisterEntity
-    from infra.api_keys import ApiKeyStore
+    from infra.adapters.api_keys import ApiKeyStore
     from infra.bootstrap import bootstrap
     from infra.settings import Settings
 

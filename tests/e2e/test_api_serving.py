@@ -16,7 +16,7 @@ import pytest
 from domain.application.use_cases import ProjectionBehind
 from domain.commands import CreateTenant, RegisterEntity
 from infra.bootstrap import application_reading, bootstrap
-from infra.serving import ProjectionFollower
+from infra.runtime.serving import ProjectionFollower
 from infra.settings import Settings
 from tests.api_support import ROOT, server_env, start_server, stop_server
 

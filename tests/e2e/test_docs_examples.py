@@ -13,11 +13,11 @@ changes a few things in the text, so that the documents can show the values a re
 never touches another process's port, topic or schema:
 
 - the API ports `8000` and `8001` become free ports;
-- `localhost:9092` becomes the test broker (`NOUMENA_KAFKA_BOOTSTRAP`, started by `infra/kafka.sh`);
+- `localhost:9092` becomes the test broker (`NOUMENA_KAFKA_BOOTSTRAP`, started by `infra/scripts/kafka.sh`);
 - the topic `noumena.session-events` (and so its `.dlq`) becomes a topic of this run, and the consumer group one
   of its own (the environment's `NOUMENA_KAFKA_TOPIC` / `_GROUP` say the same to the commands);
 - the PostgreSQL schema `noumena_demo` becomes a schema of this run. The environment keeps `NOUMENA_PG_HOST`,
-  `_PORT`, `_USER`, `_PASSWORD` and `_DBNAME` (the server `infra/postgres.sh` started); every other `NOUMENA_`
+  `_PORT`, `_USER`, `_PASSWORD` and `_DBNAME` (the server `infra/scripts/postgres.sh` started); every other `NOUMENA_`
   variable is removed, so the examples see the defaults.
 """
 

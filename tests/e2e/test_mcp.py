@@ -15,7 +15,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from domain.commands import CreateTenant
-from infra.api_keys import ApiKeyStore
+from infra.adapters.api_keys import ApiKeyStore
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
 

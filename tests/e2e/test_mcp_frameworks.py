@@ -16,10 +16,10 @@ import pytest
 from agents.mcp import MCPServerStdio
 from langchain_mcp_adapters.client import MultiServerMCPClient
 
-from api.demo import build_story
 from api.mcp_server import INSTRUCTIONS
-from api.story import TENANT
-from infra.api_keys import ApiKeyStore
+from demo.run import build_story
+from demo.story import TENANT
+from infra.adapters.api_keys import ApiKeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"find_entities", "list_relations", "perspective", "deepen", "context", "recall", "search", "remember",

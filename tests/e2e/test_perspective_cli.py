@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from api.story import TENANT, build_story
+from demo.story import TENANT, build_story
 
 
 def _run(*args: str, home: Path, tenant: str | None = TENANT) -> subprocess.CompletedProcess[str]:

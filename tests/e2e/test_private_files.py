@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from infra.bootstrap import bootstrap
-from infra.private import too_open
+from infra.runtime.private import too_open
 from infra.settings import Settings
 from tests.api_support import start_server, stop_server
 
@@ -50,10 +50,10 @@ def test_an_existing_home_open_to_others_is_reported_at_start(tmp_path: Path, ca
     os.chmod(home, 0o755)
     (home / "events.sqlite").write_bytes(b"")
     os.chmod(home / "events.sqlite", 0o644)
-    with caplog.at_level(logging.WARNING, logger="infra.private"):
+    with caplog.at_level(logging.WARNING, logger="infra.runtime.private"):
         noumena = bootstrap(Settings(home=home, event_store="sqlite"))
         noumena.close()
-    warned = [r.getMessage() for r in caplog.records if r.name == "infra.private"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "infra.runtime.private"]
     assert len(warned) == 1 and "chmod -R go-rwx" in warned[0] and "events.sqlite" in warned[0]
     assert set(too_open(home)) >= {home, home / "events.sqlite"}
     os.chmod(home, 0o700)

@@ -144,7 +144,7 @@ class World:
     def step_snapshotter(self) -> None:
         """Another process folds the log and stores the tenant's state snapshot (what the snapshotter does)."""
         code = ("import sys; from infra.bootstrap import bootstrap; from infra.settings import Settings; "
-                "from infra.state_snapshots import FileStateSnapshots\n"
+                "from infra.adapters.state_snapshots import FileStateSnapshots\n"
                 "n = bootstrap(Settings())\n"
                 f"print(FileStateSnapshots(n.settings.home, n.log, n.log.keys, {EVERY}).take_from_log({TENANT!r}))\n"
                 "n.close()")

@@ -12,7 +12,7 @@ from domain.application.recall import MemoryTier, recall
 from domain.consolidation import ConsolidationCompleted, ConsolidationFailed, ConsolidationStatus
 from domain.facts import FactAsserted, FactPromoted, FactStatus
 from domain.sessions import workers_for
-from infra.llm_extractor import LLMExtractor
+from infra.adapters.llm_extractor import LLMExtractor
 from projections.ontology_as_of import believed_at
 from tests.conftest import TickingClock
 from tests.llm_standin import RecordedChatCompletionsServer

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.story import START, TENANT, build_story
+from demo.story import START, TENANT, build_story
 from domain.activation import estimate_tokens
 from domain.commands import AppendMessage, AssertFact, CompactSession, Source, StartSession
 from domain.context import (

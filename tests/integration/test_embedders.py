@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from domain.commands import AssertFact, CreateTenant, RegisterEntity
 from domain.errors import EmbedderUnavailable, InfrastructureError, InvalidSettings, NoumenaError
-from infra.embedders import OpenAICompatibleEmbedder, WordLlamaEmbedder, embedder_from, embeddings_url
+from infra.adapters.embedders import OpenAICompatibleEmbedder, WordLlamaEmbedder, embedder_from, embeddings_url
 from infra.settings import Settings
 from projections.perspectives import Perspectives
 from projections.searches import Searches
@@ -59,7 +59,7 @@ def refuse(*args, **kwargs):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
-import infra.embedders as embedders
+import infra.adapters.embedders as embedders
 
 loads = []
 load = embedders._load_wordllama

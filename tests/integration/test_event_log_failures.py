@@ -15,7 +15,7 @@ from consumers.kafka_batch import is_transient
 from domain import commands as c
 from domain.application.ontology_service import OntologyService
 from domain.errors import InfrastructureError
-from infra.eventlog import EventsourcingLog
+from infra.adapters.eventlog import EventsourcingLog
 from infra.settings import Settings
 
 T = "acme"

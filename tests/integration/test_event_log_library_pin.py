@@ -9,7 +9,7 @@ import inspect
 
 from eventsourcing.sqlite import SQLiteProcessRecorder
 
-from infra.eventlog import SQLiteLogRecorder
+from infra.adapters.eventlog import SQLiteLogRecorder
 
 
 def _shape(function) -> list[tuple[str, inspect._ParameterKind]]:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.postgres
 
 
 def _open(env: dict[str, str], start: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue) -> None:
-    from infra.eventlog import EventsourcingLog
+    from infra.adapters.eventlog import EventsourcingLog
 
     start.wait()
     try:

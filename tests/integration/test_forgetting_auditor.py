@@ -24,9 +24,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from consumers.file_import import import_file
 from domain import commands as c
-from infra.keys.derivation import derived_name
-from infra.keys.wrapping import WRAPPED_BYTES, KekFile
-from infra.sealed_format import read_sealed
+from infra.adapters.keys.derivation import derived_name
+from infra.adapters.keys.wrapping import WRAPPED_BYTES, KekFile
+from infra.adapters.sealed_format import read_sealed
 from projections.export import export_parquet
 from projections.files import ProjectionFiles
 from projections.projector import Projector
@@ -154,8 +154,8 @@ def _query_rows(files: list[Path], markers: list[str]) -> list[str]:
 
 
 def _pg_data_dir() -> Path:
-    """Where infra/postgres.sh keeps the server's data (with pg_wal), as it reports it."""
-    status = subprocess.run([str(ROOT / "infra" / "postgres.sh"), "status"], capture_output=True, text=True,
+    """Where infra/scripts/postgres.sh keeps the server's data (with pg_wal), as it reports it."""
+    status = subprocess.run([str(ROOT / "infra" / "scripts" / "postgres.sh"), "status"], capture_output=True, text=True,
                             check=True).stdout
     return Path(status.split("(data ", 1)[1].split(")", 1)[0])
 

@@ -17,8 +17,8 @@ from domain import commands as c
 from domain.entities import EntityRegistered
 from domain.facts import FactAsserted, FactCorroborated
 from domain.forgetting import FORGOTTEN, SubjectForgotten
+from infra.adapters.keys.sqlite import SQLiteKeyStore
 from infra.bootstrap import bootstrap
-from infra.keys.sqlite import SQLiteKeyStore
 from infra.settings import Settings
 from tests.conftest import TickingClock, postgres_settings
 from tests.properties import examples

@@ -116,8 +116,8 @@ def test_forgetting_redacts_the_rejected_lines_that_name_the_subject_in_every_re
 
 
 def test_the_store_counts_events_per_key_name_as_reading_each_events_header_does(make_noumena, backend):
-    from infra.keys.derivation import derived_name
-    from infra.sealed_format import read_sealed
+    from infra.adapters.keys.derivation import derived_name
+    from infra.adapters.sealed_format import read_sealed
 
     noumena = make_noumena(backend, clock=TickingClock())
     _plant(noumena)

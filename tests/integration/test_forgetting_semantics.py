@@ -21,9 +21,9 @@ from domain.facts import FactAsserted, FactCorroborated
 from domain.forgetting import FORGOTTEN, SubjectForgotten, fact_key
 from domain.ports import Pending
 from domain.values import Provenance
-from infra import event_json
+from infra.adapters import event_json
+from infra.adapters.mapper import stream_id
 from infra.bootstrap import Noumena
-from infra.mapper import stream_id
 from tests.conftest import TickingClock
 
 T = "acme"

@@ -1,7 +1,7 @@
-"""The consumer never stalls, against the real broker (`infra/kafka.sh start`; never mocked, never skipped): a record
-just under the broker's limit is dead-lettered truncated and its partition goes on; inputs whose dependency arrives
-later on another partition are parked and stored, not dead-lettered, across a restart; offsets in the group equal
-the stored positions; a consumer restarted after SIGKILL gets its partitions back at once (static membership); a
+"""The consumer never stalls, against the real broker (`infra/scripts/kafka.sh start`; never mocked, never skipped): a
+record just under the broker's limit is dead-lettered truncated and its partition goes on; inputs whose dependency
+arrives later on another partition are parked and stored, not dead-lettered, across a restart; offsets in the group
+equal the stored positions; a consumer restarted after SIGKILL gets its partitions back at once (static membership); a
 missing topic is an error naming it; `dlq replay` works in original-timestamp order to a fixpoint and reports what
 it cannot open; `dlq discard` keeps the letter visible with its reason."""
 

@@ -1,4 +1,4 @@
-"""Kafka ingestion against the real broker (`infra/kafka.sh start`; never mocked, never skipped): every input
+"""Kafka ingestion against the real broker (`infra/scripts/kafka.sh start`; never mocked, never skipped): every input
 is stored exactly once or dead-lettered with its reason; dead letters can be listed and replayed; the
 consolidation hook never blocks ingestion; metrics are Prometheus text; the producer helper keys by session."""
 

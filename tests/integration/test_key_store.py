@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from domain.forgetting import ContentKey, ForgetPlan
-from infra.keys.postgres import PostgresKeyStore
-from infra.keys.sqlite import SQLiteKeyStore
+from infra.adapters.keys.postgres import PostgresKeyStore
+from infra.adapters.keys.sqlite import SQLiteKeyStore
 from tests.conftest import postgres_settings
 
 
@@ -141,7 +141,7 @@ def test_the_mapper_returns_sealed_events_only_once_their_keys_are_committed(tmp
     from domain.facts import FactAsserted
     from domain.ports import Pending
     from domain.values import Provenance
-    from infra.mapper import EventMapper
+    from infra.adapters.mapper import EventMapper
 
     store = SQLiteKeyStore(tmp_path / "keys.sqlite")
     mapper = EventMapper(store)
@@ -165,7 +165,7 @@ def test_the_mapper_returns_sealed_events_only_once_their_keys_are_committed(tmp
 def test_events_are_not_committed_when_their_keys_could_not_be(tmp_path):
     from eventsourcing.persistence import StoredEvent
 
-    from infra.eventlog import EventsourcingLog, SQLiteLogRecorder
+    from infra.adapters.eventlog import EventsourcingLog, SQLiteLogRecorder
     from infra.settings import Settings
 
     log = EventsourcingLog(Settings(home=tmp_path, event_store="sqlite").event_store_env())
@@ -184,9 +184,9 @@ def test_events_are_not_committed_when_their_keys_could_not_be(tmp_path):
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_key_cache_starts_over_past_its_limit_and_every_key_stays_the_same(backend, tmp_path, monkeypatch):
-    import infra.keys.cache
+    import infra.adapters.keys.cache
 
-    monkeypatch.setattr(infra.keys.cache, "CACHE_LIMIT", 50)
+    monkeypatch.setattr(infra.adapters.keys.cache, "CACHE_LIMIT", 50)
     store, _other = _stores(backend, tmp_path)
     first = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}") for i in range(40)])
     generation = store.generation

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from domain.forgetting import ContentKey
-from infra.keys.postgres import BUCKETS, PostgresKeyStore, bucket_of
-from infra.keys.wrapping import KekFile, KekMissing, is_wrapped, wrap
+from infra.adapters.keys.postgres import BUCKETS, PostgresKeyStore, bucket_of
+from infra.adapters.keys.wrapping import KekFile, KekMissing, is_wrapped, wrap
 from tests.conftest import postgres_settings
 
 pytestmark = pytest.mark.postgres  # every test here opens the PostgreSQL key store

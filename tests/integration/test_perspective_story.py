@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from api.perspective_story import (
+from demo.perspective_story import (
     CONTRACT,
     JIA,
     LI,
@@ -88,7 +88,7 @@ def test_two_moments_differ_as_the_story_moves(story: PerspectiveStory):
 
 
 def test_an_as_of_perspective_matches_what_was_served_at_that_moment(story: PerspectiveStory):
-    from api.story import TENANT
+    from demo.story import TENANT
 
     served = story.served[MOMENT_1[0]]["sales"]
     # a millisecond before: the recalls recorded at the moment itself (by serving) come after what was served

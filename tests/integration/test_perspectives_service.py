@@ -154,8 +154,8 @@ def test_unknown_agents_are_refused(served):
 
 
 def test_an_index_loaded_from_duckdb_equals_the_one_folded_from_the_log(tmp_path):
-    from api.perspective_story import VIEWS, serve_story
-    from api.story import TENANT
+    from demo.perspective_story import VIEWS, serve_story
+    from demo.story import TENANT
     from projections.perspective_load import from_duckdb
     from projections.projector import Projector
 
@@ -219,8 +219,8 @@ def test_forgetting_a_person_erases_their_content_from_the_index_and_the_evidenc
 
 
 def test_an_as_of_index_from_the_read_model_equals_the_log_fold(tmp_path):
-    from api.perspective_story import MOMENT_1, VIEWS, serve_story
-    from api.story import TENANT
+    from demo.perspective_story import MOMENT_1, VIEWS, serve_story
+    from demo.story import TENANT
     from domain.activation import DEFAULT_PARAMETERS
     from projections.perspective_index import Viewpoint
     from projections.perspective_load import from_duckdb

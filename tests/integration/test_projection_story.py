@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import app as cli
-from api.story import MOMENTS, START, TENANT, StoryClock, build_story
+from demo.story import MOMENTS, START, TENANT, StoryClock, build_story
 from domain import commands as c
 from domain.recalls import RecallMode
 from infra.bootstrap import Noumena

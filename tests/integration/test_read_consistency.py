@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.bootstrap import bootstrap
-from infra.serving import ProjectionFollower
+from infra.runtime.serving import ProjectionFollower
 from infra.settings import Settings
 from projections.perspective_index import fold
 from projections.perspective_load import from_duckdb

@@ -16,8 +16,8 @@ from domain.activation import DEFAULT_PARAMETERS
 from domain.errors import UnknownPerspective
 from domain.perspective import Perspective, new_served_id
 from domain.recalls import FactsRecalled, RecallsCoalesced, hour_bucket
+from infra.adapters.evidence import EvidenceStore
 from infra.bootstrap import bootstrap
-from infra.evidence import EvidenceStore
 from infra.settings import Settings
 from tests.properties import examples
 

@@ -1,5 +1,5 @@
-"""The sealed format in the log, as `infra/sealed_format.py` documents it: v3 written (the event's JSON without its
-content fields, a NUL, the format byte, the key's name, the sealed fields' names, then one AES-256-GCM record of
+"""The sealed format in the log, as `infra/adapters/sealed_format.py` documents it: v3 written (the event's JSON without
+its content fields, a NUL, the format byte, the key's name, the sealed fields' names, then one AES-256-GCM record of
 all of them, whose tag covers the whole stored event), v2 and v1 still read, and a damaged sealed part refused with
 an error that says what is wrong."""
 
@@ -23,11 +23,11 @@ from domain.facts import FactAsserted
 from domain.forgetting import FORGOTTEN, ContentKey
 from domain.ports import Pending
 from domain.sessions import MessageAppended
+from infra.adapters.keys.derivation import derive
+from infra.adapters.keys.memory import MemoryKeyStore
+from infra.adapters.keys.sqlite import SQLiteKeyStore
+from infra.adapters.mapper import EventMapper, SealedFieldCorrupted
 from infra.bootstrap import bootstrap
-from infra.keys.derivation import derive
-from infra.keys.memory import MemoryKeyStore
-from infra.keys.sqlite import SQLiteKeyStore
-from infra.mapper import EventMapper, SealedFieldCorrupted
 from infra.settings import Settings
 from tests.properties import examples
 

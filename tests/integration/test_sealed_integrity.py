@@ -59,7 +59,7 @@ def test_one_corrupted_byte_of_a_sealed_record_is_an_integrity_error_naming_the_
 
     app = bootstrap(_settings(tmp_path))
     try:
-        with caplog.at_level(logging.ERROR, logger="infra.eventlog"), pytest.raises(EventCorrupted) as raised:
+        with caplog.at_level(logging.ERROR, logger="infra.adapters.eventlog"), pytest.raises(EventCorrupted) as raised:
             app.log.read(0, 100)  # the log in position order, as the projector reads it
         error = raised.value
         assert (error.position, error.stream, error.version) == (rowid, stream, version)

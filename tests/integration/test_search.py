@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from domain.commands import AssertFact, CreateTenant, InvalidateFact, RegisterEntity, StartSession
 from domain.errors import InvalidInput, UnknownEntity, UnknownSearch
 from domain.recalls import RecallsCoalesced
-from infra.embedders import embedder_from
+from infra.adapters.embedders import embedder_from
 from projections.contexts import Contexts
 from projections.perspective_index import PerspectiveIndex, fold
 from projections.perspectives import Perspectives

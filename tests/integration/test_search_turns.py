@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from domain.commands import AppendMessage, AssertFact, CreateTenant, RegisterEntity, StartSession
 from domain.search import DEFAULT_SEARCH_PARAMETERS, ItemKind
-from infra.embedders import embedder_from
+from infra.adapters.embedders import embedder_from
 from projections.perspective_index import fold
 from projections.perspectives import Perspectives
 from projections.search_index import SearchIndex

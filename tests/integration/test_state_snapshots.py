@@ -1,6 +1,6 @@
-"""Snapshots of the folded state (infra/state_snapshots.py): a process that starts from a snapshot plus the log's
-tail decides on exactly the state a full fold gives; snapshots are sealed, dropped by forgets, never stored after a
-forget they predate, and ignored (with a warning, and a full fold) when old, corrupt or of another log."""
+"""Snapshots of the folded state (infra/adapters/state_snapshots.py): a process that starts from a snapshot plus the
+log's tail decides on exactly the state a full fold gives; snapshots are sealed, dropped by forgets, never stored after
+a forget they predate, and ignored (with a warning, and a full fold) when old, corrupt or of another log."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from domain.application.ontology_service import OntologyService
 from domain.errors import DomainError
 from domain.ontology import Ontology
 from domain.ports import SnapshotDamaged
+from infra.adapters.state_snapshots import BUCKET_BITS, LAZY, OLD_MAGIC, FileStateSnapshots
 from infra.bootstrap import Noumena, bootstrap
 from infra.settings import Settings
-from infra.state_snapshots import BUCKET_BITS, LAZY, OLD_MAGIC, FileStateSnapshots
 from tests.conftest import TickingClock, postgres_settings
 from tests.projection_support import Workload
 from tests.properties import examples
@@ -256,7 +256,7 @@ def test_an_unusable_snapshot_is_ignored_with_a_warning_and_the_whole_log_is_fol
             shutil.copy(tmp_path / "other" / "events.sqlite", settings.home / "events.sqlite")
             shutil.copy(tmp_path / "other" / "keys.sqlite", settings.home / "keys.sqlite")
         _edit(path, ("UPDATE meta SET value = ? WHERE name = 'header'", (json.dumps(header, sort_keys=True),)))
-    with caplog.at_level(logging.WARNING, logger="infra.state_snapshots"):
+    with caplog.at_level(logging.WARNING, logger="infra.adapters.state_snapshots"):
         assert _starts_from_snapshot(settings)[0] is False
     assert any("ignored" in r.getMessage() for r in caplog.records), caplog.text
 
@@ -493,7 +493,7 @@ def _snapshotters() -> list[str]:
     """The command lines of this process's children that are state snapshotters (`ps`)."""
     listed = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())], capture_output=True, text=True,
                             check=False).stdout
-    return [line.strip() for line in listed.splitlines() if "infra.state_snapshotter" in line]
+    return [line.strip() for line in listed.splitlines() if "infra.runtime.state_snapshotter" in line]
 
 
 def test_a_closed_process_leaves_no_snapshot_thread_or_snapshotter_process_running_and_takes_no_snapshot_after(
@@ -620,7 +620,7 @@ def test_a_killed_snapshotter_never_holds_writes_up_they_go_on_with_the_snapshot
         assert store.wait(60)
         pid = store.snapshotter_pid
         assert pid is not None and _header(path)["version"] == 8
-        with caplog.at_level(logging.WARNING, logger="infra.state_snapshotter"):
+        with caplog.at_level(logging.WARNING, logger="infra.runtime.state_snapshotter"):
             os.kill(pid, signal.SIGKILL)
             for _ in range(200):  # (the reader notices the exit)
                 if store.snapshotter_pid is None and caplog.records:

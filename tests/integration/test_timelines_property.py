@@ -30,8 +30,8 @@ from domain.application.ontology_service import OntologyService
 from domain.errors import DomainError, InvalidInput
 from domain.facts import FactState, FactStatus
 from domain.ontology import Ontology
+from infra.adapters.eventlog import EventsourcingLog
 from infra.bootstrap import bootstrap
-from infra.eventlog import EventsourcingLog
 from infra.settings import Settings
 from tests.projection_support import ManualClock
 from tests.properties import examples

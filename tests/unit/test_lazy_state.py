@@ -1,6 +1,6 @@
-"""The read-through maps and sets of a state loaded from a snapshot (infra/lazy_state.py) behave as the dict and the
-set they stand for, whatever mix of lookups, changes, deletions and whole reads runs on them, read each bucket of
-the snapshot at most once, and their changed buckets written over the snapshot make the same dict or set. The
+"""The read-through maps and sets of a state loaded from a snapshot (infra/adapters/lazy_state.py) behave as the dict
+and the set they stand for, whatever mix of lookups, changes, deletions and whole reads runs on them, read each bucket
+of the snapshot at most once, and their changed buckets written over the snapshot make the same dict or set. The
 snapshot here is a dict in buckets, read through the same reader interface the file uses."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from infra.lazy_state import LazyMap, LazySet, RecordSource
+from infra.adapters.lazy_state import LazyMap, LazySet, RecordSource
 from tests.properties import examples
 
 KEYS = st.sampled_from([f"k{i}" for i in range(8)] + [("s", "r", "o"), ("s", "r", "p")])

@@ -9,7 +9,7 @@ tenant it names is *purging*. Its reads (read model, perspectives, searches, con
 file is *redacted*: a thread finds the events that now read `[forgotten]`, this thread blanks every text
 of the tenant that came from them in the live file (projections/purge.py `redact_in_place`) and the perspective
 indexes reload the tenant from it; then its reads go on, never showing the forgotten content. Meanwhile a worker
-process (infra/purge_worker.py; a thread for the in-memory store) replays the log (which now reads `[forgotten]`
+process (infra/runtime/purge_worker.py; a thread for the in-memory store) replays the log (which now reads `[forgotten]`
 for the subject's content) into a new DuckDB file, republishes the snapshot and rewrites the exports from it:
 the live file's freed blocks may still hold the old text until then, so no snapshot is published from it and the
 forget answers once the rebuilt file is in. This thread keeps projecting new events into the old file, so other
@@ -253,7 +253,7 @@ class ProjectionFollower:
 
     def _build_purged(self) -> None:
         """In the builder thread: the log replayed into a new file, the snapshot and exports rewritten from it; in a
-        worker process (infra/purge_worker.py) when the log is a file or a database another process can open, so
+        worker process (infra/runtime/purge_worker.py) when the log is a file or a database another process can open, so
         the replay never competes with the requests for this process's interpreter lock."""
         rebuilt = self._files.live.with_name(self._files.live.name + ".rebuilt")
         try:
@@ -271,7 +271,7 @@ class ProjectionFollower:
             self._wake.set()
 
     def _build_in_worker(self, rebuilt: Path) -> int:
-        from infra.purge_worker import run_worker
+        from infra.runtime.purge_worker import run_worker
 
         return int(run_worker(self._settings, out=rebuilt)["position"])
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from api.story import START, TENANT, StoryClock, build_story
+from demo.story import START, TENANT, StoryClock, build_story
 from domain.activation import Tier
 from domain.commands import RecordRecall
 from domain.perspective import Perspective

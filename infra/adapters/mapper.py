@@ -2,10 +2,10 @@
 eventsourcing's own mapper: topic, transcoder, optional cipher):
 
 1. the topic: the event class's stable topic and version (`event_json.topic_of`);
-2. the transcoder: the event's JSON (`infra/event_json.py`);
+2. the transcoder: the event's JSON (`infra/adapters/event_json.py`);
 3. the cipher, when a key store is configured and the event has content: its content fields are left out of the
-   JSON and sealed together, as one record, with their subject's data key (`infra/sealing.py`), laid out as the
-   sealed format says (`infra/sealed_format.py`: v3 written, v2 and v1 still read).
+   JSON and sealed together, as one record, with their subject's data key (`infra/adapters/sealing.py`), laid out as the
+   sealed format says (`infra/adapters/sealed_format.py`: v3 written, v2 and v1 still read).
 
 Reading runs the steps backwards. A field whose key has been deleted (the subject was forgotten) reads as
 `[forgotten]` (a list as empty); a field whose key exists but does not open raises `SealedFieldCorrupted`.
@@ -22,9 +22,17 @@ from eventsourcing.persistence import StoredEvent
 from domain.events import DomainEvent, event_class_for
 from domain.forgetting import SubjectForgotten
 from domain.ports import KeyStore, Pending
-from infra import event_json
-from infra.sealed_format import NONCE_BYTES, V1_MARKER, SealedRecord, associated_data, is_sealed, read_sealed, read_v1
-from infra.sealing import FieldCipher, SealedFieldCorrupted
+from infra.adapters import event_json
+from infra.adapters.sealed_format import (
+    NONCE_BYTES,
+    V1_MARKER,
+    SealedRecord,
+    associated_data,
+    is_sealed,
+    read_sealed,
+    read_v1,
+)
+from infra.adapters.sealing import FieldCipher, SealedFieldCorrupted
 
 __all__ = ["EventMapper", "SealedFieldCorrupted", "stream_id"]
 

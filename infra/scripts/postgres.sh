@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Private PostgreSQL server for tests and developers: own data dir and port, so the
 # system cluster (if any) is neither needed nor touched.
-#   infra/postgres.sh {start|stop|restart|status|url|env}
+#   infra/scripts/postgres.sh {start|stop|restart|status|url|env}
 # Env: NOUMENA_INFRA_DIR (default <repo>/.infra), NOUMENA_PG_PORT (default 55432).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 INFRA="${NOUMENA_INFRA_DIR:-$REPO/.infra}"
 INFRA="$(mkdir -p "$INFRA" && cd "$INFRA" && pwd)"  # absolute: commands run from / (see as_user)
 PORT="${NOUMENA_PG_PORT:-55432}"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from domain.ports import Embedder
 from domain.search import SearchAnswer
-from infra.perspective_engine import EnginePerspectives
+from infra.runtime.perspective_engine import EnginePerspectives
 
 if TYPE_CHECKING:
     from projections.searches import Searches

@@ -1,5 +1,5 @@
-"""A forget's work over the whole log, in a process of its own (`python -m infra.purge_worker`): rebuilding the read
-model without forgotten content (started by infra/serving.py after a forget), and counting the events the
+"""A forget's work over the whole log, in a process of its own (`python -m infra.runtime.purge_worker`): rebuilding the
+read model without forgotten content (started by infra/runtime/serving.py after a forget), and counting the events the
 deleted keys had sealed for the forget's receipt (started by `ProjectionCopies.events_affected` in a serving
 process).
 
@@ -40,8 +40,9 @@ def run_worker(settings: Settings, out: Path | None = None, count: dict[str, Any
 
     from domain.errors import InfrastructureError
 
-    done = subprocess.run([sys.executable, "-m", "infra.purge_worker"], input=settings_as_json(settings, out, count),
-                          capture_output=True, text=True, timeout=3600, check=False)
+    done = subprocess.run([sys.executable, "-m", "infra.runtime.purge_worker"],
+                          input=settings_as_json(settings, out, count), capture_output=True, text=True, timeout=3600,
+                          check=False)
     if done.returncode != 0:
         raise InfrastructureError(f"purge worker exited with {done.returncode}: {done.stderr[-2000:]}")
     answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -56,7 +57,7 @@ def main() -> int:
     if hasattr(os, "nice"):
         os.nice(NICENESS)
     # (imported after the priority is lowered: see the module's docstring)
-    from infra.eventlog import EventsourcingLog
+    from infra.adapters.eventlog import EventsourcingLog
     from infra.settings import Settings
     from projections.purge import build_purged
 

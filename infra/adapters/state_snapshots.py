@@ -15,7 +15,7 @@ big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenan
   empty or not.
 
 Loading checks the header as before (format, code, tenant, the log's event at that version, the key) and unseals
-only the core: the maps are `infra.lazy_state` read-through maps over the open file, so the first write after a
+only the core: the maps are `infra.adapters.lazy_state` read-through maps over the open file, so the first write after a
 restart reads the few buckets it looks keys up in, whatever the size of the state. A bucket found damaged later
 raises `SnapshotDamaged`; the service then folds the whole log.
 
@@ -24,10 +24,10 @@ deletes it, so no copy of a snapshot taken before the forget opens again, in thi
 store (`NOUMENA_ENCRYPT_CONTENT=false`) records are plain pickles (the log is plain too).
 
 Snapshots are taken in two places. While a process writes, its snapshots are taken by a process of its own, the
-snapshotter (infra/state_snapshotter.py, started on the first `request`), which folds the log from the last snapshot
-(`take_from_log`), so the writers never serialize a state; when a process stops, it snapshots its states in place
-(`save`, on a background thread). Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder). A
-state folded from the log is written whole; a state loaded from a snapshot writes only the buckets it read, changed,
+snapshotter (infra/runtime/state_snapshotter.py, started on the first `request`), which folds the log from the last
+snapshot (`take_from_log`), so the writers never serialize a state; when a process stops, it snapshots its states in
+place (`save`, on a background thread). Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder).
+A state folded from the log is written whole; a state loaded from a snapshot writes only the buckets it read, changed,
 added to or deleted from, over a copy of the file it was loaded from (or of a later one of the same lineage). A
 snapshot is stored only while the key store holds forgets off and no forget of the tenant is in the log after the
 snapshot's version, so a process that took a snapshot just before another process's forget never stores it (the
@@ -66,10 +66,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from domain.forgetting import SubjectForgotten, state_snapshot_key
 from domain.ontology import Ontology
 from domain.ports import KeysForgotten, KeyStore, SnapshotDamaged
-from infra.eventlog import store_failures
-from infra.lazy_state import LazyMap, LazySet, RecordSource
-from infra.mapper import stream_id
-from infra.state_snapshotter import SnapshotterProcess
+from infra.adapters.eventlog import store_failures
+from infra.adapters.lazy_state import LazyMap, LazySet, RecordSource
+from infra.adapters.mapper import stream_id
+from infra.runtime.state_snapshotter import SnapshotterProcess
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ FORMAT = 3
 SQLITE_MAGIC = b"SQLite format 3\x00"
 OLD_MAGIC = b"noumena-state\n"
 """How format 1 (the whole state as one sealed pickle) began."""
-FOLDING_CODE = ("domain", "infra/mapper.py", "infra/event_json.py")
+FOLDING_CODE = ("domain", "infra/adapters/mapper.py", "infra/adapters/event_json.py")
 """What decides how events fold into state: the domain's modules (events, upcasters, the ontology) and how
 stored events are read. A change to any of them makes older snapshots unusable."""
 LAZY = ("entities", "facts", "current_by_key", "functional_current", "slots", "generations", "facts_by_scope",
@@ -100,7 +100,7 @@ more to read than one entry, and the classes and time zones its entries share ar
 @cache
 def code_fingerprint() -> str:
     """A digest of the code that folds events (and the Python version, which pickles)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256(f"{sys.version_info[:2]}".encode())
     for name in FOLDING_CODE:
         path = root / name
@@ -162,8 +162,8 @@ class FileStateSnapshots:
     def __init__(self, home: Path, log_: Any, keys: KeyStore | None, every: int,
                  snapshotter: str | None = None) -> None:
         """`snapshotter`: the settings (JSON, as `infra.settings.for_another_process` gives them) a snapshotter
-        process opens the same log, keys and home with (infra/state_snapshotter.py); None (an in-memory log, which
-        another process cannot read, or the snapshotter itself): `request` does nothing."""
+        process opens the same log, keys and home with (infra/runtime/state_snapshotter.py); None (an in-memory log,
+        which another process cannot read, or the snapshotter itself): `request` does nothing."""
         self.folder = Path(home) / "state"
         self.every = every
         self._log = log_

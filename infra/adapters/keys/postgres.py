@@ -1,11 +1,11 @@
 """The PostgreSQL key store (`noumena_*key*` tables in the event store's schema): no data key is ever written to
-PostgreSQL in plaintext, and a fact's key is derived from its group's key, as in SQLite (`infra.keys.derivation`),
-so writing a fact writes no key.
+PostgreSQL in plaintext, and a fact's key is derived from its group's key, as in SQLite
+(`infra.adapters.keys.derivation`), so writing a fact writes no key.
 
 PostgreSQL does not erase a deleted row byte by byte: old row versions stay in `pg_wal` segments (and in WAL
 archives, backups and replicas) after `DELETE` and `VACUUM FULL`. So keys are kept in a two-level hierarchy:
 
-- a key-encryption key (KEK) in a file outside the database (`infra.keys.wrapping`);
+- a key-encryption key (KEK) in a file outside the database (`infra.adapters.keys.wrapping`);
 - `BUCKETS` bucket keys in `noumena_key_buckets`, each wrapped under the KEK;
 - every data key in `noumena_data_keys`, wrapped under its bucket's key. A key's bucket comes from its owners
   (`bucket_of`: a person's keys share one bucket, a session's that serves nobody another), so one subject's
@@ -41,9 +41,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from domain.forgetting import ContentKey, ForgetPlan, own_owners
 from domain.ports import KeysForgotten
-from infra.keys.cache import CACHE_LIMIT, NO_OWNERS, KeyCache
-from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
-from infra.keys.wrapping import Kek, KekFile, KekMissing, unwrap, wrap
+from infra.adapters.keys.cache import CACHE_LIMIT, NO_OWNERS, KeyCache
+from infra.adapters.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
+from infra.adapters.keys.wrapping import Kek, KekFile, KekMissing, unwrap, wrap
 
 BUCKETS = 1024
 """Bucket keys per schema. A forget re-wraps all of them and re-keys the buckets the subject's keys were in (with

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Private single-node Kafka (KRaft, combined broker+controller) for tests and developers.
 # No Docker and no Debian package exist for the broker: its jars come from Maven Central
-# (infra/kafka/pom.xml). Own ports, so a developer's other broker is never hit.
-#   infra/kafka.sh {start|stop|restart|status|env}
+# (infra/scripts/kafka/pom.xml). Own ports, so a developer's other broker is never hit.
+#   infra/scripts/kafka.sh {start|stop|restart|status|env}
 # Env: NOUMENA_INFRA_DIR (default <repo>/.infra), NOUMENA_KAFKA_PORT (default 59092; +1 = controller).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-INFRA="${NOUMENA_INFRA_DIR:-$HERE/../.infra}"
+INFRA="${NOUMENA_INFRA_DIR:-$HERE/../../.infra}"
 INFRA="$(mkdir -p "$INFRA" && cd "$INFRA" && pwd)"
 PORT="${NOUMENA_KAFKA_PORT:-59092}"
 CPORT=$((PORT + 1))

@@ -1,13 +1,13 @@
-"""Taking the tenants' state snapshots in a process of its own (`python -m infra.state_snapshotter`), so that a
+"""Taking the tenants' state snapshots in a process of its own (`python -m infra.runtime.state_snapshotter`), so that a
 process that writes never pays for them.
 
-A snapshot is the tenant's folded state written to `<home>/state/<tenant>.snapshot` (infra/state_snapshots.py).
+A snapshot is the tenant's folded state written to `<home>/state/<tenant>.snapshot` (infra/adapters/state_snapshots.py).
 Serializing a state costs about 10 µs per event of state; in the writing process it ran under the write lock, and a
 thread of its own would not help (the interpreter lock). The snapshotter instead folds the log itself: the log is
 append-only, so from the last snapshot (opened on demand) it folds only the events after it and writes only the
 buckets they changed, over a copy of that snapshot (the whole state when there is none: a first snapshot, or one
 after a forget). It competes with the writers for a core only, at a lower priority (`nice` 10), as the purge worker
-does (infra/purge_worker.py).
+does (infra/runtime/purge_worker.py).
 
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
   makes each time a state is `every` events ahead of the last one asked for), with the process's settings as JSON on
@@ -187,7 +187,7 @@ class SnapshotterProcess:
                 return None
         self._started_at = time.monotonic()
         try:
-            process = subprocess.Popen([sys.executable, "-m", "infra.state_snapshotter"], stdin=subprocess.PIPE,
+            process = subprocess.Popen([sys.executable, "-m", "infra.runtime.state_snapshotter"], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True, bufsize=1)
             assert process.stdin is not None
             process.stdin.write(self._settings_json + "\n")
@@ -252,9 +252,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format=f"noumena state snapshotter [{os.getpid()}] %(levelname)s %(name)s: %(message)s")
-    from infra.eventlog import EventsourcingLog
+    from infra.adapters.eventlog import EventsourcingLog
+    from infra.adapters.state_snapshots import FileStateSnapshots
     from infra.settings import Settings
-    from infra.state_snapshots import FileStateSnapshots
 
     settings = Settings(**json.loads(sys.stdin.readline())["settings"])
     gc.set_threshold(50_000, 20, 100)  # (a folded state is a large heap of small objects; no request waits here)

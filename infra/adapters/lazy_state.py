@@ -1,4 +1,4 @@
-"""Read-through maps and sets for a tenant's state loaded from an indexed snapshot (infra/state_snapshots.py).
+"""Read-through maps and sets for a tenant's state loaded from an indexed snapshot (infra/adapters/state_snapshots.py).
 
 The `Ontology` (domain/ontology.py) accepts any mutable mapping or set for its big indexes. A state loaded from a
 snapshot gets these instead of dicts and sets. The snapshot holds each map in buckets (a key's bucket follows from

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from domain.application.use_cases import Application
 from domain.errors import NoumenaError
-from infra.context_engine import EngineContexts
-from infra.evidence import EvidenceStore
-from infra.perspective_engine import EnginePerspectives
-from infra.search_engine import EngineSearches
+from infra.adapters.evidence import EvidenceStore
+from infra.runtime.context_engine import EngineContexts
+from infra.runtime.perspective_engine import EnginePerspectives
+from infra.runtime.search_engine import EngineSearches
 
 if TYPE_CHECKING:
-    from infra.serving import ProjectionFollower
+    from infra.runtime.serving import ProjectionFollower
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def warm(application: Application, tenants: list[str]) -> None:
         for tenant in tenants:
             # The context's indexes read every entity and fact of the state, which a state loaded from a snapshot
             # reads from it on demand: read them here first, outside the service's lock (the read-through maps
-            # are safe beside writers, infra/lazy_state.py), so the build under the lock does not hold writes
+            # are safe beside writers, infra/adapters/lazy_state.py), so the build under the lock does not hold writes
             # off while a whole map is read from the file.
             state = application.service.ontology(tenant)
             len(state.entities), len(state.facts)

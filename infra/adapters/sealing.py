@@ -1,7 +1,7 @@
 """The cipher step of the mapper: an event's content fields sealed and opened with their subject's data key
-(AES-256-GCM, `cryptography`'s AESGCM), the keys coming from a key store (`infra/keys/`).
+(AES-256-GCM, `cryptography`'s AESGCM), the keys coming from a key store (`infra/adapters/keys/`).
 
-An event's sealed fields are sealed together, as one record (format v3, `infra/sealed_format.py`): one nonce,
+An event's sealed fields are sealed together, as one record (format v3, `infra/adapters/sealed_format.py`): one nonce,
 one tag and one serialization by pydantic per event, whatever the number of fields. Every field of one event is
 sealed under the one key the event's content belongs to (`domain.forgetting.content_key`), so sealing them
 apart could never let one be forgotten without the others.
@@ -24,7 +24,7 @@ from pydantic_core import from_json
 from domain.events import DomainEvent
 from domain.forgetting import EMPTY_WHEN_FORGOTTEN, FORGOTTEN
 from domain.ports import KeyStore
-from infra.sealed_format import SEALED_V3, SealedRecord, recorded_fields, recorded_name, value_of
+from infra.adapters.sealed_format import SEALED_V3, SealedRecord, recorded_fields, recorded_name, value_of
 
 _EMPTY = (None, "", (), {})
 """Values with nothing to seal: a content field holding one is left in the clear."""
@@ -75,8 +75,8 @@ class FieldCipher:
 
     def seal_event(self, event: DomainEvent, sealing: tuple[str, bytes], nonce: bytes) -> bytes:
         """The stored state of `event`: its content fields that are not empty sealed as one v3 record with
-        `sealing` (the key's name and bytes) under `nonce` (fresh, random; see `infra/sealed_format.py`), or its
-        JSON as it is when every content field is empty. Call `refresh` first in every batch."""
+        `sealing` (the key's name and bytes) under `nonce` (fresh, random; see `infra/adapters/sealed_format.py`), or
+        its JSON as it is when every content field is empty. Call `refresh` first in every batch."""
         cls = type(event)
         layout = self._layouts.get(cls)
         if layout is None:

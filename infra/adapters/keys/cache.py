@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from domain.forgetting import ContentKey, own_owners
-from infra.keys.derivation import Sealing
+from infra.adapters.keys.derivation import Sealing
 
 CACHE_LIMIT = 100_000
 """Keys a key store keeps in memory (each with its owners) before it starts its cache over."""

@@ -24,7 +24,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 from domain.errors import EventCorrupted, InfrastructureError
 from domain.events import DomainEvent
 from domain.ports import AlreadyTracked, KeyStore, Logged, Pending, TrackingPosition, VersionConflict
-from infra.mapper import EventMapper, SealedFieldCorrupted, stream_id
+from infra.adapters.mapper import EventMapper, SealedFieldCorrupted, stream_id
 
 log = logging.getLogger(__name__)
 CORRUPTED_EVENTS = Counter("noumena_corrupted_events", "Stored events read whose sealed fields failed their "
@@ -90,7 +90,7 @@ class EventsourcingLog:
     def __init__(self, env: dict[str, str], keys: KeyStore | None = None) -> None:
         env = {**env, "ORIGINATOR_ID_TYPE": "text"}
         if env.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
-            env.setdefault("PROCESS_RECORDER_TOPIC", "infra.eventlog:SQLiteLogRecorder")
+            env.setdefault("PROCESS_RECORDER_TOPIC", "infra.adapters.eventlog:SQLiteLogRecorder")
         try:
             # Processes opening a fresh PostgreSQL schema at once race on its DDL ("tuple concurrently updated",
             # or a duplicate type); the loser finds the tables made when it tries again.
@@ -203,7 +203,7 @@ class EventsourcingLog:
         The store counts the events per key name itself (`key_name_counts`: one SQL query on SQLite and
         PostgreSQL), so this process's interpreter only sees each distinct key name once, with one key lookup
         each: a forget in a busy tenant does not hold the interpreter lock for a pass over its events."""
-        from infra.keys.derivation import derived_name
+        from infra.adapters.keys.derivation import derived_name
 
         gone = set(deleted)
         if not gone:
@@ -224,7 +224,7 @@ class EventsourcingLog:
 
     def key_name_counts(self, tenant: str | None = None, page: int = 5000) -> dict[str, int]:
         """Key name -> how many stored events (of `tenant`'s stream, or of the whole log) are sealed with it.
-        SQLite and PostgreSQL count in the store from each state's header (infra/sealed_format.py: the byte 0
+        SQLite and PostgreSQL count in the store from each state's header (infra/adapters/sealed_format.py: the byte 0
         after the JSON, a format byte, the key name's length in two bytes, the key name); another recorder is
         read a page at a time."""
         with store_failures("counting the events sealed with each key"):
@@ -233,7 +233,7 @@ class EventsourcingLog:
             elif type(self.recorder).__module__ == "eventsourcing.postgres":
                 rows = self._postgres_key_name_counts(tenant)
             else:
-                from infra.sealed_format import read_sealed
+                from infra.adapters.sealed_format import read_sealed
 
                 counts: dict[str, int] = {}
                 for states in self._pages(page, tenant):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from api.story import MOMENTS, TENANT, build_story
+from demo.story import MOMENTS, TENANT, build_story
 from domain.facts import FactStatus
 from domain.ontology import Ontology
 from domain.sessions import LIVE_WORKER_STATUSES
@@ -48,6 +48,6 @@ def run_demo(console: Console) -> None:
             previous = current
         app.close()
     with tempfile.TemporaryDirectory(prefix="noumena-demo-perspectives-") as home:
-        from api.perspective_story import print_perspectives
+        from demo.perspective_story import print_perspectives
 
         print_perspectives(console, Path(home))

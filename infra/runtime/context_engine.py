@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from domain.context import Context
 from domain.ports import CommandRunner, EventLog
-from infra.perspective_engine import EnginePerspectives
-from infra.search_engine import EngineSearches
+from infra.runtime.perspective_engine import EnginePerspectives
+from infra.runtime.search_engine import EngineSearches
 
 if TYPE_CHECKING:
     from projections.contexts import Contexts

@@ -26,7 +26,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from infra.keys.derivation import KEY_BYTES
+from infra.adapters.keys.derivation import KEY_BYTES
 
 NONCE_BYTES = 12
 WRAPPED_BYTES = NONCE_BYTES + KEY_BYTES + 16

@@ -3,7 +3,7 @@
 WAL with synchronous=FULL, so a key is durable before any event it sealed is appended; `secure_delete`
 overwrites deleted content with zeros, `VACUUM` after each forget rewrites the file so no free page still holds a
 key, and a truncating WAL checkpoint empties the WAL of old page copies. A fact's key is derived from its group's
-key (`infra.keys.derivation`), so writing a fact writes no key; forgetting one fact first stores the group's
+key (`infra.adapters.keys.derivation`), so writing a fact writes no key; forgetting one fact first stores the group's
 other members' keys on their own.
 
 Two kinds of concurrency: a batch's new keys are committed on a background thread while the mapper seals with
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from domain.forgetting import ContentKey, ForgetPlan
 from domain.ports import KeysForgotten
-from infra.keys.cache import NO_OWNERS, KeyCache
-from infra.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
+from infra.adapters.keys.cache import NO_OWNERS, KeyCache
+from infra.adapters.keys.derivation import KEY_BYTES, Sealing, derive, derived_name, member_sealing
 
 UNRECORDED_LIMIT = 60.0
 """Seconds after which a forget's mark "keys deleted, event not yet logged" is ignored (its process died)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from domain.perspective import DEFAULT_BUDGET_TOKENS, Perspective
 
 if TYPE_CHECKING:  # (imported when first used: a process that serves no perspective never loads numpy or DuckDB)
-    from infra.serving import ProjectionFollower
+    from infra.runtime.serving import ProjectionFollower
     from projections.perspectives import Perspectives
     from projections.source import RawLog
 
@@ -34,7 +34,7 @@ class EnginePerspectives:
         self._reload = reload
         self.gate = gate
         """Called with the tenant before anything is computed from its index (outside every lock): waits while the
-        tenant purges a forget (infra/serving.py), so no content it forgot is served meanwhile."""
+        tenant purges a forget (infra/runtime/serving.py), so no content it forgot is served meanwhile."""
         self._engine: Perspectives | None = None
         self.records_recalls = record
         """False: its perspectives cause no recall and keep no evidence (benchmarks over an index not built from

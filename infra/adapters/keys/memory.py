@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from domain.forgetting import ContentKey, ForgetPlan, own_owners
-from infra.keys.derivation import KEY_BYTES, Sealing
+from infra.adapters.keys.derivation import KEY_BYTES, Sealing
 
 
 def nothing_to_let_go() -> None:
