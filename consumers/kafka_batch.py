@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.dead_letters.records import DeadLetter, DeadLetterSink, SourceCoordinates
+from consumers.dead_letters.records import DeadLetter, DeadLetterSink, SourceCoordinates, field_path
 from consumers.parking import Parked, ParkPolicy, waits_for_dependency
-from domain.application.ingestion import ENVELOPE_FIELDS, Ingestor
+from domain.application.ingestion import Ingestor
 from domain.application.wire import parse_envelope, to_command
 from domain.commands import Command
 from domain.errors import DomainError, InfrastructureError
@@ -184,7 +184,7 @@ class BatchProcessor:
             for index, rejection in rejected:
                 command = commands.pop(index)
                 item = items[index]
-                path = _field_path(rejection)
+                path = field_path(rejection)
                 reason = f"{path}: {rejection}" if path else str(rejection)
                 key = (command.tenant, item.key)
                 if parking and waits_for_dependency(rejection) and not self._policy.exhausted(item.parked, now_ms):
@@ -258,10 +258,3 @@ def dead_letter(item: Incoming, reason: str, field_name: str | None) -> DeadLett
 
 def _show(key: bytes | None) -> str:
     return "(none)" if key is None else key.decode("utf-8", errors="replace")
-
-
-def _field_path(error: DomainError) -> str | None:
-    """A rule's field (`session_id`) as a path in the envelope (`payload.session_id`)."""
-    if error.field is None or error.field.split(".")[0].split("[")[0] in ENVELOPE_FIELDS:
-        return error.field
-    return f"payload.{error.field}"

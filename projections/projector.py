@@ -4,10 +4,7 @@ resumes exactly after it: nothing applied twice, nothing skipped."""
 
 from __future__ import annotations
 
-import os
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -70,19 +67,6 @@ class _DuckDBLoader:
 
     def current_rows(self, table: Table, keys: set[Key]) -> dict[Key, Row]:
         return self._select(table, keys, "")
-
-
-class _Until:
-    """A log that ends at `position`: a rebuild in place reproduces exactly what the projector had applied."""
-
-    def __init__(self, log: RawLog, position: int) -> None:
-        self._log, self._position = log, position
-
-    def read_raw(self, after_position: int, limit: int) -> Sequence[tuple[int, str, bytes]]:
-        return [r for r in self._log.read_raw(after_position, limit) if r[0] <= self._position]
-
-    def max_position(self) -> int:
-        return min(self._position, self._log.max_position())
 
 
 class Projector:
@@ -163,62 +147,6 @@ class Projector:
             if applied == 0:
                 break
         return total
-
-    def run_forever(
-        self,
-        stop: threading.Event,
-        *,
-        poll_interval: float = 0.2,
-        snapshot: Path | None = None,
-        snapshot_interval: float = 5.0,
-        snapshot_request: Path | None = None,
-        on_rebuilt: Callable[[], object] | None = None,
-    ) -> None:
-        """Follow the log until `stop` is set. With `snapshot`, publish it every `snapshot_interval` seconds
-        when something changed, at once when `snapshot_request` appears, and once more on the way out.
-        After a `subject.forgotten` event the file is rebuilt from the log (the forgotten content now reads
-        `[forgotten]`), the snapshot republished and `on_rebuilt` called."""
-        published: int | None = None
-        last_publish = time.monotonic()
-        if snapshot is not None and not snapshot.exists():
-            published = self.publish(snapshot)
-        while not stop.is_set():
-            applied = self.run_once()
-            requested = snapshot_request is not None and snapshot_request.exists()
-            if requested:
-                self.catch_up()
-            if self.forgotten_pending:
-                self.rebuild_in_place()
-                if snapshot is not None:
-                    published, last_publish = self.publish(snapshot), time.monotonic()
-                if on_rebuilt is not None:
-                    on_rebuilt()
-            if snapshot is not None:
-                due = snapshot_interval > 0 and time.monotonic() - last_publish >= snapshot_interval
-                if requested or (due and published != self.position):
-                    published, last_publish = self.publish(snapshot), time.monotonic()
-            if requested and snapshot_request is not None:
-                snapshot_request.unlink(missing_ok=True)
-            if applied == 0:
-                stop.wait(poll_interval)
-        if snapshot is not None and published != self.position:
-            self.publish(snapshot)
-
-    def rebuild_in_place(self) -> None:
-        """Replace the file by a fresh replay of the log up to this projector's position (DuckDB does not zero
-        freed blocks: rows updated in place could leave forgotten text in the file)."""
-        from projections.replay import replay
-
-        position = self.position
-        self.con.close()
-        tmp = self.path.with_name(self.path.name + ".rebuilt")
-        built = replay(_Until(self.log, position), tmp)
-        self.path.with_name(self.path.name + ".wal").unlink(missing_ok=True)
-        os.replace(built.path, self.path)
-        self.con = connect(self.path)
-        self.con.execute("SET TimeZone = 'UTC'")
-        self.position, self.clock = built.position, built.clock
-        self.forgotten_pending = False
 
     def publish(self, snapshot: Path) -> int:
         """Publish the views as they are now to `snapshot` (atomically replaced). Returns the position."""

@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from consumers.record_size import MARGIN, SEAL_OVERHEAD, record_size
-from domain.errors import InfrastructureError
+from domain.application.ingestion import ENVELOPE_FIELDS
+from domain.errors import DomainError, InfrastructureError
 
 log = logging.getLogger(__name__)
 
@@ -261,3 +262,10 @@ def truncated(letter: DeadLetter, max_bytes: int, sealed: bool) -> DeadLetter:
         cut = dataclasses.replace(cut, original_headers=(), extra_headers=cut.extra_headers + (dropped,))
         budget = room - record_size(cut.record_key(), b"", cut.headers())
     return dataclasses.replace(cut, value=original[:max(0, budget)])
+
+
+def field_path(error: DomainError) -> str | None:
+    """A rule's field (`session_id`) as a path in the envelope (`payload.session_id`)."""
+    if error.field is None or error.field.split(".")[0].split("[")[0] in ENVELOPE_FIELDS:
+        return error.field
+    return f"payload.{error.field}"

@@ -34,12 +34,12 @@ from consumers.dead_letters.records import (
     DeadLetter,
     DeadLetterSink,
     StoredDeadLetter,
+    field_path,
     from_record,
     header,
     latest_per_input,
 )
 from consumers.dead_letters.sealing import is_sealed, seal, unseal
-from consumers.kafka_batch import _field_path
 from consumers.kafka_config import connection_options, dlq_producer_options
 from consumers.record_size import topic_max_bytes
 from domain.application.wire import parse_envelope, to_command
@@ -306,7 +306,7 @@ def _try(ports: ConsumerPorts, view: DeadLetterView, value: bytes | None) -> Com
         return None
     error = result.outcomes[0].error
     if error is not None:
-        path = _field_path(error)
+        path = field_path(error)
         return Rejection(f"{path}: {error}" if path else str(error), path)
     return command
 

@@ -264,13 +264,10 @@ class OpenAICompatibleEmbedder:
         return normalise_rows(vectors).astype(np.float32)
 
 
-def embedder_from(settings: Settings | None = None) -> Embedder | None:
-    """The configured embedder (`settings`, else the environment's); None with NOUMENA_EMBEDDER=none (lexical search
-    only). Refuses, naming the setting, a configuration that cannot work."""
-    if settings is None:
-        from infra.settings import Settings
-
-        settings = Settings()
+def embedder_from(settings: Settings) -> Embedder | None:
+    """The embedder `settings` configure; None with NOUMENA_EMBEDDER=none (lexical search only). Refuses, naming the
+    setting, a configuration that cannot work. (The settings come from the caller: adapters never read them
+    themselves, which would tie them to the composition root's settings in both directions.)"""
     if settings.embedder == "none":
         return None
     if settings.embedder == "openai":

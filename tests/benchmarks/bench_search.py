@@ -54,6 +54,7 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     from infra.adapters.embedders import embedder_from
+    from infra.settings import Settings
     from projections.perspectives import Perspectives
     from projections.searches import Searches
 
@@ -63,7 +64,7 @@ def main() -> None:
     t0 = time.perf_counter()
     pindex = from_frames("bench", entities, facts, sessions, None, uses, position=1, clock=NOW)
     p_bytes = sum(pindex.nbytes().values())
-    embedder = embedder_from(None)
+    embedder = embedder_from(Settings())
     index = SearchIndex("bench", Analyzer(), embedder)
     t1 = time.perf_counter()
     index.sync(pindex)

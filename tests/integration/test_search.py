@@ -14,6 +14,7 @@ from domain.commands import AssertFact, CreateTenant, InvalidateFact, RegisterEn
 from domain.errors import InvalidInput, UnknownEntity, UnknownSearch
 from domain.recalls import RecallsCoalesced
 from infra.adapters.embedders import embedder_from
+from infra.settings import Settings
 from projections.contexts import Contexts
 from projections.perspective_index import PerspectiveIndex, fold
 from projections.perspectives import Perspectives
@@ -22,7 +23,7 @@ from tests.conftest import TickingClock
 from tests.properties import examples
 
 T = "acme"
-EMBEDDER = embedder_from(None)
+EMBEDDER = embedder_from(Settings())
 
 
 def _fact(noumena, subject: str, relation: str, obj: str, reason: str | None = None, scope: str = "org") -> str:  # type: ignore[no-untyped-def]

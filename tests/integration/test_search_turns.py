@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from domain.commands import AppendMessage, AssertFact, CreateTenant, RegisterEntity, StartSession
 from domain.search import DEFAULT_SEARCH_PARAMETERS, ItemKind
 from infra.adapters.embedders import embedder_from
+from infra.settings import Settings
 from projections.perspective_index import fold
 from projections.perspectives import Perspectives
 from projections.search_index import SearchIndex
@@ -24,7 +25,7 @@ from tests.integration.test_search import AGENTS, PERSONS, WORDS, _Cut  # (the s
 from tests.properties import examples
 
 T = "acme"
-EMBEDDER = embedder_from(None)
+EMBEDDER = embedder_from(Settings())
 
 
 def _said(noumena, session_id: str, message_id: str, content: str) -> None:  # type: ignore[no-untyped-def]
