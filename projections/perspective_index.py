@@ -9,8 +9,9 @@ Its parts, each in its own module:
   ref -> id dict used only to resolve the few refs a query names.
 - facts (here): `src`, `dst` (int32 entity ids), `rel` (int16 code), `scope` (int32 code), `conf` (float32),
   `status` (int8: 0 current, 1 invalidated, 2 archived), `live` (scope code + 1 while current, else 0),
-  `asserted` (float64 epoch seconds), the id as 32 ASCII bytes, a 64-bit hash of the id kept sorted for
-  lookups, and two UTF-8 text blobs (reason, provenance). Storage: `perspective_columns`.
+  `asserted` (float64 epoch seconds), and two UTF-8 text blobs (reason, provenance). Storage:
+  `perspective_columns`.
+- `fact_ids` (`perspective_fact_ids`): each fact's id, and the lookup of a fact id's row.
 - `scopes` (`perspective_scopes`): who may see which scope, and the sessions.
 - `adjacency` (`perspective_adjacency`): the CSR the walk reads, rebuilt in bulk, with a delta tail.
 - `uses` (`perspective_uses`): per agent, its recalls; under `LOG_KEYS`, the corroborations and corrections.
@@ -19,6 +20,10 @@ Its parts, each in its own module:
   worker was about it. Both dated where they happened (`dated`).
 - `walk_scratch` (`perspective_walk.WalkScratch`): the walk's per-entity buffers, one walk at a time.
 
+What the walk reads of the parts it asks of them itself (`index.scopes.visible_codes(...)`,
+`index.adjacency.expand(index, ...)`): the index's own methods are the codes, applying records, and keeping its
+arrays ready for a walk.
+
 It is built (a) by applying the log's records in order (`apply`), which is how a follower keeps it current and
 how an as-of index is folded, or (b) in bulk from the DuckDB read model or from frames
 (`projections/perspective_load.py`) at start. Nothing on the query path touches SQL or a dict per fact.
@@ -26,7 +31,6 @@ how an as-of index is folded, or (b) in bulk from the DuckDB read model or from 
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -36,9 +40,9 @@ import numpy as np
 
 from domain.activation import ActivationParameters
 from domain.relations import BUILTIN_RELATIONS
-from projections.perspective_adjacency import Adjacency, Entries
+from projections.perspective_adjacency import Adjacency
 from projections.perspective_columns import Column, Texts
-from projections.perspective_salience import tier_base_levels
+from projections.perspective_fact_ids import FactIds
 from projections.perspective_scopes import Scopes
 from projections.perspective_uses import CORRECTIONS, CORROBORATIONS, Episodes, Uses
 from projections.perspective_walk import (  # noqa: F401  (re-exported: the index's query types)
@@ -47,9 +51,6 @@ from projections.perspective_walk import (  # noqa: F401  (re-exported: the inde
     Viewpoint,
     Walked,
     WalkScratch,
-    base_levels,
-    path,
-    spread_floor,
     tier_codes,
     walk,
 )
@@ -66,17 +67,6 @@ def timestamp(value: Any) -> float:
     if isinstance(value, datetime):
         return value.timestamp()
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-
-
-def id_hash(fact_id: str) -> int:
-    """A signed 64-bit hash of a fact id: the first 16 hex digits of our uuid ids, blake2b for anything else."""
-    try:
-        value = int(fact_id[:16], 16) if len(fact_id) >= 16 else None
-    except ValueError:
-        value = None
-    if value is None:
-        value = int.from_bytes(hashlib.blake2b(fact_id.encode(), digest_size=8).digest(), "big")
-    return value - (1 << 64) if value >= (1 << 63) else value
 
 
 class PerspectiveIndex:
@@ -121,15 +111,10 @@ class PerspectiveIndex:
         self.live = Column(np.int32)
         """scope code + 1 while the fact is current, else 0: one gather answers "current and visible"."""
         self.asserted = Column(np.float64)
-        self.ids = Column("S32")
-        self.hashes = Column(np.int64)
         self.reasons = Texts()
         self.provenance = Texts()
-        self._sorted_hashes = np.zeros(0, dtype=np.int64)
-        self._sorted_order = np.zeros(0, dtype=np.int32)
-        self._recent_ids: dict[str, int] = {}
-        """Fact ids added since the last compaction (the sorted hashes cover the rest)."""
         # the parts
+        self.fact_ids = FactIds()
         self.scopes = Scopes()
         self.adjacency = Adjacency()
         self.uses = Uses()
@@ -207,35 +192,6 @@ class PerspectiveIndex:
         eid = self.entity_ids.get(ref)
         return None if eid is None else int(self.canonical.data[eid])
 
-    def fact_index(self, fact_id: str) -> int | None:
-        """The int id of a fact id, or None."""
-        recent = self._recent_ids.get(fact_id)
-        if recent is not None:
-            return recent
-        h = id_hash(fact_id)
-        lo = int(np.searchsorted(self._sorted_hashes, h, "left"))
-        hi = int(np.searchsorted(self._sorted_hashes, h, "right"))
-        encoded = fact_id.encode()
-        for k in range(lo, hi):
-            candidate = int(self._sorted_order[k])
-            if self.ids.data[candidate] == encoded:
-                return candidate
-        return None
-
-    def fact_indexes(self, ids: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-        """The int ids of many facts (-1 when unknown) by their ids (S32) and `id_hash`es, vectorized; only
-        facts compacted into the sorted hashes are found (call after `compact`)."""
-        if not len(self._sorted_hashes):
-            return np.full(len(ids), -1, dtype=np.int64)
-        at = np.searchsorted(self._sorted_hashes, hashes)
-        at[at >= len(self._sorted_hashes)] = 0
-        found = self._sorted_order[at]
-        ok = (self._sorted_hashes[at] == hashes) & (self.ids.view[found] == ids)
-        return np.where(ok, found, -1).astype(np.int64)
-
-    def fact_id(self, index: int) -> str:
-        return bytes(self.ids.data[index]).decode()
-
     @property
     def fact_count(self) -> int:
         return self.src.size
@@ -250,10 +206,6 @@ class PerspectiveIndex:
         handler = _HANDLERS.get(topic)
         if handler is not None:
             handler(self, data, self.clock)
-
-    def apply_event(self, position: int, event: Any) -> None:
-        """Apply a pydantic domain event (tests and folds that already hold events)."""
-        self.apply(position, type(event).topic, event.model_dump(mode="json"))
 
     def _entity_registered(self, d: dict[str, Any], at: float) -> None:
         self.entity(d["ref"], d.get("label"), bool(d.get("hub", False)))
@@ -281,9 +233,9 @@ class PerspectiveIndex:
     def _worker_about(self, d: dict[str, Any], at: float) -> None:
         moment = dated(d.get("occurred_at"), at)
         for ref in d.get("about") or ():
-            self.mention(self.resolve(self.entity(ref)), moment)
+            self._mention(self.resolve(self.entity(ref)), moment)
 
-    def mention(self, eid: int, moment: float) -> None:
+    def _mention(self, eid: int, moment: float) -> None:
         """Entity `eid` was named at `moment` (a running maximum: only the latest mention is kept)."""
         if moment > self.mentioned.data[eid]:
             self.mentioned.data[eid] = moment
@@ -299,15 +251,13 @@ class PerspectiveIndex:
         self.live.append(int(self.scope.data[index]) + 1)
         first = first_use(d, at)
         self.asserted.append(first)
-        self.ids.append(d["fact_id"].encode())
-        self.hashes.append(id_hash(d["fact_id"]))
+        self.fact_ids.add(d["fact_id"])
         self.reasons.append(d.get("reason") or "")
         self.provenance.append(provenance_text(d.get("provenance") or {}))
-        self._recent_ids[d["fact_id"]] = index
-        self.mention(subject, first)
-        self.mention(obj, first)
+        self._mention(subject, first)
+        self._mention(obj, first)
         self._fan(index, +1)
-        if len(self._recent_ids) > COMPACT_AT and len(self._recent_ids) > self.fact_count // 4:
+        if self.fact_ids.recent > COMPACT_AT and self.fact_ids.recent > self.fact_count // 4:
             self.compact()  # while folding, rebuild rarely (a quarter more facts); a query compacts sooner
 
     def _fan(self, index: int, delta: int) -> None:
@@ -328,7 +278,7 @@ class PerspectiveIndex:
                     shares[node] = min(1.0, exp_s / max(int(self.fan_org.data[node]), 1))
 
     def _set_status(self, fact_id: str, status: int) -> None:
-        index = self.fact_index(fact_id)
+        index = self.fact_ids.find(fact_id)
         if index is None:
             return
         was = int(self.status.data[index])
@@ -344,19 +294,19 @@ class PerspectiveIndex:
             self._fan(index, +1)
 
     def _fact_corroborated(self, d: dict[str, Any], at: float) -> None:
-        index = self.fact_index(d["fact_id"])
+        index = self.fact_ids.find(d["fact_id"])
         if index is not None:
             self.conf.data[index] = float(d["confidence"])
             self.uses.record(CORROBORATIONS, [index], first_use(d, at))
 
     def _fact_corrected(self, d: dict[str, Any], at: float) -> None:
-        index = self.fact_index(d["fact_id"])
+        index = self.fact_ids.find(d["fact_id"])
         if index is not None:
             self.uses.record(CORRECTIONS, [index], first_use(d, at))
 
     def _facts_recalled(self, d: dict[str, Any], at: float) -> None:
         agent = self.resolve(self.entity(d["agent"]))
-        found = [self.fact_index(fact_id) for fact_id in d["fact_ids"]]
+        found = [self.fact_ids.find(fact_id) for fact_id in d["fact_ids"]]
         self.uses.record(agent, [index for index in found if index is not None], at)
 
     def _recalls_coalesced(self, d: dict[str, Any], at: float) -> None:
@@ -365,7 +315,7 @@ class PerspectiveIndex:
         for group in d["uses"]:
             agent = self.resolve(self.entity(group["agent"]))
             for fact_id, offset in zip(group["fact_ids"], group["seconds"], strict=True):
-                index = self.fact_index(fact_id)
+                index = self.fact_ids.find(fact_id)
                 if index is not None:
                     self.uses.record(agent, [index], min(since + offset, at))
 
@@ -385,7 +335,7 @@ class PerspectiveIndex:
         self.scopes.merge(merged, into)
         self.uses.merge(merged, into)
         self.episodes.merge(merged, into)
-        self.mention(into, float(self.mentioned.data[merged]))
+        self._mention(into, float(self.mentioned.data[merged]))
         src, dst = self.src.view, self.dst.view
         moving = np.flatnonzero((src == merged) | (dst == merged))
         if len(moving):
@@ -403,10 +353,7 @@ class PerspectiveIndex:
     def compact(self) -> None:
         """Rebuild the CSR adjacency and the sorted id hashes over every fact (bulk, vectorized)."""
         self.adjacency.build(self)
-        hashes = self.hashes.view
-        sort = np.argsort(hashes, kind="stable").astype(np.int32)
-        self._sorted_hashes, self._sorted_order = hashes[sort], sort
-        self._recent_ids = {}
+        self.fact_ids.sort()
 
     def prepare_for_walk(self) -> None:
         """Rebuild the CSR if facts moved between entities or the delta tail has grown long."""
@@ -416,18 +363,12 @@ class PerspectiveIndex:
         elif delta > COMPACT_AT and delta > self.fact_count // 50 or self.adjacency.rows < len(self.refs) // 2:
             self.compact()
 
-    @property
-    def csr_facts(self) -> int:
-        """Facts in the CSR (the rest are the delta tail)."""
-        return self.adjacency.facts
-
     def nbytes(self) -> dict[str, int]:
         """Bytes held by the index, by part (capacity of the arrays, plus estimates of the Python lists)."""
-        fact_columns = (self.src, self.dst, self.rel, self.scope, self.conf, self.status, self.live, self.asserted,
-                        self.ids, self.hashes)
+        fact_columns = (self.src, self.dst, self.rel, self.scope, self.conf, self.status, self.live, self.asserted)
         entity_lists = sum(len(r) + len(lb) + 120 for r, lb in zip(self.refs, self.labels, strict=True))
         return {
-            "facts": sum(c.nbytes for c in fact_columns) + self._sorted_hashes.nbytes + self._sorted_order.nbytes,
+            "facts": sum(c.nbytes for c in fact_columns) + self.fact_ids.nbytes,
             "texts": self.reasons.nbytes + self.provenance.nbytes,
             "adjacency": self.adjacency.nbytes,
             "scratch": self.walk_scratch.nbytes,
@@ -457,51 +398,12 @@ class PerspectiveIndex:
             cached = self._share_cache = (exp_s, np.concatenate([cached[1], tail]))
         return cached[1]
 
-    def visible_scopes(self, agent: int, serving: int) -> np.ndarray:
-        """A bool per scope code: whether this viewer may see it (`Scopes.visible`)."""
-        return self.scopes.visible(agent, serving)
-
-    def visible_codes(self, agent: int, serving: int) -> np.ndarray:
-        """The scope codes other than org that this viewer may see (`Scopes.visible_codes`)."""
-        return self.scopes.visible_codes(agent, serving)
-
-    def viewer_fan_extra(self, codes: np.ndarray) -> np.ndarray:
-        """What a viewer's own scopes add to each node's org fan (`Adjacency.viewer_fan_extra`)."""
-        return self.adjacency.viewer_fan_extra(self, codes)
-
-    def scope_facts(self, codes: np.ndarray) -> np.ndarray:
-        """The current facts in the scopes `codes`, sorted (`Adjacency.scope_facts`)."""
-        return self.adjacency.scope_facts(self, codes)
-
-    def expand(self, frontier: np.ndarray, out: np.ndarray) -> tuple[Entries, np.ndarray, np.ndarray]:
-        """The adjacency entries of the sorted unique `frontier`, with each owner's `out` and the owner
-        (`Adjacency.expand`)."""
-        return self.adjacency.expand(self, frontier, out)
-
-    def between(self, a: int, b: int) -> list[int]:
-        """The facts joining entities a and b, either way round (any status)."""
-        return self.adjacency.between(self, a, b)
-
     # ------------------------------------------------------------------------------------------ the query
 
     def walk(self, viewpoint: Viewpoint, parameters: ActivationParameters, now: float) -> Walked:
         """Spread activation from the viewpoint, rank every reached fact and cut the ranking into tiers
         (`projections.perspective_walk.walk`)."""
         return walk(self, viewpoint, parameters, now)
-
-    def spread_floor(self, agent: int, p: ActivationParameters) -> float:
-        return spread_floor(self, agent, p)
-
-    def base_levels(self, agent: int, facts: np.ndarray, now: float, p: ActivationParameters, serving: int = -1
-                    ) -> np.ndarray:
-        """B per fact for `agent` (serving `serving`, -1: no one) at `now`, by the parameters' salience model."""
-        asserted = self.asserted.view[facts]
-        if p.salience == "calendar":
-            return base_levels(self, agent, facts, now, p, asserted)
-        return tier_base_levels(self, agent, serving, facts, now, p, asserted)
-
-    def path(self, walked: Walked, fact: int, via: int) -> tuple[list[str], list[str]]:
-        return path(self, walked, fact, via)
 
 
 def first_use(fact: dict[str, Any], recorded: float) -> float:

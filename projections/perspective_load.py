@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from projections.perspective_columns import Column, Texts
+from projections.perspective_fact_ids import FactIds
 from projections.perspective_index import STATUS_CODES, PerspectiveIndex, provenance_text
 from projections.perspective_uses import CORRECTIONS, CORROBORATIONS
 from projections.schema import PROJECTION_NAME
@@ -92,8 +93,8 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
     index.conf = Column(np.float32, data=facts["confidence"].to_numpy())
     index.status = Column(np.int8, data=codes("status", STATUS_CODES, np.int8))
     index.asserted = Column(np.float64, data=facts["asserted_at"].cast(pl.Float64).to_numpy())
-    index.ids = Column("S32", data=facts["fact_id"].to_numpy().astype("S32"))
-    index.hashes = Column(np.int64, data=_hashes(facts["fact_id"]))
+    index.fact_ids = FactIds(Column("S32", data=facts["fact_id"].to_numpy().astype("S32")),
+                             Column(np.int64, data=_hashes(facts["fact_id"])))
     reasons = facts["reason"].fill_null("")
     index.reasons = Texts(reasons.to_list()) if n else Texts()
     provenance = facts["provenance"].fill_null("") if "provenance" in facts.columns else pl.Series([""] * n)
@@ -151,7 +152,7 @@ def _mentions(index: PerspectiveIndex, mentions: pl.DataFrame | None) -> None:
 
 def _index_of(index: PerspectiveIndex, ids: pl.Series) -> np.ndarray:
     """The int ids of many fact ids (-1 when unknown), vectorized over the sorted hashes."""
-    return index.fact_indexes(ids.to_numpy().astype("S32"), _hashes(ids))
+    return index.fact_ids.find_many(ids.to_numpy().astype("S32"), _hashes(ids))
 
 
 def _epoch(column: str) -> str:

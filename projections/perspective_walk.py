@@ -184,7 +184,7 @@ def _blocked(index: PerspectiveIndex, p: ActivationParameters, hub_sources: list
     if not party_codes:
         return None
     sources = np.array(hub_sources, dtype=np.int64)
-    nbr = index.expand(sources, np.zeros(len(sources)))[0].neighbour
+    nbr = index.adjacency.expand(index, sources, np.zeros(len(sources)))[0].neighbour
     blocked = np.unique(nbr[np.isin(index.kind.view[nbr], party_codes) & (nbr != serving)]).astype(np.int64)
     return blocked if len(blocked) else None
 
@@ -196,12 +196,12 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     visited, received, extra_fan = scratch.visited, scratch.received, scratch.extra_fan
     max_weight = index.max_weight
     floor = spread_floor(index, agent, p)
-    extra_scopes = index.visible_codes(agent, serving)
+    extra_scopes = index.scopes.visible_codes(agent, serving)
     visible = np.zeros(len(index.scopes.names) + 1, dtype=bool)  # by scope code + 1; 0: not current
     visible[1] = True  # org
     visible[extra_scopes + 1] = True
     # the viewer's fan of a node: its current org facts plus its current facts in the viewer's own scopes
-    extra_ends = index.viewer_fan_extra(extra_scopes)
+    extra_ends = index.adjacency.viewer_fan_extra(index, extra_scopes)
     if len(extra_ends):
         np.add.at(extra_fan, extra_ends, 1)
     fan_org = index.fan_org.view
@@ -219,7 +219,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
     share_each = p.source_weight / len(source_ids)
     frontier_act = np.array([counts[s] for s in ordered_sources], dtype=np.float64) * share_each
     visited[frontier] = stamp
-    viewpoint_facts = index.between(agent, serving) if agent >= 0 and serving >= 0 else []
+    viewpoint_facts = index.adjacency.between(index, agent, serving) if agent >= 0 and serving >= 0 else []
     rec_facts: list[np.ndarray] = []
     rec_x: list[np.ndarray] = []
     rec_hop: list[int] = []
@@ -242,7 +242,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
                     frontier, out = frontier[strong], out[strong]
                     if len(frontier) == 0:
                         break
-            entries, x, via = index.expand(frontier, out)
+            entries, x, via = index.adjacency.expand(index, frontier, out)
             if len(entries) == 0:
                 break
             # a neighbour expanded at an earlier hop: the fact was reached from there already
@@ -310,7 +310,7 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
         hops = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
     facts = facts.astype(np.int64)
     return _ranked(index, p, now, agent, serving, facts, index.conf.view[facts], index.asserted.view[facts],
-                   index.hashes.view[facts], spread, hops, via, source_ids, unknown, nodes)
+                   index.fact_ids.hashes.view[facts], spread, hops, via, source_ids, unknown, nodes)
 
 
 def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent: int, serving: int,
@@ -318,10 +318,7 @@ def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent:
             hops: np.ndarray, via: np.ndarray, source_ids: list[int], unknown: list[str], nodes: list[np.ndarray]
             ) -> Walked:
     """Every reached fact's B and A = B + ln(confidence) + S + ln(x), highest first, and the tiers."""
-    if p.salience == "calendar":
-        base = base_levels(index, agent, facts, now, p, asserted)
-    else:
-        base = tier_base_levels(index, agent, serving, facts, now, p, asserted)
+    base = fact_base_levels(index, agent, serving, facts, now, p, asserted)
     with np.errstate(divide="ignore"):
         act = base + np.log(conf, dtype=np.float64) + p.associative_strength + np.log(spread)
     order = _rank(act, asserted, hashes)
@@ -378,6 +375,16 @@ def spread_floor(index: PerspectiveIndex, agent: int, p: ActivationParameters) -
     return max(p.minimum_spread, math.exp(p.threshold - p.associative_strength - best_base))
 
 
+def fact_base_levels(index: PerspectiveIndex, agent: int, serving: int, facts: np.ndarray, now: float,
+                     p: ActivationParameters, asserted: np.ndarray | None = None) -> np.ndarray:
+    """B per fact for `agent` (serving `serving`, -1: no one) at `now`, by the parameters' salience model."""
+    if asserted is None:
+        asserted = index.asserted.view[facts]
+    if p.salience == "calendar":
+        return base_levels(index, agent, facts, now, p, asserted)
+    return tier_base_levels(index, agent, serving, facts, now, p, asserted)
+
+
 def base_levels(index: PerspectiveIndex, agent: int, facts: np.ndarray, now: float,
                 p: ActivationParameters, asserted: np.ndarray | None = None) -> np.ndarray:
     """The calendar model's B per fact for one agent at `now`: the assertion plus the agent's recalls made at or
@@ -426,7 +433,7 @@ def path(index: PerspectiveIndex, walked: Walked, fact: int, via: int) -> tuple[
     crossed.reverse()
     other = int(index.dst.data[fact]) if int(index.src.data[fact]) == via else int(index.src.data[fact])
     refs.append(other)
-    return [index.refs[r] for r in refs], [index.fact_id(f) for f in crossed]
+    return [index.refs[r] for r in refs], [index.fact_ids.at(f) for f in crossed]
 
 
 def tier_codes(p: ActivationParameters, activation: np.ndarray, via: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ from projections.perspective_index import (
     fold,
 )
 from projections.perspective_salience import salience_notes
+from projections.perspective_walk import path as fact_path
 from projections.source import RawLog, decode
 
 READ_BATCH = 10_000
@@ -265,12 +266,13 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
         fact = int(walked.facts[k])
         via = int(walked.via[k])
         subject, obj = int(index.src.data[fact]), int(index.dst.data[fact])
-        path, path_facts = index.path(walked, fact, via)
+        path, path_facts = fact_path(index, walked, fact, via)
         reason = index.reasons.get(fact)
         items.append(PerspectiveItem(
             tier=TIERS_BY_CODE[int(walked.tiers[k])],
-            fact_id=index.fact_id(fact), subject=index.refs[subject], relation=index.rel_names[index.rel.data[fact]],
-            object=index.refs[obj], subject_label=index.labels[subject], object_label=index.labels[obj],
+            fact_id=index.fact_ids.at(fact), subject=index.refs[subject],
+            relation=index.rel_names[index.rel.data[fact]], object=index.refs[obj],
+            subject_label=index.labels[subject], object_label=index.labels[obj],
             scope=index.scopes.names[index.scope.data[fact]], reason=reason or None,
             confidence=round(float(index.conf.data[fact]), 6), provenance=index.provenance.get(fact),
             activation=round(float(walked.activation[k]), 6), base_level=round(float(walked.base[k]), 6),
@@ -285,13 +287,13 @@ def build_perspective(index: PerspectiveIndex, walked: Walked, viewpoint: Viewpo
             members = walked.facts[counted[vias == node]]
             ref = index.refs[int(node)]
             groups[ref] = CountGroup(about=ref, label=index.labels[int(node)], count=len(members),
-                                     fact_ids=[index.fact_id(int(f)) for f in members])
+                                     fact_ids=[index.fact_ids.at(int(f)) for f in members])
     forgotten = walked.count(Tier.FORGOTTEN)
     faded = []
     for k in faded_at:
         fact = int(walked.facts[k])
         faded.append(FadedFact(
-            fact_id=index.fact_id(fact), subject_label=index.labels[int(index.src.data[fact])],
+            fact_id=index.fact_ids.at(fact), subject_label=index.labels[int(index.src.data[fact])],
             relation=index.rel_names[index.rel.data[fact]], object_label=index.labels[int(index.dst.data[fact])],
             scope=index.scopes.names[index.scope.data[fact]], activation=round(float(walked.activation[k]), 6),
             base_level=round(float(walked.base[k]), 6), hops=int(walked.hops[k]), salience=why[int(k)]))

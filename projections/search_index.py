@@ -73,19 +73,19 @@ class SearchIndex(Documents):
             turn = known[2] if known is not None and known[2] >= 0 else self.turns.add(pindex, data, content)
             self.messages[data["message_id"]] = (data.get("session_id") or "", content, turn)
         elif topic == "fact.asserted":
-            doc = pindex.fact_index(data["fact_id"])
+            doc = pindex.fact_ids.find(data["fact_id"])
             if doc is not None and doc >= len(self.doc_len):
                 for missing in range(len(self.doc_len), doc):  # loaded in bulk before this index followed
-                    self._add(pindex, missing, {"fact_id": pindex.fact_id(missing)})
+                    self._add(pindex, missing, {"fact_id": pindex.fact_ids.at(missing)})
                 self._add(pindex, doc, data)
         elif topic == "fact.invalidated" or topic == "fact.archived":
             self._retire(pindex, data["fact_id"])
         elif topic == "fact.corrected" and data.get("valid_from"):  # a timeline moved the fact's start
-            doc = pindex.fact_index(data["fact_id"])
+            doc = pindex.fact_ids.find(data["fact_id"])
             if doc is not None and doc < len(self.valid_from):
                 self.valid_from[doc] = timestamp(data["valid_from"])
         elif topic == "fact.restored":
-            doc = pindex.fact_index(data["fact_id"])
+            doc = pindex.fact_ids.find(data["fact_id"])
             if doc is not None and doc < len(self.doc_len):
                 self.live_docs += 1
                 self.total_len += self.doc_len[doc]
@@ -118,7 +118,7 @@ class SearchIndex(Documents):
     def _retire(self, pindex: PerspectiveIndex, fact_id: str) -> None:
         """An ended fact leaves the statistics (it is never a candidate: the perspective index says it is not
         current)."""
-        doc = pindex.fact_index(fact_id)
+        doc = pindex.fact_ids.find(fact_id)
         if doc is not None and doc < len(self.doc_len) and self.live_docs > 0:
             self.live_docs -= 1
             self.total_len -= self.doc_len[doc]
@@ -173,7 +173,7 @@ class SearchIndex(Documents):
         """Add the facts the perspective index holds and this one does not, from their `fact.asserted` payloads
         when given (else their statements only); ended facts leave the statistics."""
         for doc in range(len(self.doc_len), pindex.fact_count):
-            fact_id = pindex.fact_id(doc)
+            fact_id = pindex.fact_ids.at(doc)
             self._add(pindex, doc, (asserted or {}).get(fact_id) or {"fact_id": fact_id})
             if int(pindex.status.data[doc]) != 0:
                 self.live_docs -= 1

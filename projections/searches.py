@@ -39,6 +39,7 @@ from domain.search import (
 from domain.search_time import time_window
 from projections.perspective_index import PerspectiveIndex, Viewpoint, fold
 from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSION
+from projections.perspective_walk import fact_base_levels
 from projections.perspectives import Perspectives
 from projections.search_documents import Documents
 from projections.search_index import SearchIndex
@@ -250,7 +251,7 @@ class Searches:
         if exact:
             pool = np.flatnonzero(visible)
         else:  # the best lexical matches, the viewer's own tiers, and what its perspective reaches most strongly
-            own = pindex.scope_facts(pindex.visible_codes(agent_id, serving_id))
+            own = pindex.adjacency.scope_facts(pindex, pindex.scopes.visible_codes(agent_id, serving_id))
             own = own[own < n]
             reached = walked.facts[walked.facts < n]
             nearest = reached[:WALKED_CANDIDATES].astype(np.int64)  # the walk ranks by activation
@@ -362,7 +363,7 @@ class Searches:
         """The viewer's activation of each fact: the perspective's own where its walk reached the fact; else base
         level and confidence with the spread of a fact one hop beyond the walk's depth."""
         parameters = self.perspectives.parameters
-        base = pindex.base_levels(agent, docs, now, parameters)
+        base = fact_base_levels(pindex, agent, -1, docs, now, parameters)
         far = np.log(parameters.hop_factor) * (parameters.depth + 1)
         out = base + np.log(np.maximum(pindex.conf.data[docs], 1e-6)) + parameters.associative_strength + far
         if len(reached):
@@ -426,7 +427,7 @@ class Searches:
         reason = pindex.reasons.get(doc) or None
         text = f"{pindex.labels[subject]} —{relation}→ {pindex.labels[obj]}" + (f": {reason}" if reason else "")
         return SearchItem(
-            rank=rank, fact_id=pindex.fact_id(doc), subject=pindex.refs[subject], relation=relation,
+            rank=rank, fact_id=pindex.fact_ids.at(doc), subject=pindex.refs[subject], relation=relation,
             object=pindex.refs[obj], subject_label=pindex.labels[subject], object_label=pindex.labels[obj],
             text=text, reason=reason, scope=pindex.scopes.names[int(pindex.scope.data[doc])], tier=c.tier,
             valid_from=_iso(index.valid_from[doc]), score=c.score, scores=c.scores, session_id=index.sessions[doc],
@@ -437,7 +438,7 @@ class Searches:
         pindex, index = self.index(tenant)
         out: list[list[str]] = []
         for fact_id in fact_ids:
-            doc = pindex.fact_index(fact_id)
+            doc = pindex.fact_ids.find(fact_id)
             out.append(list(index.message_ids[doc]) if doc is not None and doc < len(index.message_ids) else [])
         return out
 
@@ -616,7 +617,7 @@ def visible_among(pindex: PerspectiveIndex, agent: int, serving: int, n: int, ab
     """`visible_facts`, asked of given documents only (no array over every fact): current, in a scope the
     viewer sees, not touching a party a hub viewer must not reach, and touching one of `about` if given.
     `blocked`: the hub viewer's `blocked_parties` when the caller has them already."""
-    scopes = pindex.visible_scopes(agent, serving)
+    scopes = pindex.scopes.visible(agent, serving)
     if blocked is None and agent >= 0 and bool(pindex.hub.data[agent]):
         blocked = blocked_parties(pindex, agent, serving)
     barred = _entity_mask(pindex, blocked) if blocked is not None and len(blocked) else None
@@ -648,7 +649,7 @@ def visible_facts(pindex: PerspectiveIndex, agent: int, serving: int, n: int) ->
     (`PerspectiveIndex.visible_scopes`), and, for a hub viewer, not touching another party it serves (a hub
     viewer's walk never reaches those: projections/perspective_walk.py)."""
     n = min(n, pindex.fact_count)
-    scopes = pindex.visible_scopes(agent, serving)
+    scopes = pindex.scopes.visible(agent, serving)
     visible = (pindex.live.data[:n] != 0) & scopes[pindex.scope.data[:n]]
     if agent >= 0 and bool(pindex.hub.data[agent]):
         blocked = blocked_parties(pindex, agent, serving)
@@ -664,7 +665,7 @@ def blocked_parties(pindex: PerspectiveIndex, hub_agent: int, serving: int) -> n
     if person_kind is None:
         return np.zeros(0, dtype=np.int64)
     pindex.prepare_for_walk()  # the adjacency must hold every fact where it is now
-    ends = pindex.expand(np.array([hub_agent], dtype=np.int64), np.zeros(1))[0].neighbour
+    ends = pindex.adjacency.expand(pindex, np.array([hub_agent], dtype=np.int64), np.zeros(1))[0].neighbour
     parties = ends[(pindex.kind.data[ends] == person_kind) & (ends != serving)]
     return np.unique(parties).astype(np.int64)
 

@@ -37,6 +37,7 @@ from domain.activation import DEFAULT_PARAMETERS, ActivationParameters  # noqa: 
 from projections.perspective_index import CURRENT, PerspectiveIndex, Viewpoint, tier_codes  # noqa: E402
 from projections.perspective_load import from_frames  # noqa: E402
 from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON  # noqa: E402
+from projections.perspective_walk import spread_floor  # noqa: E402
 from projections.perspectives import build_perspective  # noqa: E402
 
 ENTITIES = int(os.environ.get("NOUMENA_BENCH_ENTITIES", "100000"))
@@ -207,7 +208,7 @@ def networkx_walk(graph: nx.MultiGraph, index: PerspectiveIndex, uses: dict[int,
     fan: dict[int, int] = defaultdict(int)
     fan_org = index.fan_org.view
     status_of = index.status.view
-    for code in index.visible_codes(agent, serving).tolist():
+    for code in index.scopes.visible_codes(agent, serving).tolist():
         for fact, end in scoped.get(code, ()):
             if status_of[fact] == CURRENT:
                 fan[end] += 1
@@ -217,7 +218,7 @@ def networkx_walk(graph: nx.MultiGraph, index: PerspectiveIndex, uses: dict[int,
     reached: dict[int, list[float]] = {}
     hop_of: dict[int, int] = {}
     exp_s = math.exp(p.associative_strength)
-    floor = index.spread_floor(agent, p)
+    floor = spread_floor(index, agent, p)
     max_weight = float(weights.max())
     for hop in range(1, p.depth + 1):
         following: dict[int, float] = defaultdict(float)
@@ -282,7 +283,7 @@ def to_duckdb(index: PerspectiveIndex, uses: pl.DataFrame) -> duckdb.DuckDBPyCon
     con.register("scopes_frame", scopes)
     con.execute("CREATE TABLE scopes AS SELECT * FROM scopes_frame")
     agent_ids = pl.DataFrame({"agent": index.refs, "agent_id": np.arange(len(index.refs), dtype=np.int32)})
-    fact_ids = pl.DataFrame({"fact_id": [index.fact_id(k) for k in range(n)], "fact": np.arange(n, dtype=np.int32)})
+    fact_ids = pl.DataFrame({"fact_id": [index.fact_ids.at(k) for k in range(n)], "fact": np.arange(n, dtype=np.int32)})
     con.register("uses_frame", uses.join(agent_ids, on="agent").join(fact_ids, on="fact_id"))
     con.execute("CREATE TABLE uses AS SELECT agent_id, fact, used_at FROM uses_frame")
     return con
@@ -329,7 +330,7 @@ def duckdb_walk(con: duckdb.DuckDBPyConnection, index: PerspectiveIndex, view: V
         "sources": sources, "share": p.source_weight / len(sources), "s": p.associative_strength,
         "hop_factor": p.hop_factor, "depth": p.depth, "now": NOW, "floor": p.minimum_age_seconds,
         "unit": p.time_unit_seconds, "d": p.decay, "wmax": float(index.rel_weight.view.max()),
-        "spread_floor": index.spread_floor(index.entity_ids[view.agent], p),
+        "spread_floor": spread_floor(index, index.entity_ids[view.agent], p),
     }).fetchall()
 
 

@@ -41,7 +41,7 @@ def _merged_org() -> tuple[Org, dict[str, str]]:
 
 def _seen(index: PerspectiveIndex, view: Viewpoint, now: float) -> dict[str, tuple[float, int, str, str]]:
     walked = index.walk(view, P, now)
-    return {index.fact_id(int(f)): (round(float(a), 9), int(h), index.refs[int(v)], index.refs[
+    return {index.fact_ids.at(int(f)): (round(float(a), 9), int(h), index.refs[int(v)], index.refs[
         int(index.src.data[int(f)])]) for f, a, h, v in zip(walked.facts, walked.activation, walked.hops,
                                                              walked.via, strict=True)}
 
@@ -49,10 +49,10 @@ def _seen(index: PerspectiveIndex, view: Viewpoint, now: float) -> dict[str, tup
 def _frames(index: PerspectiveIndex, merged: dict[str, str]) -> PerspectiveIndex:
     """The index as the DuckDB read model would hand it over: facts as asserted, entities with `merged_into`."""
     n = index.fact_count
-    subjects = {index.fact_id(k): index.refs[int(index.src.data[k])] for k in range(n)}
+    subjects = {index.fact_ids.at(k): index.refs[int(index.src.data[k])] for k in range(n)}
     facts = pl.DataFrame({
-        "fact_id": [index.fact_id(k) for k in range(n)],
-        "subject": [subjects[index.fact_id(k)] for k in range(n)], "relation": [index.rel_names[r] for r in
+        "fact_id": [index.fact_ids.at(k) for k in range(n)],
+        "subject": [subjects[index.fact_ids.at(k)] for k in range(n)], "relation": [index.rel_names[r] for r in
                                                                                index.rel.view],
         "object": [index.refs[o] for o in index.dst.view], "scope": [index.scopes.names[s] for s in index.scope.view],
         "reason": [None] * n, "confidence": index.conf.view.astype(float),

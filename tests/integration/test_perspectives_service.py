@@ -172,7 +172,7 @@ def test_an_index_loaded_from_duckdb_equals_the_one_folded_from_the_log(tmp_path
         for view in VIEWS.values():
             viewpoint = Viewpoint(view["agent"], view.get("serving"), tuple(view.get("focus", [])))
             a, b = folded.walk(viewpoint, folded_parameters(), now), loaded.walk(viewpoint, folded_parameters(), now)
-            assert [folded.fact_id(int(f)) for f in a.facts] == [loaded.fact_id(int(f)) for f in b.facts]
+            assert [folded.fact_ids.at(int(f)) for f in a.facts] == [loaded.fact_ids.at(int(f)) for f in b.facts]
             assert a.activation == pytest.approx(b.activation, abs=1e-6)
             assert (a.tiers == b.tiers).all()
             fa = int(a.facts[0])
@@ -237,7 +237,7 @@ def test_an_as_of_index_from_the_read_model_equals_the_log_fold(tmp_path):
             viewpoint = Viewpoint(view["agent"], view.get("serving"), tuple(view.get("focus", [])))
             a = folded.walk(viewpoint, DEFAULT_PARAMETERS, at.timestamp())
             b = loaded.walk(viewpoint, DEFAULT_PARAMETERS, at.timestamp())
-            assert [folded.fact_id(int(f)) for f in a.facts] == [loaded.fact_id(int(f)) for f in b.facts]
+            assert [folded.fact_ids.at(int(f)) for f in a.facts] == [loaded.fact_ids.at(int(f)) for f in b.facts]
             assert a.activation == pytest.approx(b.activation, abs=1e-6)
             assert len(a.facts) > 0
     finally:

@@ -260,7 +260,7 @@ def test_the_read_model_and_the_index_it_loads_hold_the_coalesced_uses_at_their_
     for agent in ("agent:a0", "agent:a1"):
         a, b = folded.walk(Viewpoint(agent, None, ()), DEFAULT_PARAMETERS, now), \
             loaded.walk(Viewpoint(agent, None, ()), DEFAULT_PARAMETERS, now)
-        assert [folded.fact_id(int(f)) for f in a.facts] == [loaded.fact_id(int(f)) for f in b.facts]
+        assert [folded.fact_ids.at(int(f)) for f in a.facts] == [loaded.fact_ids.at(int(f)) for f in b.facts]
         assert a.base.tolist() == pytest.approx(b.base.tolist(), abs=1e-9)
 
 

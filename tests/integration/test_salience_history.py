@@ -46,5 +46,5 @@ def test_a_year_of_imported_history_never_read_keeps_every_view_full_also_after_
         for person in persons[:10]:
             view = Viewpoint(agent, serving=person)
             a, b = index.walk(view, DEFAULT_PARAMETERS, moment), loaded.walk(view, DEFAULT_PARAMETERS, moment)
-            assert [index.fact_id(int(f)) for f in a.facts] == [loaded.fact_id(int(f)) for f in b.facts]
+            assert [index.fact_ids.at(int(f)) for f in a.facts] == [loaded.fact_ids.at(int(f)) for f in b.facts]
             assert b.activation == pytest.approx(a.activation, abs=1e-6)

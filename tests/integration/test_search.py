@@ -304,15 +304,15 @@ def test_search_never_returns_a_fact_the_viewers_perspective_rules_forbid(record
     agent_id = pindex.lookup(agent)
     serving_id = pindex.lookup(serving) if serving else -1
     visible = visible_facts(pindex, agent_id, serving_id, len(index.doc_len))
-    assert {pindex.fact_id(d) for d in range(len(visible)) if visible[d]} == allowed
+    assert {pindex.fact_ids.at(d) for d in range(len(visible)) if visible[d]} == allowed
     docs, _scores = index.bm25(Analyzer().terms(" ".join(words)), 1.2, 0.3)
-    found = {pindex.fact_id(int(d)) for d in docs if visible[int(d)]}
+    found = {pindex.fact_ids.at(int(d)) for d in docs if visible[int(d)]}
     assert found <= allowed
     # the same rules asked of given documents only (how a search beyond the exact limit checks its candidates)
     among = visible_among(pindex, agent_id, serving_id, len(index.doc_len))
     assert (among(np.arange(len(visible))) == visible).all()
     best, _scores = index.bm25_top(Analyzer().terms(" ".join(words)), 1.2, 0.3, 400, among, exact=40)
-    assert {pindex.fact_id(int(d)) for d in best} == found  # few: every match is read
+    assert {pindex.fact_ids.at(int(d)) for d in best} == found  # few: every match is read
 
 
 def test_the_bm25_scores_equal_bm25s_on_a_fixed_corpus():

@@ -19,6 +19,7 @@ from projections.perspective_index import (
     Walked,
     tier_codes,
 )
+from projections.perspective_walk import path
 from tests.perspective_support import Org
 from tests.properties import examples
 
@@ -27,7 +28,7 @@ WEEK = 7.0
 
 def _facts(walked: Walked, index: PerspectiveIndex) -> dict[str, tuple[float, int, str]]:
     """fact id -> (activation, hops, tier) of every reached fact."""
-    return {index.fact_id(int(f)): (float(a), int(h), TIERS[int(t)])
+    return {index.fact_ids.at(int(f)): (float(a), int(h), TIERS[int(t)])
             for f, a, h, t in zip(walked.facts, walked.activation, walked.hops, walked.tiers, strict=True)}
 
 
@@ -50,9 +51,9 @@ def test_a_chain_spreads_one_half_then_one_quarter_as_computed_by_hand():
     assert seen[far][:2] == (pytest.approx(1.5 + math.log(0.25)), 2)  # 0.113706
     assert seen[farther][:2] == (pytest.approx(1.5 + math.log(0.125)), 3)  # -0.579442
     assert too_far not in seen  # depth 3
-    k = [index.fact_id(int(f)) for f in walked.facts].index(farther)
-    path, crossed = index.path(walked, int(walked.facts[k]), int(walked.via[k]))
-    assert path == ["agent:a", "thing:x", "thing:y", "thing:z"] and crossed == [near, far, farther]
+    k = [index.fact_ids.at(int(f)) for f in walked.facts].index(farther)
+    refs, crossed = path(index, walked, int(walked.facts[k]), int(walked.via[k]))
+    assert refs == ["agent:a", "thing:x", "thing:y", "thing:z"] and crossed == [near, far, farther]
     deeper = index.walk(Viewpoint("agent:a"), P.deeper(), org.now.timestamp())
     assert _facts(deeper, index)[too_far][1] == 4
 
@@ -161,7 +162,7 @@ def test_what_an_agent_used_ranks_higher_than_its_twin_and_only_for_that_agent()
     # an org fact: its assertion weighs 1 at any age; the recall a day ago (1/7 weeks)^-0.5
     assert a[twin_y][0] - a[twin_x][0] == pytest.approx(math.log(1 + (1 / WEEK) ** -0.5))
     b_walk = index.walk(Viewpoint("agent:b"), P, now)
-    b = {index.fact_id(int(f)): float(x) for f, x in zip(b_walk.facts, b_walk.base, strict=True)}
+    b = {index.fact_ids.at(int(f)): float(x) for f, x in zip(b_walk.facts, b_walk.base, strict=True)}
     assert len(set(np.round(list(b.values()), 9))) == 1  # agent b's bases are untouched by a's recall
 
 
@@ -202,7 +203,7 @@ def _random_org(seed: int, facts: int = 300) -> Org:
 
 
 def _same(left: Walked, right: Walked, li: PerspectiveIndex, ri: PerspectiveIndex) -> None:
-    assert [li.fact_id(int(f)) for f in left.facts] == [ri.fact_id(int(f)) for f in right.facts]
+    assert [li.fact_ids.at(int(f)) for f in left.facts] == [ri.fact_ids.at(int(f)) for f in right.facts]
     assert np.allclose(left.activation, right.activation)
     assert (left.tiers == right.tiers).all() and (left.hops == right.hops).all()
 
@@ -210,7 +211,7 @@ def _same(left: Walked, right: Walked, li: PerspectiveIndex, ri: PerspectiveInde
 def test_applying_records_one_by_one_equals_the_bulk_fold_and_the_frames():
     org = _random_org(3)
     folded, incremental = org.index(), org.incremental()
-    assert incremental.csr_facts == 0 and folded.csr_facts == folded.fact_count  # the delta path vs the CSR
+    assert incremental.adjacency.facts == 0 and folded.adjacency.facts == folded.fact_count  # the delta path vs the CSR
     view = Viewpoint("person:0", serving="person:1", focus=("thing:3",))
     now = org.now.timestamp()
     _same(folded.walk(view, P, now), incremental.walk(view, P, now), folded, incremental)
@@ -219,7 +220,7 @@ def test_applying_records_one_by_one_equals_the_bulk_fold_and_the_frames():
 
     n = folded.fact_count
     facts = pl.DataFrame({
-        "fact_id": [folded.fact_id(k) for k in range(n)],
+        "fact_id": [folded.fact_ids.at(k) for k in range(n)],
         "subject": [folded.refs[s] for s in folded.src.view], "relation": ["rel"] * n,
         "object": [folded.refs[o] for o in folded.dst.view],
         "scope": [folded.scopes.names[s] for s in folded.scope.view],
@@ -232,7 +233,7 @@ def test_applying_records_one_by_one_equals_the_bulk_fold_and_the_frames():
     agent = folded.entity_ids["person:0"]
     used_facts, used_at = folded.uses.by_agent[agent]
     uses = pl.DataFrame({"agent": ["person:0"] * used_facts.size,
-                         "fact_id": [folded.fact_id(int(f)) for f in used_facts.view], "used_at": used_at.view})
+                         "fact_id": [folded.fact_ids.at(int(f)) for f in used_facts.view], "used_at": used_at.view})
     bulk = from_frames("acme", entities, facts, sessions, None, uses)
     _same(folded.walk(view, P, now), bulk.walk(view, P, now), folded, bulk)
 
@@ -246,7 +247,7 @@ def test_the_delta_tail_and_a_compaction_give_the_same_walk():
         extra.fact("person:0", "rel", f"thing:{k}")
     for position, topic, data in extra.records[len(org.records):]:
         index.apply(position, topic, data)
-    assert index.csr_facts < index.fact_count
+    assert index.adjacency.facts < index.fact_count
     view = Viewpoint("person:0", serving="person:1")
     now = extra.now.timestamp()
     before = index.walk(view, P, now)
@@ -290,5 +291,5 @@ def test_the_viewers_scope_codes_are_the_visibility_rule():
         for serving in (None, "person:1", "person:2"):
             a = index.entity_ids[agent]
             s = index.entity_ids[serving] if serving else -1
-            rule = set(np.nonzero(index.visible_scopes(a, s))[0].tolist())
-            assert rule == {0} | set(index.visible_codes(a, s).tolist())
+            rule = set(np.nonzero(index.scopes.visible(a, s))[0].tolist())
+            assert rule == {0} | set(index.scopes.visible_codes(a, s).tolist())

@@ -137,7 +137,7 @@ def test_no_perspective_holds_an_excluded_a_stale_or_a_hub_hidden_fact(world: Wo
     view = Viewpoint(agent, serving, focus)
     index = world.org.index()
     walked = index.walk(view, parameters, world.org.now.timestamp())
-    seen = [index.fact_id(int(f)) for f in walked.facts]  # every tier, the forgotten included
+    seen = [index.fact_ids.at(int(f)) for f in walked.facts]  # every tier, the forgotten included
     assert len(seen) == len(set(seen))
     allowed = reachable(world, view, parameters.depth)
     for fact_id in seen:

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from domain.activation import DEFAULT_PARAMETERS, ActivationParameters, Ranked, Tier, assign_tiers
 from domain.relations import BUILTIN_RELATIONS
-from projections.perspective_index import TIER_CODES, PerspectiveIndex, Viewpoint, id_hash
+from projections.perspective_fact_ids import id_hash
+from projections.perspective_index import TIER_CODES, PerspectiveIndex, Viewpoint
 from tests.perspective_support import Org
 from tests.unit.test_perspective_property import AGENTS, PERSONS, THINGS, worlds
 
@@ -247,7 +248,7 @@ def walked(org: Org, view: Viewpoint, p: ActivationParameters, incremental: bool
         index = org.incremental() if incremental else org.index()
     w = index.walk(view, p, (at or org.now).timestamp())
     tiers = {code: tier.value for tier, code in TIER_CODES.items()}
-    return {index.fact_id(int(f)): (float(a), int(h), index.refs[int(v)], tiers[int(t)])
+    return {index.fact_ids.at(int(f)): (float(a), int(h), index.refs[int(v)], tiers[int(t)])
             for f, a, h, v, t in zip(w.facts, w.activation, w.hops, w.via, w.tiers, strict=True)}
 
 
@@ -350,7 +351,7 @@ def test_equal_activations_rank_by_id_hash():
     p = DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})
     index = org.index()
     w = index.walk(view, p, org.now.timestamp())
-    ranked = [index.fact_id(int(f)) for f in w.facts]
+    ranked = [index.fact_ids.at(int(f)) for f in w.facts]
     assert [f for f in ranked if f in tied] == sorted(tied, key=id_hash)
     assert len({float(a) for f, a in zip(ranked, w.activation, strict=True) if f in tied}) == 1
     expected = reference(read(org), view, p, org.now.timestamp())
@@ -390,6 +391,6 @@ def test_an_index_walked_while_it_follows_the_log_ranks_exactly_as_a_fresh_fold(
             following.walk(view, p, now)
     fresh = world.org.index()
     a, b = following.walk(view, p, now), fresh.walk(view, p, now)
-    assert [following.fact_id(int(f)) for f in a.facts] == [fresh.fact_id(int(f)) for f in b.facts]
+    assert [following.fact_ids.at(int(f)) for f in a.facts] == [fresh.fact_ids.at(int(f)) for f in b.facts]
     assert a.activation.tolist() == b.activation.tolist()
     assert a.tiers.tolist() == b.tiers.tolist()

@@ -17,7 +17,7 @@ CALENDAR = DEFAULT_PARAMETERS.model_copy(update={"salience": "calendar"})
 def _view(org: Org, view: Viewpoint, p=DEFAULT_PARAMETERS) -> tuple[PerspectiveIndex, Walked, dict[str, tuple]]:
     index = org.index()
     walked = index.walk(view, p, org.now.timestamp())
-    rows = {index.fact_id(int(f)): (TIERS_BY_CODE[int(t)], float(b), k)
+    rows = {index.fact_ids.at(int(f)): (TIERS_BY_CODE[int(t)], float(b), k)
             for k, (f, t, b) in enumerate(zip(walked.facts, walked.tiers, walked.base, strict=True))}
     return index, walked, rows
 
