@@ -82,7 +82,10 @@ class SearchParameters(BaseModel):
     name_weight: float = Field(default=0.3, ge=0)
     """How much a query word that names an entity counts in BM25 (the name links; the other words say what about
     it), when the query has other words too."""
-    context_before: int = Field(default=1, ge=0, le=5)
+    function_weight: float = Field(default=0.0, ge=0)
+    """How much a question's function words (`projections.search_text.FUNCTION_WORDS`: what, would, likely, ...)
+    count in BM25 when the query has other words too: they say how it asks, not what about (0: left out)."""
+    context_before: int = Field(default=2, ge=0, le=5)
     """How many turns before a matching turn (or a matching fact's source turn) gain the context signal."""
     context_after: int = Field(default=2, ge=0, le=5)
     """How many turns after it do (a reply often holds what a question turn only asks about)."""

@@ -7,6 +7,11 @@ runs of everything else:
 - Han/kana runs: every character bigram plus every character (`李总` -> `李总`, `李`, `总`), so a two-character
   word matches exactly and a one-character query still finds something. No dictionary to load, nothing to tune
   per domain; a word segmenter (jieba) was the alternative: docs/search.md says how they compare.
+
+`FUNCTION_WORDS`: the words that make a request a question (interrogatives, auxiliaries and modals, pronouns,
+hedges: "what would she likely enjoy"; stemmed, `likely` is `like`, so that word goes too). Documents keep them;
+a search leaves them out of its BM25 query when the request has other words (`SearchParameters.function_weight`):
+matched, they rank every turn that asks something.
 """
 
 from __future__ import annotations
@@ -20,6 +25,14 @@ from bm25s.stopwords import STOPWORDS_EN
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RUNS = re.compile(rf"([{_CJK}]+)|([^\W_]+)", re.UNICODE)
 _STOPWORDS = frozenset(STOPWORDS_EN) | frozenset({"s", "t"})
+FUNCTION_WORDS = (  # (kept as terms: in a statement they may be the point; in a question they are its form)
+    "what when where which who whom whose why how "
+    "do does did done doing has have had having am are was were been being can could shall should may might must "
+    "would will likely possibly probably perhaps "
+    "i me my mine we us our you your yours he him his she her hers they them their its "
+    "about any some other another else each every more most much many than so very just also too ever "
+    "based kind sort type way thing things"
+).split()
 
 
 class Analyzer:
@@ -27,6 +40,7 @@ class Analyzer:
 
     def __init__(self) -> None:
         self.forget_cached()
+        self.function_terms = frozenset(self.terms(" ".join(FUNCTION_WORDS)))
 
     def forget_cached(self) -> None:
         """Drop the words seen so far (the stemmer's cache and ours hold every word of every text and query

@@ -240,6 +240,14 @@ class Searches:
         linked, name_terms = index.linked(pindex, terms)
         dates = time_window(query, moment) if p.time_weight > 0 else None
         weights = {t: p.name_weight for t in name_terms} if set(terms) - name_terms else None
+        # a question's own words (what, would, likely, ...) say how it asks, not what about: they count only
+        # when the request has no other words
+        asking = set(terms) & self.analyzer.function_terms if set(terms) - name_terms - \
+            self.analyzer.function_terms else set()
+        if asking and p.function_weight == 0:
+            terms = [t for t in terms if t not in asking]
+        elif asking:
+            weights = (weights or {}) | {t: p.function_weight for t in asking}
         ranked_fully = max(40, RANKED_PER_RESULT * p.k)
         # beyond the exact limit, the best `ranked_fully` by words are exact, the rest of the lexical candidates
         # the best of what was read on the way (projections/search_lexical.py)

@@ -178,6 +178,7 @@ ABLATIONS = {
     "lexical": {"lexical_weight": 0.0}, "semantic": {"semantic_weight": 0.0},
     "activation": {"activation_weight": 0.0}, "recency": {"recency_weight": 0.0},
     "context": {"context_weight": 0.0}, "entity": {"entity_weight": 0.0}, "names": {"name_weight": 1.0},
+    "function words": {"function_weight": 1.0},
     "time": {"time_weight": 0.0}, "window": {"window_before": 0, "window_after": 0}, "turns": {"turns": False},
 }
 """Each signal off in turn (its weight 0, or turns not searched), the rest as configured."""

@@ -278,3 +278,25 @@ def test_the_exact_filter_keeps_the_turns_of_sessions_with_the_named_agent_or_pe
     assert _turns(ask(T, "agent:sales", "platypus", serving="person:zhang", about=["person:zhang"])) == ["zhang-1"]
     assert _turns(ask(T, "agent:sales", "platypus", serving="person:zhang", about=["agent:sales"])) == ["zhang-1"]
     assert _turns(ask(T, "agent:sales", "platypus", serving="person:zhang", about=["person:li"])) == []
+
+
+def test_a_questions_own_words_do_not_rank_the_turns_that_ask_something(make_noumena):
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    _org(noumena)
+    _said(noumena, "call-zhang", "zhang-2", "What would you do next? How could we help?")
+    searches = Searches(Perspectives(noumena.log, clock), clock, embedder=None)
+
+    def lexical(query: str) -> dict[str, float]:
+        answer = searches.search_for(T, "agent:sales", query, serving="person:zhang")
+        return {item.message_id or "": item.scores["lexical"] for item in answer.items if item.kind is ItemKind.TURN}
+
+    # "what", "would", "do" say how it asks: the platypus shipment is what it is about
+    asked = lexical("What would Zhang do about the platypus shipment?")
+    assert asked["zhang-1"] > 0 and asked.get("zhang-2", 0.0) == 0.0
+    # counted as any word (function_weight 1), the turn that only asks something matches them
+    searches.parameters = searches.parameters.model_copy(update={"function_weight": 1.0})
+    assert lexical("What would Zhang do about the platypus shipment?")["zhang-2"] > 0
+    # a request made of such words alone still finds by them
+    searches.parameters = DEFAULT_SEARCH_PARAMETERS
+    assert lexical("what would you do?")["zhang-2"] > 0
