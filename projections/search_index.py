@@ -51,9 +51,9 @@ class SearchIndex(Documents):
         """Epoch seconds, NaN when the fact holds since ever."""
         self.message_ids: list[tuple[str, ...]] = []
         self.aliases: dict[str, tuple[str, ...]] = {}
-        self.messages: dict[str, tuple[str, str, int]] = {}
-        """message id -> (its session, its text, its turn's number in `turns` or -1) while readable (what provenance
-        points at, and what a turn says)."""
+        self.messages = Messages()
+        """Each message's session, text and turn's number in `turns` (or -1) while readable (what provenance points
+        at, and what a turn says)."""
         self.turns = TurnIndex(analyzer, embedder)
         self.names: dict[str, list[tuple[tuple[str, ...], int]]] = {}
         """First term of a name -> (the name's terms, entity id): the labels and aliases of entities other than
@@ -69,9 +69,9 @@ class SearchIndex(Documents):
             self._name(pindex, data)
         elif topic == "message.appended":
             content = data.get("content") or ""
-            known = self.messages.get(data["message_id"])
-            turn = known[2] if known is not None and known[2] >= 0 else self.turns.add(pindex, data, content)
-            self.messages[data["message_id"]] = (data.get("session_id") or "", content, turn)
+            known = self.messages.turn(data["message_id"])
+            turn = known if known is not None and known >= 0 else self.turns.add(pindex, data, content)
+            self.messages.put(data["message_id"], data.get("session_id") or "", content, turn)
         elif topic == "fact.asserted":
             doc = pindex.fact_ids.find(data["fact_id"])
             if doc is not None and doc >= len(self.doc_len):
@@ -150,23 +150,22 @@ class SearchIndex(Documents):
 
     def said(self, message_id: str) -> str:
         """A message's text ('' when unknown)."""
-        said = self.messages.get(message_id)
-        return said[1] if said is not None else ""
+        return self.messages.text(message_id) or ""
 
     def turn_of(self, message_id: str) -> int | None:
         """The turn a message is (None when it is none)."""
-        said = self.messages.get(message_id)
-        return said[2] if said is not None and said[2] >= 0 else None
+        turn = self.messages.turn(message_id)
+        return turn if turn is not None and turn >= 0 else None
 
     def _sources(self, pindex: PerspectiveIndex, doc: int, cited_session: str | None, message_ids: Sequence[str]
                  ) -> str:
         """The text of the cited messages that fact `doc`'s viewers may read (in the cited session, if named)."""
         texts = []
         for message_id in message_ids:
-            said = self.messages.get(message_id)
-            if said is not None and (cited_session is None or said[0] == cited_session) \
-                    and _readable_from(pindex, doc, said[0]):
-                texts.append(said[1])
+            session = self.messages.session(message_id)
+            if session is not None and (cited_session is None or session == cited_session) \
+                    and _readable_from(pindex, doc, session):
+                texts.append(self.messages.text(message_id) or "")
         return " ".join(texts)
 
     def sync(self, pindex: PerspectiveIndex, asserted: dict[str, dict[str, Any]] | None = None) -> None:
@@ -192,7 +191,69 @@ class SearchIndex(Documents):
 
     def messages_nbytes(self) -> int:
         """Bytes held by the message texts (and ids) kept for fact documents and for showing turns, roughly."""
-        return sum(len(k) + len(v) + 49 + 57 + 64 + 90 for k, (_s, v, _t) in self.messages.items())
+        return self.messages.nbytes()
+
+
+class Messages:
+    """The messages' texts kept for the facts' documents and to show turns, in columns: one UTF-8 buffer with each
+    message's offset and length, its session as a code, its turn's number; a dict from message id to its row. (A
+    tuple of a session, a `str` and an int per message costs some 120 bytes more than its text: at a million turns,
+    most of what the index holds beyond postings and vectors.)"""
+
+    def __init__(self) -> None:
+        self._row: dict[str, int] = {}
+        self.buffer = bytearray()
+        self._start = array("Q")
+        self._length = array("I")
+        self._session = array("i")
+        self._turn = array("i")
+        self._sessions: list[str] = []
+        self._session_codes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def put(self, message_id: str, session: str, text: str, turn: int) -> None:
+        """Keep (or replace) a message: its text goes at the end of the buffer (a replaced text's bytes stay
+        behind it until the tenant is folded again: rare, a message id sent twice)."""
+        code = self._session_codes.get(session)
+        if code is None:
+            code = self._session_codes[session] = len(self._sessions)
+            self._sessions.append(session)
+        said = text.encode("utf-8")
+        row = self._row.get(message_id)
+        if row is None:
+            row = self._row[message_id] = len(self._start)
+            self._start.append(len(self.buffer))
+            self._length.append(len(said))
+            self._session.append(code)
+            self._turn.append(turn)
+        else:
+            self._start[row], self._length[row] = len(self.buffer), len(said)
+            self._session[row], self._turn[row] = code, turn
+        self.buffer += said
+
+    def text(self, message_id: str) -> str | None:
+        row = self._row.get(message_id)
+        if row is None:
+            return None
+        start = self._start[row]
+        return self.buffer[start:start + self._length[row]].decode("utf-8")
+
+    def session(self, message_id: str) -> str | None:
+        row = self._row.get(message_id)
+        return None if row is None else self._sessions[self._session[row]]
+
+    def turn(self, message_id: str) -> int | None:
+        row = self._row.get(message_id)
+        return None if row is None else self._turn[row]
+
+    def nbytes(self) -> int:
+        """Bytes held, roughly: the buffer and columns, each id (a `str`: 49 bytes and its length), its row (an
+        int: 28) and the dict's slot (about 90 with the table's spare room); the session ids."""
+        ids = sum(49 + len(k) + 28 + 90 for k in self._row)
+        columns = len(self.buffer) + 20 * len(self._start)
+        return ids + columns + sum(49 + len(s) + 8 + 90 for s in self._sessions)
 
 
 def _readable_from(pindex: PerspectiveIndex, doc: int, session_id: str) -> bool:
