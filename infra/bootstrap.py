@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from infra.runtime.context_engine import EngineContexts
 from infra.runtime.perspective_engine import EnginePerspectives, build_perspective_engine
 from infra.runtime.private import make_private
 from infra.runtime.search_engine import EngineSearches
+from infra.runtime.state_snapshotter import SnapshotterProcess
 from infra.settings import Settings, for_another_process
 
 if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
@@ -131,9 +133,10 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     make_private(settings.home)
     keys = settings.key_store()
     log = EventsourcingLog(settings.event_store_env(), keys)
+    snapshotter_settings = json.dumps({"settings": for_another_process(settings)})
     snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every,
                                    snapshotter=None if settings.event_store == "popo" else  # (no one else reads it)
-                                   json.dumps({"settings": for_another_process(settings)}))
+                                   partial(SnapshotterProcess, snapshotter_settings))
     service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff, snapshots=snapshots,
                               writer_locks=settings.tenant_write_locks())
     consolidation = ConsolidationWorker(service, extractor_from(settings), log.tenants)

@@ -39,7 +39,7 @@ Anything unusable (missing, other format or code, corrupt, not of this log, key 
 from __future__ import annotations
 
 import fcntl
-import gc
+import glob
 import hashlib
 import json
 import logging
@@ -57,7 +57,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from cryptography.exceptions import InvalidTag
@@ -69,7 +69,9 @@ from domain.ports import KeysForgotten, KeyStore, SnapshotDamaged
 from infra.adapters.eventlog import store_failures
 from infra.adapters.lazy_state import LazyMap, LazySet, RecordSource
 from infra.adapters.mapper import stream_id
-from infra.runtime.state_snapshotter import SnapshotterProcess
+
+if TYPE_CHECKING:
+    from infra.runtime.state_snapshotter import SnapshotterProcess
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,12 @@ _SCHEMA = ("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
            "CREATE TABLE records (id INTEGER PRIMARY KEY, value BLOB NOT NULL)")
 BUCKET_BITS = 40
 """A record's id: its map's index shifted by this many bits, plus its bucket."""
+DELTA = ".delta"
+"""A delta file's name ends so: `<tenant>.snapshot.<after>-<version>.delta`."""
+MERGE_AFTER = 8
+"""The snapshotter merges the deltas into the snapshot once there would be this many..."""
+MERGE_SHARE = 4
+"""...or once they hold a quarter of the snapshot's size (a merge copies the snapshot)."""
 PER_BUCKET = 32
 """About how many entries a bucket holds when a snapshot is written whole (unpickled together: a bucket costs little
 more to read than one entry, and the classes and time zones its entries share are read once)."""
@@ -156,20 +164,25 @@ def _record_aad(lineage: str, record_id: int) -> bytes:
     return lineage.encode() + b"\0" + record_id.to_bytes(8, "little")
 
 
+OnStored = Callable[[str, int, str], None]
+"""(tenant, version, kind): what the snapshotter process reports it stored."""
+
+
 class FileStateSnapshots:
-    """Implements domain.ports.StateSnapshots with an indexed file per tenant in `<home>/state/`."""
+    """Implements domain.ports.StateSnapshots with an indexed file per tenant in `<home>/state/`, and the delta
+    files written after it."""
 
     def __init__(self, home: Path, log_: Any, keys: KeyStore | None, every: int,
-                 snapshotter: str | None = None) -> None:
-        """`snapshotter`: the settings (JSON, as `infra.settings.for_another_process` gives them) a snapshotter
-        process opens the same log, keys and home with (infra/runtime/state_snapshotter.py); None (an in-memory log,
-        which another process cannot read, or the snapshotter itself): `request` does nothing."""
+                 snapshotter: Callable[[OnStored], SnapshotterProcess] | None = None) -> None:
+        """`snapshotter`: makes the handle on a snapshotter process (infra/runtime/state_snapshotter.py) that opens the same
+        log, keys and home, given what to call when it stored a snapshot (the composition root builds it); None (an
+        in-memory log, which another process cannot read, or the snapshotter itself): `request` does nothing."""
         self.folder = Path(home) / "state"
         self.every = every
         self._log = log_
         self._keys = keys
-        self._snapshotter = SnapshotterProcess(snapshotter, self._stored_by_snapshotter) \
-            if snapshotter is not None and every > 0 else None
+        self._snapshotter = snapshotter(self._stored_by_snapshotter) if snapshotter is not None and every > 0 \
+            else None
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noumena-state-snapshot")
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
@@ -221,11 +234,12 @@ class FileStateSnapshots:
         if head != SQLITE_MAGIC:
             raise _Unusable(f"format 1 (the whole state pickled), this version reads {FORMAT}"
                             if head.startswith(OLD_MAGIC) else "not a snapshot")
-        db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        db = _connect_read_only(path)
+        deltas: list[_Delta] = []
         try:
             # (the connection keeps the file it opened, also once a newer snapshot replaces it: a state loaded
             # from it reads consistent records for as long as it lives)
-            pages = db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
+            pages = _pages(db)
             now = os.stat(path)
             if (now.st_ino, now.st_size) != (before.st_ino, before.st_size):
                 raise _Replaced
@@ -246,20 +260,101 @@ class FileStateSnapshots:
                     log.info("state snapshot %s was taken before a forget (its key is deleted): folding the whole "
                              "log", path)
                     db.close()
-                    path.unlink(missing_ok=True)
+                    self.discard(tenant)
                     return None
             seal = _Seal(key)
-            core = _unpickle(seal.open(meta["core"], raw_header.encode() if isinstance(raw_header, str)
-                                       else raw_header))
-            if not isinstance(core, dict) or core.get("tenant") != tenant or core.get("version") != header["version"]:
-                raise _Unusable(f"it does not hold tenant {tenant} at version {header['version']}")
+            core = _unpickle(seal.open(meta["core"], _raw(raw_header)))
+            deltas = self._chain(tenant, header, seal)
+            version = deltas[-1].version if deltas else header["version"]
+            if deltas:
+                core = deltas[-1].core
+            if not isinstance(core, dict) or core.get("tenant") != tenant or core.get("version") != version:
+                raise _Unusable(f"it does not hold tenant {tenant} at version {version}")
         except BaseException:
             db.close()
+            for delta in deltas:
+                delta.db.close()
             raise
-        source = _FileSource(db, seal, header, str(path))
+        source = _FileSource(db, deltas, seal, header, version, str(path))
         state = Ontology(**core, **{name: (LazySet if name in SETS else LazyMap)(source.records, index)
                                     for index, name in enumerate(LAZY)})
         return state
+
+    def _delta_files(self, tenant: str) -> list[tuple[int, int, Path]]:
+        """(after, version, path) of each of the tenant's delta files: `<tenant>.snapshot.<after>-<version>.delta`,
+        the buckets a state loaded at version `after` changed up to `version`."""
+        prefix = f"{tenant}.snapshot."
+        found = []
+        for file in self.folder.glob(f"{glob.escape(prefix)}*{DELTA}") if self.folder.is_dir() else ():
+            after, dash, version = file.name[len(prefix):-len(DELTA)].partition("-")
+            if dash and after.isdigit() and version.isdigit():
+                found.append((int(after), int(version), file))
+        return found
+
+    def _delta_path(self, tenant: str, after: int, version: int) -> Path:
+        return self.folder / f"{tenant}.snapshot.{after}-{version}{DELTA}"
+
+    def _chain(self, tenant: str, header: dict[str, Any], seal: _Seal, upto: int | None = None) -> list[_Delta]:
+        """The deltas that bring the snapshot `header` forward (to `upto` at most), opened, in order. A delta
+        written by a state loaded at version `after` holds every bucket changed since, whole, as at its version: it
+        applies over any state of the lineage at a version from `after` to its own. So from the snapshot's version,
+        each step takes the delta that reaches furthest among those that apply there. A delta that does not open
+        (torn, of another lineage, key or log) is skipped with a warning; one deleted meanwhile (merged into a newer
+        snapshot than the one open here) is skipped."""
+        reached = header["version"]
+        left = [d for d in self._delta_files(tenant) if d[1] > reached and (upto is None or d[1] <= upto)]
+        chain: list[_Delta] = []
+        try:
+            while usable := [d for d in left if d[0] <= reached < d[1]]:
+                after, version, file = best = max(usable, key=lambda d: d[1])
+                left.remove(best)
+                try:
+                    chain.append(self._open_delta(tenant, header, seal, after, version, file))
+                except FileNotFoundError:
+                    continue
+                except (_Unusable, sqlite3.Error, OSError, ValueError, KeyError, TypeError, InvalidTag,
+                        pickle.UnpicklingError, EOFError, AttributeError, ImportError) as why:
+                    log.warning("state snapshot delta %s ignored (%s)", file,
+                                why if isinstance(why, _Unusable) else
+                                f"corrupt: {type(why).__name__}" + (f": {why}" if str(why) else ""))
+                    continue
+                reached = version
+            return chain
+        except BaseException:
+            for delta in chain:
+                delta.db.close()
+            raise
+
+    def _open_delta(self, tenant: str, header: dict[str, Any], seal: _Seal, after: int, version: int,
+                    file: Path) -> _Delta:
+        size = os.stat(file).st_size
+        db = _connect_read_only(file)
+        try:
+            pages = _pages(db)
+            if pages != size:
+                raise _Unusable(f"truncated or grown: {size} bytes, its pages make {pages}")
+            meta = dict(db.execute("SELECT name, value FROM meta"))
+            raw_header = meta["header"]
+            own = json.loads(raw_header)
+            if not isinstance(own, dict):
+                raise ValueError("bad header")
+            for name in ("format", "code", "tenant", "key", "lineage", "salt", "buckets"):
+                if own.get(name) != header.get(name):
+                    raise _Unusable(f"its {name} is not the snapshot's")
+            if own.get("after") != after or own.get("version") != version:
+                raise _Unusable("its header and its name disagree")
+            if self._anchor(tenant, version) != own.get("anchor"):
+                raise _Unusable(f"the log's event {version} of the tenant is not the one it was taken at")
+            core = _unpickle(seal.open(meta["core"], _raw(raw_header)))
+            ids = [row[0] for row in db.execute("SELECT id FROM records")]
+            buckets = header["buckets"]
+            if not all(isinstance(i, int) and (i >> BUCKET_BITS) < len(buckets) and
+                       (i & ((1 << BUCKET_BITS) - 1)) < buckets[i >> BUCKET_BITS] for i in ids):
+                raise _Unusable("a record outside the snapshot's buckets")
+        except BaseException:
+            db.close()
+            raise
+        return _Delta(db, version, core, ids)
 
     def _unusable(self, tenant: str, header: dict[str, Any]) -> str | None:
         if header.get("format") != FORMAT:
@@ -341,14 +436,19 @@ class FileStateSnapshots:
         self.stored.append((tenant, version, kind))
 
     def stored_version(self, tenant: str) -> int:
+        """The version a state loaded now would be at (the snapshot's, brought forward by its deltas); 0 if none."""
         path = self.path(tenant)
         try:
-            with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as db:
-                header = json.loads(db.execute("SELECT value FROM meta WHERE name = 'header'").fetchone()[0])
-            if not isinstance(header, dict) or self._unusable(tenant, header) is not None or \
-                    (self._keys is not None and self._keys.get(header["key"]) is None):
+            header = _header_of(path)
+            if not isinstance(header, dict) or self._unusable(tenant, header) is not None:
                 return 0
-            return int(header["version"])
+            key = self._keys.get(header["key"]) if self._keys is not None else None
+            if self._keys is not None and key is None:
+                return 0
+            chain = self._chain(tenant, header, _Seal(key))
+            for delta in chain:
+                delta.db.close()
+            return chain[-1].version if chain else int(header["version"])
         except Exception:  # noqa: BLE001  (missing, or not a snapshot: none to count on)
             return 0
 
@@ -383,7 +483,7 @@ class FileStateSnapshots:
             except SnapshotDamaged:  # (a bucket it had to copy does not read: that snapshot goes, the next is whole)
                 self.discard(tenant)
                 return None
-            kind = self._store_now(tenant, state.version, *serialized, fence=fence)
+            kind = self._store_now(tenant, state.version, *serialized, fence=fence, merge=True)
             return (state.version, kind) if kind is not None else None
 
     def _serialized(self, state: Ontology) -> tuple[bytes, list[tuple[int, bytes]], _Base | None, str, _Layout]:
@@ -425,9 +525,10 @@ class FileStateSnapshots:
             log.exception("state snapshot of tenant %s at version %s not stored", tenant, version)
 
     def _store_now(self, tenant: str, version: int, core: bytes, rows: list[tuple[int, bytes]], base: _Base | None,
-                   lineage: str, layout: _Layout, fence: Fence | None = None) -> str | None:
-        """Store a snapshot; return "whole" or "changes" if it is in place. `fence`: the snapshot key and the
-        forget fence, taken before the state was folded (by default, now)."""
+                   lineage: str, layout: _Layout, fence: Fence | None = None, merge: bool = False) -> str | None:
+        """Store a snapshot; return "whole", "changes" (a delta file) or "merged" (the deltas and these changes
+        written into the snapshot, when `merge` and the deltas have grown) if it is in place. `fence`: the
+        snapshot key and the forget fence, taken before the state was folded (by default, now)."""
         ready = None
         key_id, key = None, None
         if self._keys is not None:
@@ -440,17 +541,36 @@ class FileStateSnapshots:
             log.info("state snapshot of tenant %s at version %s not stored: its key changed since the state was "
                      "loaded (a forget)", tenant, version)
             return None
+        seal = _Seal(key)
+        kind, target, chain = "whole", path, []
+        if base is not None:
+            try:
+                on_disk = _header_of(path)
+            except (FileNotFoundError, sqlite3.OperationalError):
+                log.info("state snapshot of tenant %s at version %s not stored: the one it was loaded from is "
+                         "gone (discarded after a forget)", tenant, version)
+                return None
+            why = base.why_not_over(on_disk, version)
+            if why is not None:
+                log.info("state snapshot of tenant %s at version %s not stored: %s", tenant, version, why)
+                return None
+            kind, target = "changes", self._delta_path(tenant, base.version, version)
+            if merge and self._deltas_grown(tenant, on_disk["version"], path):
+                chain = self._chain(tenant, on_disk, seal, upto=version)
+                if (chain[-1].version if chain else on_disk["version"]) >= base.version:
+                    kind, target = "merged", path  # (these changes apply over the chain's end: see `_chain`)
         header: dict[str, Any] = {"format": FORMAT, "code": code_fingerprint(), "tenant": tenant,
                                   "version": version, "anchor": self._anchor(tenant, version), "key": key_id,
                                   "lineage": lineage, "salt": layout.salt.hex(), "buckets": layout.buckets}
+        if kind == "changes":
+            header["after"] = base.version  # type: ignore[union-attr]
         raw_header = json.dumps(header, sort_keys=True)
-        seal = _Seal(key)
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         let_go = None
         try:
-            if base is not None:
+            if kind == "merged":
                 try:
                     shutil.copyfile(path, tmp)
                 except FileNotFoundError:
@@ -462,14 +582,18 @@ class FileStateSnapshots:
                 db.execute("PRAGMA journal_mode=OFF")  # (a temporary: fsynced below, then moved in place whole)
                 db.execute("PRAGMA synchronous=OFF")
                 db.execute("BEGIN")
-                if base is None:
+                if kind == "merged":
+                    copied = json.loads(dict(db.execute("SELECT name, value FROM meta"))["header"])
+                    if (copied.get("lineage"), copied.get("version")) != (on_disk["lineage"], on_disk["version"]):
+                        log.info("state snapshot of tenant %s at version %s not stored: another process replaced "
+                                 "the snapshot meanwhile", tenant, version)
+                        return None
+                    for delta in chain:  # (each over the one before: the chain's end, then these changes)
+                        db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
+                                       delta.db.execute("SELECT id, value FROM records"))
+                else:
                     for statement in _SCHEMA:
                         db.execute(statement)
-                else:
-                    why = base.why_not_over(dict(db.execute("SELECT name, value FROM meta")), version)
-                    if why is not None:
-                        log.info("state snapshot of tenant %s at version %s not stored: %s", tenant, version, why)
-                        return None
                 db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
                                ((record_id, seal.seal(plain, _record_aad(lineage, record_id)))
                                 for record_id, plain in rows))
@@ -487,12 +611,13 @@ class FileStateSnapshots:
                 log.info("state snapshot of tenant %s at version %s not stored: a forget followed it", tenant,
                          version)
                 return None
-            os.replace(tmp, path)
+            os.replace(tmp, target)
             if let_go is not None:  # in place: a forget may run (and discard it) from here; the rest is durability
                 let_go()
                 let_go = None
             _fsync_folder(self.folder)
-            kind = "whole" if base is None else "changes"
+            if kind != "changes":
+                self._prune(tenant, lineage, version)
             self.stored.append((tenant, version, kind))
             return kind
         except KeysForgotten:
@@ -502,6 +627,34 @@ class FileStateSnapshots:
             if let_go is not None:
                 let_go()
             tmp.unlink(missing_ok=True)
+            for delta in chain:
+                delta.db.close()
+
+    def _deltas_grown(self, tenant: str, version: int, path: Path) -> bool:
+        """Whether the deltas after the snapshot at `version` are many or large enough to be merged into it (a
+        load opens each, and reads a bucket from the newest that holds it)."""
+        sizes = []
+        for _, delta_version, file in self._delta_files(tenant):
+            if delta_version > version:
+                try:
+                    sizes.append(file.stat().st_size)
+                except FileNotFoundError:
+                    continue
+        try:
+            whole = path.stat().st_size
+        except FileNotFoundError:
+            return False
+        return len(sizes) >= MERGE_AFTER - 1 or sum(sizes) * MERGE_SHARE >= whole
+
+    def _prune(self, tenant: str, lineage: str, version: int) -> None:
+        """Delete the deltas a snapshot of this lineage at `version` makes useless: those up to its version, and
+        those of another lineage."""
+        for _, delta_version, file in self._delta_files(tenant):
+            try:
+                if delta_version <= version or _header_of(file).get("lineage") != lineage:
+                    file.unlink(missing_ok=True)
+            except (sqlite3.Error, OSError, ValueError, KeyError, TypeError):
+                file.unlink(missing_ok=True)
 
     def _forgotten_after(self, tenant: str, version: int) -> bool:
         topic = SubjectForgotten.stored_topic()
@@ -514,6 +667,8 @@ class FileStateSnapshots:
         # (not waiting for a snapshot being stored: it is called after the forget is in the log, and a snapshot
         # taken before that is never stored)
         self.path(tenant).unlink(missing_ok=True)
+        for *_, file in self._delta_files(tenant):
+            file.unlink(missing_ok=True)
 
     def close(self) -> None:
         with self._lock:
@@ -527,36 +682,51 @@ class FileStateSnapshots:
 
 
 class _Base:
-    """The snapshot a loaded state came from: what a snapshot of its changes may be written over."""
+    """What a loaded state came from (its snapshot, brought forward to `version` by deltas): what a delta of its
+    changes is written after."""
 
-    def __init__(self, header: dict[str, Any]) -> None:
+    def __init__(self, header: dict[str, Any], version: int) -> None:
         self.lineage: str = header["lineage"]
-        self.version: int = header["version"]
+        self.version = version
         self.key_id: str | None = header["key"]
         self.layout = _Layout(bytes.fromhex(header["salt"]), list(header["buckets"]))
 
-    def why_not_over(self, meta: dict[str, Any], version: int) -> str | None:
-        """Why the changes of a state loaded from this base, now at `version`, cannot be written over a file with
-        this `meta` (None: they can). Such a file holds the state at its own version: over one of the same
-        lineage at a version from the base's to ours, our changes (every entry changed since the base is in
-        memory) make the state at ours."""
-        header = json.loads(meta["header"])
+    def why_not_over(self, header: dict[str, Any], version: int) -> str | None:
+        """Why the changes of a state loaded from this base, now at `version`, cannot follow the snapshot in place
+        (`header`; None: they can). They hold every bucket changed since the base's version: they bring any state
+        of the lineage at a version from the base's to ours to ours, so they are of use unless the snapshot in place
+        is of another lineage or already past ours."""
         if header.get("lineage") != self.lineage or header.get("key") != self.key_id:
             return "another process replaced the snapshot since the state was loaded"
-        if not self.version <= header.get("version", -1) <= version:
-            return f"the snapshot in place is at version {header.get('version')}, not between {self.version} and " \
-                   f"{version}"
+        if not isinstance(header.get("version"), int) or header["version"] > version:
+            return f"the snapshot in place is at version {header.get('version')}, after {version}"
         return None
 
 
-class _FileSource:
-    """Reads a loaded state's buckets from its open snapshot file."""
+class _Delta:
+    """A delta file open for reading: the state's core at its version, and which records it holds."""
 
-    def __init__(self, db: sqlite3.Connection, seal: _Seal, header: dict[str, Any], name: str) -> None:
+    def __init__(self, db: sqlite3.Connection, version: int, core: Any, ids: list[int]) -> None:
+        self.db = db
+        self.version = version
+        self.core = core
+        self.ids = ids
+
+
+class _FileSource:
+    """Reads a loaded state's buckets from its open snapshot file and deltas (a bucket from the last delta that
+    holds it)."""
+
+    def __init__(self, db: sqlite3.Connection, deltas: list[_Delta], seal: _Seal, header: dict[str, Any],
+                 version: int, name: str) -> None:
         self._db = db
+        self._deltas = deltas
+        self._holder: dict[int, sqlite3.Connection] = {}
+        for delta in deltas:
+            self._holder.update(dict.fromkeys(delta.ids, delta.db))
         self._seal = seal
         self._lineage = header["lineage"]
-        base = _Base(header)
+        base = _Base(header, version)
         self._buckets = base.layout.buckets
         self.records = RecordSource(base.layout.bucket_of, self._read, self._read_all, name)
         self.records.base = base
@@ -574,31 +744,36 @@ class _FileSource:
     def _read(self, index: int, bucket: int) -> dict[Any, Any]:
         record_id = (index << BUCKET_BITS) | bucket
         try:
-            row = self._db.execute("SELECT value FROM records WHERE id = ?", (record_id,)).fetchone()
+            row = self._holder.get(record_id, self._db).execute("SELECT value FROM records WHERE id = ?",
+                                                                (record_id,)).fetchone()
             if row is None:
                 raise KeyError("missing")
             return self._open(index, record_id, row[0])
-        except (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-                ImportError, IndexError, KeyError) as error:
+        except _READ_ERRORS as error:
             raise self._damaged(index, error) from error
 
     def _read_all(self, index: int) -> Iterator[dict[Any, Any]]:
-        enabled = gc.isenabled()
-        gc.disable()  # (many small objects, none garbage)
+        first = index << BUCKET_BITS
+        query = "SELECT id, value FROM records WHERE id >= ? AND id < ?", (first, first + self._buckets[index])
         try:
-            first = index << BUCKET_BITS
-            rows = self._db.execute("SELECT id, value FROM records WHERE id >= ? AND id < ?",
-                                    (first, first + self._buckets[index])).fetchall()
-            if len(rows) != self._buckets[index]:
-                raise KeyError(f"{self._buckets[index] - len(rows)} buckets missing")
-            for record_id, body in rows:
-                yield self._open(index, record_id, body)
-        except (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-                ImportError, IndexError, KeyError) as error:
+            bodies = dict(self._db.execute(*query).fetchall())
+            if len(bodies) != self._buckets[index]:
+                raise KeyError(f"{self._buckets[index] - len(bodies)} buckets missing")
+            for delta in self._deltas:
+                bodies.update(delta.db.execute(*query).fetchall())
+        except _READ_ERRORS as error:
             raise self._damaged(index, error) from error
-        finally:
-            if enabled:
-                gc.enable()
+        for record_id, body in bodies.items():
+            try:
+                entries = self._open(index, record_id, body)
+            except _READ_ERRORS as error:
+                raise self._damaged(index, error) from error
+            yield entries
+
+
+_READ_ERRORS = (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+                ImportError, IndexError, KeyError)
+"""What reading a damaged bucket raises."""
 
 
 Fence = tuple[dict[str, tuple[str, bytes]], Callable[[], Callable[[], None]]]
@@ -619,6 +794,25 @@ def _exclusively(path: Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+def _pages(db: sqlite3.Connection) -> int:
+    """The bytes a file's pages make (a file of another size is torn, or grown by something else)."""
+    return int(db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0])
+
+
+def _header_of(path: Path) -> Any:
+    """The header of a snapshot or delta file (raises if there is none)."""
+    with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as db:
+        return json.loads(db.execute("SELECT value FROM meta WHERE name = 'header'").fetchone()[0])
+
+
+def _raw(header: str | bytes) -> bytes:
+    return header.encode() if isinstance(header, str) else header
 
 
 def _unpickle(plain: bytes) -> Any:
