@@ -114,6 +114,12 @@ class StateSnapshots(Protocol):
         """The version of the tenant's snapshot in this process's home (0: none, or unreadable)."""
         ...
 
+    def settle(self, versions: dict[str, int], timeout: float) -> set[str]:
+        """Have the snapshots of these tenants brought to these versions (at least) by the process that takes
+        them off this one's writes, if one runs, waiting at most `timeout` seconds; returns the tenants whose
+        snapshot is still behind (a process that stops then snapshots those in place)."""
+        ...
+
     def discard(self, tenant: str) -> None:
         """Delete the tenant's snapshot in this process's home (after a forget)."""
         ...

@@ -36,11 +36,12 @@ class Settings(BaseSettings):
                                             " the log has nothing new.")
     snapshot_interval: float = Field(default=5.0, ge=0, description="Seconds between snapshot publications"
                                      " (only when changed; 0: only on request).")
-    state_snapshot_every: int = Field(default=10_000, ge=0, description="A writing process has a tenant's"
+    state_snapshot_every: int = Field(default=2_000, ge=0, description="A writing process has a tenant's"
                                       " folded state (what its rules decide on) snapshotted into <home>/state/, by"
-                                      " a snapshotter process of its own, once it is this many events (and the"
-                                      " last snapshot's size) ahead of its snapshot, so a restart folds only the"
-                                      " log's tail (0: no snapshots; see docs/operations.md#restarting-fast).")
+                                      " a snapshotter process of its own, each time it is this many events ahead"
+                                      " of its last request (a delta file of the buckets changed since), so a"
+                                      " restart, also after a crash, folds only a short tail of the log (0: no"
+                                      " snapshots; see docs/operations.md#restarting-fast).")
 
     # Kafka ingestion (docs/kafka.md); empty bootstrap = Kafka not configured.
     kafka_bootstrap: str = Field(default="", description="Kafka bootstrap servers, host:port[,host:port...].")

@@ -43,6 +43,8 @@ from domain.ports import (
 from domain.rules import decide
 
 MAX_RETRIES = 20
+SETTLE_SECONDS = 20.0
+"""How long a process that stops waits for its snapshotter to bring its tenants' snapshots to their states."""
 
 __all__ = ["MAX_RETRIES", "BatchResult", "OntologyService", "Outcome"]
 
@@ -286,18 +288,21 @@ class OntologyService:
                 self._snapshotted.pop(tenant, None)
 
     def close(self) -> None:
-        """Snapshot in place every tenant whose state is at least `every` events ahead of the snapshot on disk
-        (no write waits any more), stop taking snapshots from the log, and wait until the snapshots are stored (a
-        process that stops gracefully restarts from them)."""
+        """Have every tenant's snapshot brought to its state: by the snapshotter if it runs (it folds only what
+        its last snapshot lacks), waiting up to `SETTLE_SECONDS`; then snapshot in place each state still at least
+        `every` events ahead of the snapshot on disk (no write waits any more), stop taking snapshots from the log,
+        and wait until the snapshots are stored (a process that stops gracefully restarts from them)."""
         if self._writer_locks is not None:
             self._writer_locks.close()
         if self._snapshots is None:
             return
         with self._lock:
             self._closed = True
-            for tenant, state in self._states.items():
-                if tenant not in self._forgot and \
-                        state.version - self._snapshots.stored_version(tenant) >= self._snapshots.every:
+            ahead = {tenant: state.version for tenant, state in self._states.items()
+                     if tenant not in self._forgot and state.version > self._snapshots.stored_version(tenant)}
+            for tenant in self._snapshots.settle(ahead, SETTLE_SECONDS):
+                state = self._states[tenant]
+                if state.version - self._snapshots.stored_version(tenant) >= self._snapshots.every:
                     self._snapshots.save(tenant, state)
                     self._snapshotted[tenant] = state.version
         self._snapshots.close()

@@ -49,6 +49,7 @@ import shutil
 import sqlite3
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -421,6 +422,22 @@ class FileStateSnapshots:
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the snapshotter has answered every request so far (tests, benchmarks); False on timeout."""
         return self._snapshotter.wait(timeout) if self._snapshotter is not None else True
+
+    def settle(self, versions: dict[str, int], timeout: float) -> set[str]:
+        # (only a snapshotter that runs and has answered is asked: starting one, its imports, would cost a
+        # short-lived process, a CLI call, more than the few events it leaves to fold; and only for a tenant with a
+        # snapshot on disk: without one it would fold the whole log, which this process holds folded already)
+        deadline = time.monotonic() + timeout
+        none = {tenant for tenant in versions if self.stored_version(tenant) == 0}
+        while True:
+            behind = {tenant for tenant, version in versions.items()
+                      if tenant not in none and self.stored_version(tenant) < version}
+            left = deadline - time.monotonic()
+            if not behind or self._snapshotter is None or not self._snapshotter.answering or left <= 0:
+                return behind | none
+            for tenant in sorted(behind):
+                self._snapshotter.request(tenant, at_once=True)  # type: ignore[union-attr]
+            self.wait(left)
 
     @property
     def snapshotter_pid(self) -> int | None:

@@ -12,7 +12,7 @@ does (infra/runtime/purge_worker.py).
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
   makes each time a state is `every` events ahead of the last one asked for), with the process's settings as JSON on
   its stdin's first line; then one line per request: `{"tenant": ...}`. A request is handed over (and the process
-  started) once the writes pause (`PAUSE`, 1 s without one), or `LATEST` (5 s) after it was made, or at once
+  started) once the writes pause (`PAUSE`, 1 s without one), or `LATEST` (1 s) after it was made, or at once
   when the tenant is asked for again meanwhile (its state is then twice the interval ahead): the fold runs beside
   idle writers when it can, and keeps up with writers that never pause (a bulk import, a busy stream), so that a
   crash leaves a short tail to fold. It answers each on stdout: `{"tenant": ..., "stored": [version, "whole"
@@ -52,7 +52,7 @@ PAUSE = 1.0
 """Seconds without a write before the snapshotter is handed a request: it works while the writers pause (on a
 shared machine a fold beside a busy writer slows it: measured, a niced process spinning beside bench_event_log's
 writes took ~20% off their rate at load 2)."""
-LATEST = 5.0
+LATEST = 1.0
 """...but no later than this many seconds after the request, if the writes never pause: the snapshot on disk then
 stays within about `every` events plus what is written in this time and one fold behind the log."""
 RESTART_AFTER = 60.0
@@ -80,6 +80,8 @@ class SnapshotterProcess:
         self._reader: threading.Thread | None = None
         self._started_at = -RESTART_AFTER
         self._closed = False
+        self._answering: subprocess.Popen[str] | None = None
+        """The snapshotter once it has answered a request (it runs, its imports done)."""
         self._last_write = -PAUSE
         self.pause = PAUSE
         self.latest = LATEST
@@ -90,12 +92,21 @@ class SnapshotterProcess:
         process = self._process
         return process.pid if process is not None and process.poll() is None else None
 
-    def request(self, tenant: str) -> None:
+    @property
+    def answering(self) -> bool:
+        """Whether a snapshotter runs that has answered a request already (one asked now folds at once)."""
+        process = self._answering
+        return process is not None and process is self._process and process.poll() is None
+
+    def request(self, tenant: str, at_once: bool = False) -> None:
         """Ask for a snapshot of `tenant` from the log; returns at once (the snapshotter is started, and the
-        request written to it, on a thread of this object's)."""
+        request written to it, on a thread of this object's). `at_once`: handed over without waiting for a pause
+        in the writes (a process that stops)."""
         with self._changed:
             if self._closed:
                 return
+            if at_once:
+                self._pressing.add(tenant)
             if tenant in self._asked:
                 self._pressing.add(tenant)
                 self._changed.notify_all()
@@ -214,6 +225,7 @@ class SnapshotterProcess:
                 continue
             if stored is not None:
                 self._on_stored(tenant, int(stored[0]), str(stored[1]))
+            self._answering = process
             self._answered(tenant)
         code = process.wait()
         with self._changed:

@@ -9,14 +9,17 @@ Then, each in a fresh process (spawned, so nothing is warm but the operating sys
 2. baseline: a restart with snapshots off (NOUMENA_STATE_SNAPSHOT_EVERY=0): bootstrap, the whole log folded, the
    first write (an `AssertFact`) acknowledged;
 3. a restart from the snapshot the previous stop left: bootstrap, snapshot loaded, tail folded, the first write;
-4. a restart after a crash: the snapshot is `NOUMENA_STATE_SNAPSHOT_EVERY` (10,000) events behind the log;
+4. a restart after a crash: the snapshot is `NOUMENA_STATE_SNAPSHOT_EVERY` events (the setting's default unless
+   NOUMENA_BENCH_RESTART_EVERY says otherwise) behind the log;
 5. a restart after SIGKILL: a process writes NOUMENA_BENCH_RESTART_KILLED (default 30,000) events through the
    service (`AssertFact` batches of 500, as the HTTP API and the Kafka consumer write, asking for snapshots as it
-   goes) and is killed with SIGKILL right after its last write is acknowledged;
+   goes: its snapshotter writes them as delta files) and is killed with SIGKILL right after its last write is
+   acknowledged;
 6. a restart right after a bulk import: a process writes NOUMENA_BENCH_RESTART_BULK (default 150,000) events the
-   same way and stops cleanly, as `noumena import` does.
+   same way and stops cleanly, as `noumena import` does (its stop has the snapshotter bring the snapshot to the end).
 
-Cases 5 and 6 print how far the snapshot on disk was behind the log when the restart began.
+Cases 5 and 6 print how far the snapshot on disk (with its deltas) was behind the log when the restart began, and
+how long the writing process's stop took.
 
 Times are measured inside each process from just before `bootstrap()` to the write's return (the interpreter's
 start and imports, the same for all, are printed apart). The ratio baseline / snapshot is the result; the goal is
@@ -59,6 +62,7 @@ ROUNDS = int(os.environ.get("NOUMENA_BENCH_ROUNDS", "3"))
 KILLED = int(os.environ.get("NOUMENA_BENCH_RESTART_KILLED", "30000"))
 BULK = int(os.environ.get("NOUMENA_BENCH_RESTART_BULK", "150000"))
 BULK_BATCH = 500
+EVERY = int(os.environ.get("NOUMENA_BENCH_RESTART_EVERY", "0")) or Settings.model_fields["state_snapshot_every"].default
 STORE = os.environ.get("NOUMENA_BENCH_STORE", "sqlite")
 TENANT = "bench"
 ENTITIES = 2000
@@ -66,7 +70,7 @@ BATCH = 5000
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _settings(home: Path, every: int = 10_000) -> Settings:
+def _settings(home: Path, every: int = EVERY) -> Settings:
     if STORE == "postgres":
         from tests.conftest import postgres_settings
 
@@ -182,7 +186,9 @@ def _write_through_service(home: str, n: int, kill: bool) -> None:
         assert all(o.ok for o in result.outcomes)
     if kill:
         os.kill(os.getpid(), signal.SIGKILL)
+    stopping = time.perf_counter()
     noumena.close()
+    print(f"  (the writing process's stop took {time.perf_counter() - stopping:.2f} s)", flush=True)
 
 
 def write_through_service(home: Path, n: int, kill: bool) -> float:
@@ -204,7 +210,7 @@ def snapshot_lag(home: Path) -> tuple[int, int]:
     settings = _settings(home)
     log = EventsourcingLog(settings.event_store_env(), settings.key_store())
     last = list(log.recorder.select_events(stream_id(TENANT), desc=True, limit=1))
-    snapshots = FileStateSnapshots(home, log, log.keys, 10_000)
+    snapshots = FileStateSnapshots(home, log, log.keys, EVERY)
     stored = snapshots.stored_version(TENANT)
     snapshots.close()
     log.close()
@@ -214,7 +220,7 @@ def snapshot_lag(home: Path) -> tuple[int, int]:
 def after_writes(home: Path, n: int, kill: bool, what: str) -> None:
     seconds = write_through_service(home, n, kill)
     length, stored = snapshot_lag(home)
-    restarted = restart(home, 10_000)
+    restarted = restart(home, EVERY)
     print(f"  {what}: {n:,} events written through the service in {seconds:.1f} s ({n / seconds:,.0f}/s), the "
           f"snapshot {length - stored:,} events behind the log ({length:,}): first write after "
           f"{restarted['first_write']:.2f} s; goal <= 1 s: {'met' if restarted['first_write'] <= 1 else 'NOT met'}")
@@ -234,21 +240,21 @@ def measure(n: int, root: Path) -> None:
     home = root / f"log-{n}"
     if (home / "events.sqlite").exists() or (home / "schema.txt").exists():  # (a kept home: its log reused)
         shutil.rmtree(home / "state", ignore_errors=True)
-        print(f"{n:,} events: the log of {home} reused (with the 10,000 events of each earlier run's crash case)")
+        print(f"{n:,} events: the log of {home} reused (with the events each earlier run added)")
     else:
         home.mkdir()
         written = write_log(home, n)
         print(f"{n:,} events: written in {written:.1f} s ({n / written:,.0f} events/s, batches of {BATCH:,})")
     size = sum(p.stat().st_size for p in home.rglob("*") if p.is_file())
     print(f"  home {size / 1e6:,.0f} MB")
-    first = restart(home, 10_000)
+    first = restart(home, EVERY)
     snapshot = home / "state" / f"{TENANT}.snapshot"
     print(f"  first start (whole log folded, first write): {first['first_write']:.2f} s; the snapshot stored at the "
           f"stop (+{first['stop']:.2f} s): {snapshot.stat().st_size / 1e6:,.0f} MB")
     baseline, snapshotted, runs = [], [], []
     for _ in range(ROUNDS):
         baseline.append(restart(home, 0)["first_write"])
-        runs.append(restart(home, 10_000))
+        runs.append(restart(home, EVERY))
         snapshotted.append(runs[-1]["first_write"])
     full, fast = statistics.median(baseline), statistics.median(snapshotted)
     print(f"  baseline, whole log folded: first write after {full:.2f} s (median of {ROUNDS}; "
@@ -258,9 +264,9 @@ def measure(n: int, root: Path) -> None:
     print(f"  (buckets, entries) read from the snapshot by the first write: {[r['loaded'] for r in runs]}; its changes "
           f"stored at the stop in {statistics.median(r['stop'] for r in runs):.2f} s (median; "
           f"{[kind for r in runs for *_, kind in r['stored']]})")
-    behind = 10_000
+    behind = EVERY
     write_log(home, behind)
-    crashed = restart(home, 10_000)
+    crashed = restart(home, EVERY)
     print(f"  after a crash, the snapshot {behind:,} events behind: first write after {crashed['first_write']:.2f} s"
           f" (then the stop stores a new one: +{crashed['stop']:.2f} s); interpreter imports "
           f"{first['imports']:.2f} s apart")
@@ -274,6 +280,7 @@ def main() -> None:
     tune_collector_for_a_long_lived_heap()  # (as the served process does)
     os.umask(0o077)  # (a private home, as noumena makes its own)
     print(f"bench_restart: store {STORE}, sizes {SIZES}, rounds {ROUNDS}, killed after {KILLED:,}, bulk {BULK:,}, "
+          f"snapshots every {EVERY:,} events, "
           f"load average {os.getloadavg()[0]:.1f}")
     kept = os.environ.get("NOUMENA_BENCH_RESTART_HOME")
     if kept:  # (logs kept there and reused by the next run: writing 1M events takes minutes)

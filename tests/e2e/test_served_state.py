@@ -1,7 +1,9 @@
 """The serving process's state is the log's, whatever runs beside it: writes through `noumena serve` interleaved
 with CLI writers (`noumena import`, `noumena used`), state snapshots taken by another process from the log, and
 restarts (clean or killed), on SQLite and PostgreSQL, with state snapshots taken every few events so that the
-served state is read from snapshots bucket by bucket.
+served state is read from snapshots bucket by bucket, brought forward by delta files. The snapshot's files are
+damaged too, as a crash or an operator could: the snapshotter killed while it writes a delta, a delta torn, one put
+back after it was merged into the snapshot (older than it), one of a state no chain reaches (newer, after a gap).
 
 After every step the served process is compared with a fresh fold of the log made here: every session, entity,
 current fact and seen event id the fold holds, the served state holds too (the rules would decide otherwise: a
@@ -40,7 +42,8 @@ TENANT = "acme"
 EVERY = 40
 """State snapshots every this many events (the default is 10,000): snapshots are taken, and read on demand, all
 the time."""
-STEPS = ("serve", "serve", "import", "used", "snapshotter", "restart", "kill")
+STEPS = ("serve", "serve", "import", "used", "snapshotter", "restart", "kill", "kill_snapshotter", "tear_delta",
+         "stale_delta", "gap_delta")
 
 
 class World:
@@ -58,6 +61,8 @@ class World:
         self.settings = Settings(home=self.home, event_store=backend, state_snapshot_every=0,  # (a fresh fold)
                                  **({"pg_schema": self.env["NOUMENA_PG_SCHEMA"]} if backend == "postgres" else {}))
         self.sent: dict[str, dict[str, Any]] = {}
+        self.kept: dict[str, bytes] = {}
+        """Delta files seen, by name (put back later, once merged into the snapshot)."""
         """Every envelope acknowledged, by event id."""
         self.rounds = 0
         self.random = random.Random(7)
@@ -153,6 +158,58 @@ class World:
         done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 0, done.stderr
+
+    def deltas(self) -> list[Path]:
+        found = sorted((self.home / "state").glob(f"{TENANT}.snapshot.*.delta"))
+        for delta in found:
+            try:
+                self.kept.setdefault(delta.name, delta.read_bytes())
+            except FileNotFoundError:
+                continue  # (merged meanwhile)
+        return found
+
+    def step_kill_snapshotter(self) -> None:
+        """The served process's snapshotter killed (SIGKILL) wherever it is: folding, or writing a delta or a
+        merge. A request beside a stream of writes starts it; it is killed a moment after."""
+        with self.client() as c:
+            for _ in range(3):
+                _, envelopes = self.new_round("k")
+                wrote = c.post("/v1/events", json={"events": envelopes})
+                assert wrote.status_code == 200, wrote.text
+                self.sent |= {e["event_id"]: e for e in envelopes}
+        listed = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.server.process.pid)],
+                                capture_output=True, text=True, check=False).stdout
+        for line in listed.splitlines():
+            if "infra.state_snapshotter" in line:
+                time_to_kill = self.random.choice([0.0, 0.05, 0.2, 0.5])
+                subprocess.run(["sleep", str(time_to_kill)], check=True)
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+
+    def step_tear_delta(self) -> None:
+        """The newest delta torn (a disk that lost its end); the served process then killed, so that its restart
+        reads the snapshot's files."""
+        found = self.deltas()
+        if found:
+            data = found[-1].read_bytes()
+            found[-1].write_bytes(data[: self.random.randrange(len(data))])
+        self.step_kill()
+
+    def step_stale_delta(self) -> None:
+        """A delta seen before put back (from a backup): older than the snapshot once it was merged into it, or of
+        an earlier lineage; then a restart."""
+        if self.kept:
+            name = self.random.choice(sorted(self.kept))
+            (self.home / "state" / name).write_bytes(self.kept[name])
+        self.step_restart()
+
+    def step_gap_delta(self) -> None:
+        """A delta renamed as if written by a state at a version no chain reaches (newer than the snapshot, after a
+        gap); then a kill and a restart."""
+        found = self.deltas()
+        if found:
+            after, _, version = found[-1].name.split(".")[-2].partition("-")
+            found[-1].rename(found[-1].with_name(f"{TENANT}.snapshot.{int(version) + 1}-{int(version) + 9}.delta"))
+        self.step_kill()
 
     def step_restart(self) -> None:
         stop_server(self.server)

@@ -13,9 +13,11 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -692,3 +694,148 @@ def test_the_snapshotter_starts_when_the_writes_pause_or_at_the_latest_while_the
         assert store.stored[-1][1] == noumena.service.ontology(T).version
     finally:
         noumena.close()
+
+
+# ---------------------------------------------------------------------- delta files
+
+
+def _deltas(settings: Settings) -> list[Path]:
+    return sorted((settings.home / "state").glob(f"{T}.snapshot.*.delta"))
+
+
+def test_a_restart_stores_its_changes_as_a_small_delta_and_leaves_the_snapshot_as_it_was(snapshotted):
+    path, settings = snapshotted
+    before = path.read_bytes()
+    noumena = bootstrap(settings.model_copy(update={"state_snapshot_every": 1}), clock=TickingClock())
+    try:
+        noumena.service.execute(c.RegisterEntity(tenant=T, ref="thing:d", label="delta SNAPMARKER"))
+    finally:
+        noumena.close()
+    assert path.read_bytes() == before  # (not copied, not rewritten)
+    [delta] = _deltas(settings)
+    assert delta.name == f"{T}.snapshot.4-5.delta" and oct(delta.stat().st_mode & 0o777) == "0o600"
+    assert b"SNAPMARKER" not in delta.read_bytes() and delta.stat().st_size < path.stat().st_size * 2
+    assert _header(delta) | {"after": 4} == _header(delta) and _header(delta)["lineage"] == _header(path)["lineage"]
+    assert _starts_from_snapshot(settings) == (True, 5)
+
+
+def _loaded_version(settings: Settings) -> int | None:
+    """The version a fresh store loads the tenant's state at (None: no usable snapshot), checked against the fold
+    of the log up to it."""
+    noumena = bootstrap(settings.model_copy(update={"state_snapshot_every": 0}), clock=TickingClock())
+    try:
+        store = FileStateSnapshots(settings.home, noumena.log, noumena.log.keys, 1)
+        loaded = store.load(T)
+        store.close()
+        if loaded is None:
+            return None
+        assert loaded == _fold_up_to(noumena, T, loaded.version)
+        return loaded.version
+    finally:
+        noumena.close()
+
+
+def _write_and_stop(settings: Settings, *refs: str) -> None:
+    noumena = bootstrap(settings, clock=TickingClock())
+    try:
+        for ref in refs:
+            noumena.service.execute(c.RegisterEntity(tenant=T, ref=ref, label=ref))
+    finally:
+        noumena.close()
+
+
+def _rewrite_header(path: Path, **changes: object) -> None:
+    _edit(path, ("UPDATE meta SET value = ? WHERE name = 'header'",
+                 (json.dumps(_header(path) | changes, sort_keys=True),)))
+
+
+@contextmanager
+def _store(settings: Settings) -> Iterator[FileStateSnapshots]:
+    """A snapshot store on the home's log, with no snapshotter (what the snapshotter process runs)."""
+    noumena = bootstrap(settings.model_copy(update={"state_snapshot_every": 0}), clock=TickingClock())
+    store = FileStateSnapshots(settings.home, noumena.log, noumena.log.keys, 1)
+    try:
+        yield store
+    finally:
+        store.close()
+        noumena.close()
+
+
+def _merge(settings: Settings) -> None:
+    """The snapshotter's next fold merges the deltas into the snapshot (as it does once they grow)."""
+    import infra.state_snapshots as module
+
+    with pytest.MonkeyPatch.context() as patch, _store(settings) as store:
+        patch.setattr(module, "MERGE_AFTER", 1)
+        assert store.take_from_log(T) is not None and store.stored[-1][2] == "merged"
+
+
+@pytest.mark.parametrize("damage", ["torn", "flipped byte", "of another lineage", "header and name disagree",
+                                    "older than the snapshot", "after a gap"])
+def test_a_delta_that_does_not_fit_is_skipped_and_the_state_is_the_fold_of_the_log(snapshotted, damage, caplog):
+    path, settings = snapshotted
+    quiet = settings.model_copy(update={"state_snapshot_every": 0})  # (writes that take no snapshot)
+    _write_and_stop(settings, "thing:a")
+    [delta] = _deltas(settings)
+    assert delta.name == f"{T}.snapshot.4-5.delta"
+    if damage == "torn":
+        data = delta.read_bytes()
+        delta.write_bytes(data[: len(data) - 700])
+    elif damage == "flipped byte":  # in the delta's sealed core
+        with closing(sqlite3.connect(delta)) as db:
+            core = db.execute("SELECT value FROM meta WHERE name = 'core'").fetchone()[0]
+        _edit(delta, ("UPDATE meta SET value = ? WHERE name = 'core'", (_flipped(core),)))
+    elif damage == "of another lineage":  # a delta kept from before the snapshot was written whole again
+        kept = delta.read_bytes()
+        path.unlink()
+        delta.unlink()
+        assert _starts_from_snapshot(settings) == (False, 5)  # (folds the whole log, stores it whole at its stop)
+        assert _header(path)["version"] == 5
+        _write_and_stop(quiet, "thing:b")
+        delta = delta.with_name(f"{T}.snapshot.5-6.delta")
+        delta.write_bytes(kept)
+        _rewrite_header(delta, after=5, version=6)
+    elif damage == "header and name disagree":
+        delta.rename(delta.with_name(f"{T}.snapshot.3-5.delta"))
+    elif damage == "older than the snapshot":  # a delta merged into the snapshot, then put back (from a backup)
+        kept = delta.read_bytes()
+        _write_and_stop(quiet, "thing:b")
+        _merge(settings)
+        assert not _deltas(settings) and _header(path)["version"] == 6
+        delta.write_bytes(kept)
+    else:  # "after a gap": a delta of a state loaded at a version no chain from the snapshot reaches
+        gap = delta.with_name(f"{T}.snapshot.5-7.delta")
+        delta.rename(gap)
+        _rewrite_header(gap, after=5, version=7)
+        _write_and_stop(quiet, "thing:b", "thing:c")
+    with caplog.at_level(logging.WARNING, logger="infra.state_snapshots"):
+        version = _loaded_version(settings)
+    assert version == {"of another lineage": 5, "older than the snapshot": 6}.get(damage, 4)
+    if damage in ("torn", "flipped byte", "of another lineage", "header and name disagree"):
+        assert any("delta" in r.getMessage() and "ignored" in r.getMessage() for r in caplog.records), caplog.text
+    assert _starts_from_snapshot(settings)[0] is True  # (a process starting there decides on the fold)
+
+
+def test_a_process_killed_while_it_writes_a_delta_leaves_the_snapshot_and_earlier_deltas_in_use(snapshotted):
+    path, settings = snapshotted
+    _write_and_stop(settings, "thing:a")
+    code = ("import os, signal, sys\n"
+            "import infra.state_snapshots as s\n"
+            "from domain import commands as c\n"
+            "from infra.bootstrap import bootstrap\n"
+            "from infra.settings import Settings\n"
+            "def killed(*_):\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "s.os.replace = killed  # (the delta is written and fsynced: the process dies before it is in place)\n"
+            f"n = bootstrap(Settings(home={str(settings.home)!r}, event_store='sqlite', state_snapshot_every=1))\n"
+            "n.service._snapshots._snapshotter = None  # (the stop snapshots in place)\n"
+            f"n.service.execute(c.RegisterEntity(tenant={T!r}, ref='thing:b', label='b'))\n"
+            "n.close()\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == -9, done.stderr
+    assert [d.name for d in _deltas(settings)] == [f"{T}.snapshot.4-5.delta"]
+    assert list((settings.home / "state").glob(".*.delta.*.tmp"))  # (left by the killed process)
+    assert _loaded_version(settings) == 5
+    assert _starts_from_snapshot(settings) == (True, 6)  # (the next process folds the tail, and stores its own)
+    assert not list((settings.home / "state").glob(".*.tmp"))  # (the dead process's temporary file is deleted)
