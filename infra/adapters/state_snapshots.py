@@ -175,9 +175,10 @@ class FileStateSnapshots:
 
     def __init__(self, home: Path, log_: Any, keys: KeyStore | None, every: int,
                  snapshotter: Callable[[OnStored], SnapshotterProcess] | None = None) -> None:
-        """`snapshotter`: makes the handle on a snapshotter process (infra/runtime/state_snapshotter.py) that opens the same
-        log, keys and home, given what to call when it stored a snapshot (the composition root builds it); None (an
-        in-memory log, which another process cannot read, or the snapshotter itself): `request` does nothing."""
+        """`snapshotter`: makes the handle on a snapshotter process (infra/runtime/state_snapshotter.py) that opens
+        the same log, keys and home, given what to call when it stored a snapshot (the composition root builds it);
+        None (an in-memory log, which another process cannot read, or the snapshotter itself): `request` does
+        nothing."""
         self.folder = Path(home) / "state"
         self.every = every
         self._log = log_
