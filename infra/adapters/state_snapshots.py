@@ -5,7 +5,7 @@ big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenan
 
 - a `meta` table: the header (JSON: the format, a fingerprint of the code that folds events, the tenant, the stream
   version the state is at, a digest of the stored event at that version, the name of the data key that seals the
-  file, the file's lineage (a random id its incremental successors keep) and its layout: the salt and the number
+  file, the file's lineage (a random id its deltas and merges keep) and its layout: the salt and the number
   of buckets of each map) and the core (the state's small
   fields, sealed with the header as associated data, so a changed header does not open);
 - a `records` table: each big map or set of the state (`LAZY`) spread over buckets by a salted digest of the key
@@ -14,10 +14,18 @@ big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenan
   to another place does not open). No ref, relation or value is readable in the file; every bucket is written,
   empty or not.
 
-Loading checks the header as before (format, code, tenant, the log's event at that version, the key) and unseals
-only the core: the maps are `infra.adapters.lazy_state` read-through maps over the open file, so the first write after a
-restart reads the few buckets it looks keys up in, whatever the size of the state. A bucket found damaged later
-raises `SnapshotDamaged`; the service then folds the whole log.
+After it come delta files, `<home>/state/<tenant>.snapshot.<after>-<version>.delta`, of the same tables: the
+header (the snapshot's lineage, key and layout, its own version and anchor, and `after`, the version the state
+that wrote it was loaded at), the core at its version, and every bucket that state read, changed, added to or
+deleted from since it was loaded, whole. So a delta brings any state of the lineage at a version from its `after`
+to its own to its version: a load follows a chain from the snapshot's version, each time taking the delta that
+reaches furthest among those that apply there (`_chain`), and reads each bucket from the last one that holds it.
+
+Loading checks the header as before (format, code, tenant, the log's event at that version, the key), each delta's
+against it, and unseals only the cores: the maps are `infra.adapters.lazy_state` read-through maps over the open
+files, so the first write after a restart reads the few buckets it looks keys up in, whatever the size of the
+state. A delta that does not fit is skipped with a warning (the chain ends before it, more of the log is folded).
+A bucket found damaged later raises `SnapshotDamaged`; the service then folds the whole log.
 
 The snapshot key comes from the key store (`domain.forgetting.state_snapshot_key`): every forget in the tenant
 deletes it, so no copy of a snapshot taken before the forget opens again, in this home or any other. Without a key
@@ -28,7 +36,8 @@ snapshotter (infra/runtime/state_snapshotter.py, started on the first `request`)
 snapshot (`take_from_log`), so the writers never serialize a state; when a process stops, it snapshots its states in
 place (`save`, on a background thread). Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder).
 A state folded from the log is written whole; a state loaded from a snapshot writes only the buckets it read, changed,
-added to or deleted from, over a copy of the file it was loaded from (or of a later one of the same lineage). A
+added to or deleted from, as a delta; the snapshotter, once the deltas are many or large, merges them and its own
+changes into a copy of the snapshot instead (`MERGE_AFTER`, `MERGE_SHARE`), and deletes those it holds. A
 snapshot is stored only while the key store holds forgets off and no forget of the tenant is in the log after the
 snapshot's version, so a process that took a snapshot just before another process's forget never stores it (the
 snapshotter takes that fence before it reads the log, so a forget while it folds stops it too).

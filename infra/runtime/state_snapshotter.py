@@ -5,9 +5,9 @@ A snapshot is the tenant's folded state written to `<home>/state/<tenant>.snapsh
 Serializing a state costs about 10 µs per event of state; in the writing process it ran under the write lock, and a
 thread of its own would not help (the interpreter lock). The snapshotter instead folds the log itself: the log is
 append-only, so from the last snapshot (opened on demand) it folds only the events after it and writes only the
-buckets they changed, over a copy of that snapshot (the whole state when there is none: a first snapshot, or one
-after a forget). It competes with the writers for a core only, at a lower priority (`nice` 10), as the purge worker
-does (infra/runtime/purge_worker.py).
+buckets they changed, as a delta file after that snapshot (the whole state when there is none: a first snapshot,
+or one after a forget; its deltas merged into a copy of it once they have grown). It competes with the writers for
+a core only, at a lower priority (`nice` 10), as the purge worker does (infra/runtime/purge_worker.py).
 
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
   makes each time a state is `every` events ahead of the last one asked for), with the process's settings as JSON on
@@ -16,10 +16,12 @@ does (infra/runtime/purge_worker.py).
   when the tenant is asked for again meanwhile (its state is then twice the interval ahead): the fold runs beside
   idle writers when it can, and keeps up with writers that never pause (a bulk import, a busy stream), so that a
   crash leaves a short tail to fold. It answers each on stdout: `{"tenant": ..., "stored": [version, "whole"
-  | "changes"] or null}`. A tenant is asked for again only once its request is answered.
-- **Stopped** when the writing process closes its store: its stdin closes (it ends when idle), or it is terminated
-  if it is taking a snapshot (that one is not stored: its temporary file is deleted; the writing process snapshots
-  in place as it stops). It also ends by itself when its stdin closes because the writing process died.
+  | "changes" | "merged"] or null}`. A tenant is asked for again only once its request is answered.
+- **Stopped** when the writing process closes its store, which first has it bring the tenants' snapshots to the
+  end of the log if it has answered a request already (`request(..., at_once=True)`, `answering`): its stdin
+  closes (it ends when idle), or it is terminated if it is taking a snapshot (that one is not stored: its
+  temporary file is deleted; the writing process snapshots in place as it stops). It also ends by itself when its
+  stdin closes because the writing process died.
 - **Failures** never reach the writes: a snapshot that fails is logged (its stderr is the writing process's) and
   answered `null`; if the process dies, the writing process logs a warning with its exit code, its writes go on,
   the snapshots on disk stay as they were (a restart folds more), and the next request starts a new snapshotter
