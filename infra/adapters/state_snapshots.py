@@ -438,16 +438,21 @@ class FileStateSnapshots:
         # short-lived process, a CLI call, more than the few events it leaves to fold; and only for a tenant with a
         # snapshot on disk: without one it would fold the whole log, which this process holds folded already)
         deadline = time.monotonic() + timeout
-        none = {tenant for tenant in versions if self.stored_version(tenant) == 0}
+        stored = {tenant: self.stored_version(tenant) for tenant in versions}
+        given_up = {tenant for tenant, version in stored.items() if version == 0}
         while True:
             behind = {tenant for tenant, version in versions.items()
-                      if tenant not in none and self.stored_version(tenant) < version}
+                      if tenant not in given_up and stored[tenant] < version}
             left = deadline - time.monotonic()
             if not behind or self._snapshotter is None or not self._snapshotter.answering or left <= 0:
-                return behind | none
+                return behind | given_up
             for tenant in sorted(behind):
-                self._snapshotter.request(tenant, at_once=True)  # type: ignore[union-attr]
+                self._snapshotter.request(tenant, at_once=True)
             self.wait(left)
+            for tenant in behind:  # (a request that stored nothing is not made again: the stop snapshots in place)
+                before, stored[tenant] = stored[tenant], self.stored_version(tenant)
+                if stored[tenant] == before:
+                    given_up.add(tenant)
 
     @property
     def snapshotter_pid(self) -> int | None:

@@ -180,7 +180,7 @@ class World:
         listed = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.server.process.pid)],
                                 capture_output=True, text=True, check=False).stdout
         for line in listed.splitlines():
-            if "infra.state_snapshotter" in line:
+            if "state_snapshotter" in line:
                 time_to_kill = self.random.choice([0.0, 0.05, 0.2, 0.5])
                 subprocess.run(["sleep", str(time_to_kill)], check=True)
                 os.kill(int(line.split()[0]), signal.SIGKILL)

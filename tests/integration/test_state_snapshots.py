@@ -763,7 +763,7 @@ def _store(settings: Settings) -> Iterator[FileStateSnapshots]:
 
 def _merge(settings: Settings) -> None:
     """The snapshotter's next fold merges the deltas into the snapshot (as it does once they grow)."""
-    import infra.state_snapshots as module
+    import infra.adapters.state_snapshots as module
 
     with pytest.MonkeyPatch.context() as patch, _store(settings) as store:
         patch.setattr(module, "MERGE_AFTER", 1)
@@ -808,7 +808,7 @@ def test_a_delta_that_does_not_fit_is_skipped_and_the_state_is_the_fold_of_the_l
         delta.rename(gap)
         _rewrite_header(gap, after=5, version=7)
         _write_and_stop(quiet, "thing:b", "thing:c")
-    with caplog.at_level(logging.WARNING, logger="infra.state_snapshots"):
+    with caplog.at_level(logging.WARNING, logger="infra.adapters.state_snapshots"):
         version = _loaded_version(settings)
     assert version == {"of another lineage": 5, "older than the snapshot": 6}.get(damage, 4)
     if damage in ("torn", "flipped byte", "of another lineage", "header and name disagree"):
@@ -820,7 +820,7 @@ def test_a_process_killed_while_it_writes_a_delta_leaves_the_snapshot_and_earlie
     path, settings = snapshotted
     _write_and_stop(settings, "thing:a")
     code = ("import os, signal, sys\n"
-            "import infra.state_snapshots as s\n"
+            "import infra.adapters.state_snapshots as s\n"
             "from domain import commands as c\n"
             "from infra.bootstrap import bootstrap\n"
             "from infra.settings import Settings\n"
