@@ -279,9 +279,23 @@ class ReadModel(Protocol):
 
     def wait_for(self, position: int, timeout: float) -> bool: ...
 
-    def wait_purged(self, tenant: str, position: int, timeout: float) -> bool:
-        """After a forget at `position`: wait until the read model holds none of the tenant's forgotten content
-        (the other tenants read on meanwhile); False when `timeout` seconds pass first."""
+    def expect_forget(self, tenant: str) -> None:
+        """This process is about to forget in `tenant` and will tell what it erased (`forgotten`)."""
+        ...
+
+    def forgotten(self, tenant: str, position: int | None, sealed: list[int]) -> None:
+        """The forget announced by `expect_forget` was recorded at `position` (None: it failed) and made the events
+        at log positions `sealed` unreadable: the read model blanks their texts without searching the log."""
+        ...
+
+    def wait_cleaned(self, tenant: str, position: int, timeout: float) -> bool:
+        """After a forget at `position`: wait until no read of the tenant can show what it erased (its texts are
+        blanked in the live read model and indexes; the read model is rebuilt from the log behind them, see
+        `purging`); False when `timeout` seconds pass first."""
+        ...
+
+    def purging(self) -> list[str]:
+        """Tenants whose read model is still being rebuilt without forgotten content (served meanwhile)."""
         ...
 
     def lag(self) -> int: ...
@@ -318,9 +332,9 @@ class CopiesOutsideTheLog(Protocol):
         cannot reach); returns one line per kind of file: what, and how many were rewritten."""
         ...
 
-    def events_affected(self, tenant: str | None = None) -> int | None:
-        """How many stored events the keys the last forget deleted had sealed (reading only `tenant`'s events
-        when named: a tenant's keys seal only its own)."""
+    def events_affected(self, tenant: str | None = None) -> tuple[int | None, list[int]]:
+        """How many stored events the keys the last forget deleted had sealed, and their log positions (reading
+        only `tenant`'s events when named: a tenant's keys seal only its own)."""
         ...
 
     def purge(self) -> int | None:

@@ -95,12 +95,6 @@ class ProjectionCopies:
     log: EventsourcingLog
     home: Path
     evidence: EvidenceStore
-    worker_settings: Settings | None = None
-    """The settings a worker process opens the same stores with; set in a process that serves requests (and whose
-    log another process can open), where the receipt's count runs in that worker process (infra/runtime/purge_worker.py,
-    at a lower priority), so a forget in one tenant never holds this process's interpreter for a pass over the
-    deleted keys' events while other tenants' requests wait for it."""
-
     def erase(self, tenant: str, subjects: Sequence[str]) -> list[str]:
         from consumers.file_import import redact_rejects
 
@@ -108,17 +102,10 @@ class ProjectionCopies:
                      "import rejects": redact_rejects(self.home, tenant, tuple(subjects))}
         return [f"{what}: {count}" for what, count in rewritten.items()]
 
-    def events_affected(self, tenant: str | None = None) -> int | None:
-        names = sorted(getattr(self.log.keys, "deleted", ()))
-        if self.worker_settings is not None and names:
-            from infra.runtime.purge_worker import run_worker
-
-            try:
-                return int(run_worker(self.worker_settings, count={"tenant": tenant, "names": names})
-                           ["events_affected"])
-            except Exception:
-                log.exception("the purge worker failed to count the events affected; counting in this process")
-        return self.log.count_sealed_with(names, tenant=tenant)  # type: ignore[no-any-return]
+    def events_affected(self, tenant: str | None = None) -> tuple[int | None, list[int]]:
+        # (counted and found by key name in the store, in SQL: this process's interpreter sees each distinct key
+        # name once and the positions found, never the events)
+        return self.log.sealed_with(sorted(getattr(self.log.keys, "deleted", ())), tenant=tenant, positions=True)
 
     def purge(self) -> int | None:
         from projections.purge import purge_projections
@@ -161,9 +148,7 @@ def _application(settings: Settings, log: EventsourcingLog, service: OntologySer
     return Application(
         service, log, consolidation=consolidation, perspectives=perspectives,
         contexts=contexts, searches=searches,  # type: ignore[arg-type]  (None only for a benchmark's engine)
-        copies=ProjectionCopies(log, settings.home, evidence,
-                                worker_settings=settings if read_model is not None and settings.event_store != "popo"
-                                else None),
+        copies=ProjectionCopies(log, settings.home, evidence),
         evidence=evidence, recalls=recalls,
         keys=log.keys, read_model=read_model,
         settings=ApplicationSettings(read_wait_seconds=settings.api_read_wait_seconds,

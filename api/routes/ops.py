@@ -29,7 +29,8 @@ async def healthz() -> dict[str, str]:
 def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
     """Ready to serve: caught up with the log as it was at start and every index loaded (`start`: the phase, the
     positions applied and to apply), then while the projector runs and its lag (log positions not yet projected)
-    is small."""
+    is small. `purging` lists the tenants whose read model is still being rebuilt after a forget (their reads
+    are served meanwhile, without the forgotten content)."""
     served = request.app.state.served
     follower = served.follower
     body: dict[str, Any] = {"log_position": memory.log_position()}
@@ -42,7 +43,8 @@ def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
     else:
         lag = follower.lag()
         body |= {"projector": "running" if follower.running else "stopped", "projection_position": follower.position,
-                 "projection_lag": lag, "projector_error": follower.last_error}
+                 "projection_lag": lag, "projector_error": follower.last_error,
+                 "purging": sorted(follower.purging())}
         ready = ready and follower.running and lag <= READY_LAG and follower.last_error is None
     kafka = request.app.state.served.kafka
     if kafka is not None:

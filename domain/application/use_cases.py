@@ -352,7 +352,8 @@ class Application:
     def forget(self, who: Caller | str, subject: str) -> Written:
         """Forget a subject for real (crypto-shredding: its data keys are deleted, every copy in the log becomes
         unreadable), blank the kept evidence, then purge the read model and the perspective indexes of its
-        content before answering (or let this process's projector do it, waiting for it, bounded).
+        content (or, with this process's projector, answer once the live read model and indexes are cleaned of
+        it, waiting for that, bounded: the projector rebuilds the read model from the log behind them).
 
         Other tenants are never held up by it beyond the key deletion itself: the projector rebuilds the read
         model in the background while they read on (infra/runtime/serving.py). One forget per tenant runs at a time in
@@ -378,19 +379,32 @@ class Application:
         if self.keys is None:
             raise InvalidInput("content is not encrypted here (NOUMENA_ENCRYPT_CONTENT=false): nothing can be "
                                "forgotten for real", field="subject")
-        report = forget(self.service, self.keys, tenant, subject)
-        report.events_affected = self.copies.events_affected(tenant)
+        read_model = self.read_model
+        if read_model is not None:
+            read_model.expect_forget(tenant)
+        sealed: list[int] = []
+        report: ForgetReport | None = None
+        try:
+            report = forget(self.service, self.keys, tenant, subject)
+            report.events_affected, sealed = self.copies.events_affected(tenant)
+        finally:
+            if read_model is not None:
+                read_model.forgotten(tenant, report.position if report is not None else None, sealed)
+        assert report is not None
         report.files_rewritten = self.copies.erase(tenant, (subject, *report.erased_with))
         purged_at = None
-        if self.read_model is not None:
-            purged = True
+        if read_model is not None:
+            cleaned = True
             if report.position is not None:
-                # The keys are gone already; give the purge (a rebuild of the read model, in the background)
-                # longer than a read waits, and answer even if it is still running: the forget itself has happened.
-                purged = self.read_model.wait_purged(tenant, report.position, self.settings.purge_wait_seconds)
-            report.files_rewritten.append("projections: rebuilt by the running projector" if purged else
-                                          "projections: still being rebuilt by the running projector after "
-                                          f"{self.settings.purge_wait_seconds:g} s (the tenant's reads wait for it)")
+                # The keys are gone and the event is recorded: the forget has happened. It answers once no read can
+                # show what it erased (the live read model's texts blanked, its indexes reloaded); the rebuild of
+                # the read model from the log, which leaves no copy in the file's blocks, goes on behind it.
+                cleaned = read_model.wait_cleaned(tenant, report.position, self.settings.purge_wait_seconds)
+            report.files_rewritten.append(
+                "projections: cleaned in the live read model; being rebuilt from the log by the running projector"
+                " (GET /readyz lists the tenant under `purging` until the rebuilt file is in)" if cleaned else
+                "projections: still being cleaned by the running projector after "
+                f"{self.settings.purge_wait_seconds:g} s (the tenant's reads wait for it)")
         else:
             purged_at = self.copies.purge()  # None when a server's projector holds the file: it purges itself
             self.perspectives.forgotten([tenant])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -203,24 +204,57 @@ class EventsourcingLog:
         The store counts the events per key name itself (`key_name_counts`: one SQL query on SQLite and
         PostgreSQL), so this process's interpreter only sees each distinct key name once, with one key lookup
         each: a forget in a busy tenant does not hold the interpreter lock for a pass over its events."""
+        return self.sealed_with(deleted, page, tenant)[0]
+
+    def sealed_with(self, deleted: Iterable[str], page: int = 5000, tenant: str | None = None,
+                    positions: bool = False) -> tuple[int, list[int]]:
+        """`count_sealed_with`, and with `positions` also the log positions of those events (ascending): what
+        now reads `[forgotten]` because of this deletion, found by key name in the store (SQLite and PostgreSQL
+        select them in SQL) without opening a single event."""
         from infra.adapters.keys.derivation import derived_name
 
         gone = set(deleted)
         if not gone:
-            return 0
-        count = 0
+            return 0, []
+        counts = self.key_name_counts(tenant, page)
+        names = [name for name in counts if name in gone]
         members: dict[str, int] = {}  # sealed with a member of a deleted group key: counts unless kept on its own
-        for name, events in self.key_name_counts(tenant, page).items():
-            if name in gone:
-                count += events
-            elif (derived := derived_name(name)) is not None and derived[1] in gone and self.keys is not None:
+        for name, events in counts.items():
+            if name not in gone and (derived := derived_name(name)) is not None and derived[1] in gone \
+                    and self.keys is not None:
                 members[name] = events
         if members:
             stored_among = getattr(self.keys, "stored_among", None)
             kept = (stored_among(members) if stored_among is not None else
                     {name for name in members if self.keys is not None and self.keys.get(name) is not None})
-            count += sum(events for name, events in members.items() if name not in kept)
-        return count
+            names += [name for name in members if name not in kept]
+        count = sum(counts[name] for name in names)
+        return count, (self.positions_sealed_with_names(names, tenant, page) if positions and names else [])
+
+    def positions_sealed_with_names(self, names: Sequence[str], tenant: str | None = None, page: int = 5000
+                                    ) -> list[int]:
+        """The log positions (ascending) of the stored events (of `tenant`'s stream, or of the whole log) whose
+        content is sealed with a key of one of these exact `names`."""
+        wanted = sorted(set(names))
+        with store_failures("finding the events sealed with deleted keys"):
+            if isinstance(self.recorder, SQLiteProcessRecorder):
+                return self._sqlite_positions(wanted, tenant)
+            if type(self.recorder).__module__ == "eventsourcing.postgres":
+                return self._postgres_positions(wanted, tenant)
+            from infra.adapters.sealed_format import read_sealed
+
+            found: list[int] = []
+            lookup = set(wanted)
+            position = 0
+            while True:
+                notifications = self.recorder.select_notifications(start=position, limit=page,
+                                                                   inclusive_of_start=False)
+                if not notifications:
+                    return found
+                found += [n.id for n in notifications
+                          if (tenant is None or n.originator_id == stream_id(tenant)) and 0 in n.state
+                          and read_sealed(n.state).key_name in lookup]
+                position = notifications[-1].id
 
     def key_name_counts(self, tenant: str | None = None, page: int = 5000) -> dict[str, int]:
         """Key name -> how many stored events (of `tenant`'s stream, or of the whole log) are sealed with it.
@@ -244,31 +278,59 @@ class EventsourcingLog:
                 return counts
         return {bytes(name).decode(): int(events) for name, events in rows}
 
+    # SQLite has no function for a byte's value; instr() of the one-byte blob in the 256 bytes 00..ff is it + 1.
+    _SQLITE_BYTE_AT = "(instr(x'" + bytes(range(256)).hex() + "', substr(state, {}, 1)) - 1)"
+    _SQLITE_NAME = (f"substr(state, cut + 4, {_SQLITE_BYTE_AT.format('cut + 2')} * 256 + "
+                    f"{_SQLITE_BYTE_AT.format('cut + 3')})")
+    """The key name in a sealed state's header (infra/sealed_format.py), `cut` being the position of its byte 0."""
+    _POSTGRES_NAME = "substring(state from cut + 4 for get_byte(state, cut + 1) * 256 + get_byte(state, cut + 2))"
+
     def _sqlite_key_name_counts(self, tenant: str | None) -> list[tuple[bytes, int]]:
         recorder: Any = self.recorder
-        # SQLite has no function for a byte's value; instr() of the one-byte blob in the 256 bytes 00..ff is it + 1.
-        byte_at = "(instr(x'" + bytes(range(256)).hex() + "', substr(state, {}, 1)) - 1)"
-        statement = (f"SELECT substr(state, cut + 4, {byte_at.format('cut + 2')} * 256 + {byte_at.format('cut + 3')})"
-                     f" AS name, count(*) FROM (SELECT state, instr(state, x'00') AS cut FROM "
-                     f"{recorder.events_table_name}{' WHERE originator_id = ?' if tenant is not None else ''}) "
-                     "WHERE cut > 0 GROUP BY name")
+        statement = (f"SELECT {self._SQLITE_NAME} AS name, count(*) FROM (SELECT state, instr(state, x'00') AS cut"
+                     f" FROM {recorder.events_table_name}{' WHERE originator_id = ?' if tenant is not None else ''})"
+                     " WHERE cut > 0 GROUP BY name")
         with recorder.datastore.transaction(commit=False) as c:
             c.execute(statement, [stream_id(tenant)] if tenant is not None else [])
             return [(row[0], row[1]) for row in c.fetchall()]
+
+    def _sqlite_positions(self, names: list[str], tenant: str | None) -> list[int]:
+        recorder: Any = self.recorder
+        statement = (f"SELECT rowid FROM (SELECT rowid, state, instr(state, x'00') AS cut FROM"
+                     f" {recorder.events_table_name}{' WHERE originator_id = ?' if tenant is not None else ''})"
+                     f" WHERE cut > 0 AND CAST({self._SQLITE_NAME} AS TEXT) IN (SELECT value FROM json_each(?))"
+                     " ORDER BY rowid")
+        with recorder.datastore.transaction(commit=False) as c:
+            c.execute(statement, [*([stream_id(tenant)] if tenant is not None else []), json.dumps(names)])
+            return [int(row[0]) for row in c.fetchall()]
 
     def _postgres_key_name_counts(self, tenant: str | None) -> list[tuple[bytes, int]]:
         from psycopg.sql import SQL, Identifier
 
         recorder: Any = self.recorder
         statement = SQL(
-            "SELECT substring(state from cut + 4 for get_byte(state, cut + 1) * 256 + get_byte(state, cut + 2)) "
-            "AS name, count(*) AS events FROM (SELECT state, position('\\x00'::bytea in state) AS cut "
+            f"SELECT {self._POSTGRES_NAME} AS name, count(*) AS events FROM (SELECT state, "
+            "position('\\x00'::bytea in state) AS cut "
             "FROM {schema}.{table}" + (" WHERE originator_id = %s" if tenant is not None else "") + ") AS sealed "
             "WHERE cut > 0 GROUP BY name"
         ).format(schema=Identifier(recorder.datastore.schema), table=Identifier(recorder.events_table_name))
         with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(statement, [stream_id(tenant)] if tenant is not None else [])
             return [(row["name"], row["events"]) for row in curs.fetchall()]
+
+    def _postgres_positions(self, names: list[str], tenant: str | None) -> list[int]:
+        from psycopg.sql import SQL, Identifier
+
+        recorder: Any = self.recorder
+        statement = SQL(
+            "SELECT notification_id FROM (SELECT notification_id, state, position('\\x00'::bytea in state) AS cut"
+            " FROM {schema}.{table}" + (" WHERE originator_id = %s" if tenant is not None else "") + ") AS sealed"
+            f" WHERE cut > 0 AND {self._POSTGRES_NAME} = ANY(%s) ORDER BY notification_id"
+        ).format(schema=Identifier(recorder.datastore.schema), table=Identifier(recorder.events_table_name))
+        with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, [*([stream_id(tenant)] if tenant is not None else []),
+                                     [name.encode() for name in names]])
+            return [int(row["notification_id"]) for row in curs.fetchall()]
 
     def _pages(self, page: int, tenant: str | None) -> Iterator[list[bytes]]:
         """The stored states of the whole log (or of `tenant`'s stream), a page at a time."""

@@ -1,13 +1,11 @@
-"""A forget's work over the whole log, in a process of its own (`python -m infra.runtime.purge_worker`): rebuilding the
-read model without forgotten content (started by infra/runtime/serving.py after a forget), and counting the events the
-deleted keys had sealed for the forget's receipt (started by `ProjectionCopies.events_affected` in a serving
-process).
+"""A forget's work over the whole log, in a process of its own (`python -m infra.runtime.purge_worker`): rebuilding
+the read model without forgotten content (started by infra/runtime/serving.py after a forget).
 
 The rebuild decodes and opens every event of the log in Python; in the server's process it would compete with
 the requests for the interpreter lock for as long as it runs (seconds per 100,000 events). Here it only competes
 for a core, at a lower priority (`nice` 10). The worker reads the server's Settings as JSON on stdin (with `out`,
 the file to write), replays the log into `out`, republishes the snapshot and rewrites the exports from it, and
-prints `{"position": N}`; given `count` (a tenant and key names) instead, it prints `{"events_affected": N}`.
+prints `{"position": N}`.
 
 The priority is lowered before anything else runs: the imports of the stores and projections (numpy, DuckDB,
 polars, pydantic: about 0.6 s of CPU) come after it, so not even the worker's start competes with the requests.
@@ -25,24 +23,22 @@ if TYPE_CHECKING:
     from infra.settings import Settings
 
 
-def settings_as_json(settings: Settings, out: Path | None = None, count: dict[str, Any] | None = None) -> str:
+def settings_as_json(settings: Settings, out: Path) -> str:
     """What the worker needs to open the same stores as `settings` (secrets included: it goes through a pipe), and
-    its job: the file to rebuild into (`out`), or what to count (`count`)."""
+    the file to rebuild into (`out`)."""
     from infra.settings import for_another_process
 
-    return json.dumps({"settings": for_another_process(settings), "out": str(out) if out is not None else None,
-                       "count": count})
+    return json.dumps({"settings": for_another_process(settings), "out": str(out)})
 
 
-def run_worker(settings: Settings, out: Path | None = None, count: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_worker(settings: Settings, out: Path) -> dict[str, Any]:
     """Run the worker on one job and return what it printed (an error naming its exit code and stderr if it failed)."""
     import subprocess
 
     from domain.errors import InfrastructureError
 
-    done = subprocess.run([sys.executable, "-m", "infra.runtime.purge_worker"],
-                          input=settings_as_json(settings, out, count), capture_output=True, text=True, timeout=3600,
-                          check=False)
+    done = subprocess.run([sys.executable, "-m", "infra.runtime.purge_worker"], input=settings_as_json(settings, out),
+                          capture_output=True, text=True, timeout=3600, check=False)
     if done.returncode != 0:
         raise InfrastructureError(f"purge worker exited with {done.returncode}: {done.stderr[-2000:]}")
     answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -65,12 +61,7 @@ def main() -> int:
     settings = Settings(**request["settings"])
     log = EventsourcingLog(settings.event_store_env(), settings.key_store())
     try:
-        if request.get("count") is not None:
-            count = request["count"]
-            answer = {"events_affected": log.count_sealed_with(count["names"], tenant=count["tenant"])}
-        else:
-            answer = {"position": build_purged(log, settings.home, Path(request["out"]),
-                                               settings.projection_batch_size)}
+        answer = {"position": build_purged(log, settings.home, Path(request["out"]), settings.projection_batch_size)}
     finally:
         log.close()
     print(json.dumps(answer))

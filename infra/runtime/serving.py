@@ -78,9 +78,20 @@ class ProjectionFollower:
         reads wait (until the redaction, else the rebuilt file)."""
         self._finding = False
         """A redaction thread is finding the forgotten events."""
-        self._redactions: list[tuple[int, list[int]]] = []
+        self._forgets: dict[int, str] = {}
+        """Position -> tenant of every forget projected and not yet covered by a swapped-in rebuild."""
+        self._redacted_until = 0
+        """Forgets up to this position are redacted in (or rebuilt into) the live file."""
+        self._sealed: dict[int, list[int]] = {}
+        """Forget position -> the positions of the events it made read `[forgotten]`, when the forget was made by
+        this process (`forgotten`): its redaction needs no search of the log."""
+        self._expected: dict[str, int] = {}
+        """Tenant -> forgets of this process under way whose positions will be told (`expect_forget`)."""
+        self._redactions: list[tuple[int, list[int], int]] = []
         """Found by the redaction thread, applied by the follower's: (up to which position, the positions that read
-        `[forgotten]`)."""
+        `[forgotten]`, the generation of the live file it was found for)."""
+        self.searches = 0
+        """How many redactions searched the log for the forgotten events (forgets this process did not tell)."""
         self.redact_seconds: list[float] = []
         """How long each redaction took from its forget being projected to its tenants being let read again."""
         self._build: threading.Thread | None = None
@@ -113,7 +124,7 @@ class ProjectionFollower:
                 pending = {str(k): int(v) for k, v in json.loads(self._pending_file.read_text()).items()}
             except (OSError, ValueError):
                 pending = {"": self._projector.position}  # unreadable: rebuild anyway, holding no tenant back
-            self._begin_purge(pending)
+            self._begin_purge(pending)  # (its forgets' positions are unknown: the log is searched for them)
         self._thread = threading.Thread(target=self._run, name="noumena-projector", daemon=True)
         self._thread.start()
 
@@ -144,7 +155,7 @@ class ProjectionFollower:
             try:
                 applied = self._projector.run_once()
                 if applied:
-                    self._begin_purge(self._forgotten_since(before))
+                    self._begin_purge(self._forgotten_since(before, record=True))
                 if self._redactions:
                     self._apply_redactions()
                 if self._built is not None or self._build_error is not None:
@@ -174,10 +185,49 @@ class ProjectionFollower:
             if not applied and self._built is None and not self._redactions:
                 self._wake.wait(self._poll)
 
-    def _forgotten_since(self, position: int) -> dict[str, int]:
-        rows = self._projector.con.execute("SELECT tenant, max(position) FROM clock WHERE position > ? AND topic = ?"
-                                           " GROUP BY tenant", [position, "subject.forgotten"]).fetchall()
-        return {str(tenant): int(at) for tenant, at in rows}
+    def _forgotten_since(self, position: int, *, record: bool = False) -> dict[str, int]:
+        """Tenant -> its latest forget after `position` in the live file; `record`: each one is remembered until a
+        rebuild covers it (its redaction may need it again after a swap)."""
+        rows = self._projector.con.execute("SELECT tenant, position FROM clock WHERE position > ? AND topic = ?",
+                                           [position, "subject.forgotten"]).fetchall()
+        latest: dict[str, int] = {}
+        for tenant, at in rows:
+            latest[str(tenant)] = max(int(at), latest.get(str(tenant), 0))
+        if record and rows:
+            with self._swap:
+                self._forgets.update({int(at): str(tenant) for tenant, at in rows})
+        return latest
+
+    # ------------------------------------------------------------------ forgets of this process
+
+    def expect_forget(self, tenant: str) -> None:
+        """This process is about to forget in `tenant`: the redaction of the forget waits (bounded) for
+        `forgotten` to tell which events it made unreadable, rather than searching the whole log for them."""
+        with self._swap:
+            self._expected[tenant] = self._expected.get(tenant, 0) + 1
+
+    def forgotten(self, tenant: str, position: int | None, sealed: list[int]) -> None:
+        """The forget `expect_forget` announced is recorded at `position` (None: it failed) and made the events
+        at `sealed` read `[forgotten]` (found by key name in the store, see EventsourcingLog.sealed_with)."""
+        with self._swap:
+            left = self._expected.get(tenant, 0) - 1
+            if left > 0:
+                self._expected[tenant] = left
+            else:
+                self._expected.pop(tenant, None)
+            if position is not None:
+                self._sealed[position] = sealed
+            self._swap.notify_all()
+
+    def wait_cleaned(self, tenant: str, position: int, timeout: float) -> bool:
+        """After a forget at `position`: wait until the live file and indexes no longer show what it erased (the
+        redaction, or a rebuilt file); False when `timeout` seconds pass first."""
+        start = time.monotonic()
+        if not self.wait_for(position, timeout):
+            return False
+        with self._swap:
+            return self._swap.wait_for(lambda: tenant not in self._held,
+                                       max(0.0, timeout - (time.monotonic() - start)))
 
     def _begin_purge(self, forgotten: dict[str, int], *, build: bool = True) -> None:
         """Hold the tenants' reads (from before their new position is reported), start redacting the live file
@@ -197,24 +247,46 @@ class ProjectionFollower:
 
     # ------------------------------------------------------------------ redaction: reads go on during a purge
 
+    HINT_WAIT_SECONDS = 30.0
+    """How long a redaction waits for this process's forget to tell the events it erased before it searches the
+    log for them (a pass opening every event)."""
+
     def _start_redaction(self) -> None:
         """Find, in a thread of this process, the events up to the latest held forget that read `[forgotten]`; the
         follower's thread then blanks their texts in the live file. One search at a time: a forget held meanwhile
-        is covered by the next one, started when this one is applied. (Not in a worker process as the rebuild is:
-        starting one on a loaded machine takes longer than a read may wait; the search folds nothing, it only
-        opens each event and looks for the marker.)"""
+        is covered by the next one, started when this one is applied. A forget made by this process tells those
+        events itself (`forgotten`, from the key names in the store); one made by another process, or one a crash
+        cut short, is searched for: each event up to it is opened and looked at for the marker (nothing folded)."""
         with self._swap:
             until = max(self._held.values(), default=0)
             if self._finding or until <= 0:
                 return
             self._finding = True
+            generation = self._generation
         started = time.monotonic()
+
+        def told() -> list[int] | None:
+            """The positions the forgets to redact told, None if one of them (or a held tenant) has none."""
+            with self._swap:
+                def forgets() -> dict[int, str]:
+                    return {at: tenant for at, tenant in self._forgets.items() if self._redacted_until < at <= until}
+
+                self._swap.wait_for(lambda: all(at in self._sealed or not self._expected.get(tenant)
+                                                for at, tenant in forgets().items()), self.HINT_WAIT_SECONDS)
+                pending, tenants = forgets(), {t for t, at in self._held.items() if at <= until}
+                if not pending or not tenants <= set(pending.values()) or any(at not in self._sealed
+                                                                               for at in pending):
+                    return None
+                return sorted({position for at in pending for position in self._sealed[at]})
 
         def find() -> None:
             try:
-                positions = forgotten_positions(self._log, until)
+                positions = told()
+                if positions is None:
+                    self.searches += 1
+                    positions = forgotten_positions(self._log, until)
                 with self._swap:
-                    self._redactions.append((until, positions))
+                    self._redactions.append((until, positions, generation))
                     self._finding = False
                 self.redact_seconds.append(time.monotonic() - started)
             except Exception:  # the tenants' reads then wait for the rebuilt file, as they would without this
@@ -230,14 +302,23 @@ class ProjectionFollower:
         """In the follower's thread: blank the forgotten texts of the held tenants in the live file, reload their
         indexes from it, and let their reads go on."""
         with self._swap:
-            until, positions = max(self._redactions)
+            current = [found for found in self._redactions if found[2] == self._generation]
             self._redactions.clear()
-            tenants = [tenant for tenant, position in self._held.items() if position <= until]
+            if not current:  # (found for a file swapped out since: the new one is searched for again)
+                tenants = []
+            else:
+                until, positions, _ = max(current)
+                tenants = [tenant for tenant, position in self._held.items() if position <= until]
+        if not tenants:
+            if self.held():
+                self._start_redaction()
+            return
         for tenant in tenants:
             redact_in_place(self._projector.con, tenant, positions)
         for listener in self.on_purged:
             listener(tenants)
         with self._swap:
+            self._redacted_until = max(self._redacted_until, until)
             for tenant in tenants:
                 if self._held.get(tenant, 0) <= until:
                     self._held.pop(tenant, None)
@@ -312,6 +393,10 @@ class ProjectionFollower:
                 for tenant, position in self._purging.items():
                     if position > covered:
                         self._held[tenant] = max(position, self._held.get(tenant, 0))
+                self._redacted_until = covered
+                for at in [at for at in self._forgets if at <= covered]:
+                    self._forgets.pop(at)
+                    self._sealed.pop(at, None)
             finally:
                 self._swapping = False
                 self._swap.notify_all()
@@ -451,13 +536,17 @@ class FollowedReadModel:
     def lag(self) -> int:
         return self.follower.lag()
 
-    def wait_purged(self, tenant: str, position: int, timeout: float) -> bool:
-        """After a forget at `position`: wait until the read model is rebuilt without the tenant's forgotten
-        content (and the perspective indexes reloaded); False when `timeout` seconds pass first."""
-        start = time.monotonic()
-        if not self.follower.wait_for(position, timeout):
-            return False
-        return self.follower.wait_purged(tenant, max(0.0, timeout - (time.monotonic() - start)))
+    def expect_forget(self, tenant: str) -> None:
+        self.follower.expect_forget(tenant)
+
+    def forgotten(self, tenant: str, position: int | None, sealed: list[int]) -> None:
+        self.follower.forgotten(tenant, position, sealed)
+
+    def wait_cleaned(self, tenant: str, position: int, timeout: float) -> bool:
+        return self.follower.wait_cleaned(tenant, position, timeout)
+
+    def purging(self) -> list[str]:
+        return sorted(self.follower.purging())
 
     def wait_clean(self, tenant: str) -> None:
         """Before a read of `tenant`: wait (bounded) while it purges a forget."""

@@ -1,25 +1,25 @@
-"""Benchmark: one tenant's perspectives over HTTP at a constant rate while another tenant forgets, against the same
-load without the forget, in one run.
+"""Benchmark: forgetting without an outage. One tenant forgets a person while another tenant's perspectives are asked
+over HTTP at a constant rate, against the same load without the forget, in one run.
 
 1. A real `noumena serve` (SQLite, production mode, its own projector) with two tenants: `reader`, a small
-   organization (NOUMENA_BENCH_READER_FACTS facts, default 2,000, among 400 people and 8 agents), and `busy`,
-   where one person is behind NOUMENA_BENCH_FORGET_FACTS facts (default 20,000): forgetting them deletes a key per
-   fact and rebuilds the read model from the whole log.
+   organization (NOUMENA_BENCH_READER_FACTS facts, default 2,000, among 400 people and 8 agents), and `busy`, a
+   tenant of NOUMENA_BENCH_FORGET_EVENTS events (default 200,000) where one person is behind
+   NOUMENA_BENCH_FORGET_FACTS facts (default 20,000): forgetting them deletes a key per fact, cleans the live
+   read model of them and rebuilds it from the whole log behind it.
 2. Baseline: GET /v1/perspectives in `reader` at NOUMENA_BENCH_API_RATE (default 200 requests/s, open loop, latency
-   from each request's scheduled time) for NOUMENA_BENCH_API_SECONDS (default 10 s), with `/healthz` polled every
-   10 ms beside it. As in bench_api.py, the served perspectives record no recall and keep no evidence
-   (NOUMENA_BENCH_RECORD=1: they do, the full path of `noumena serve`: each use held by the recall buffer and
-   each perspective's request kept as a row in evidence.sqlite; measured at about the same CPU per request):
-   the numbers are the serving path, beside a forget.
+   from each request's scheduled time, so a pause of the server shows whole) for NOUMENA_BENCH_API_SECONDS
+   (default 20 s), with `/healthz` polled every 10 ms beside it. As in bench_api.py, the served perspectives
+   record no recall and keep no evidence (NOUMENA_BENCH_RECORD=1: they do, the full path of `noumena serve`).
 3. The same load, starting half a second before `POST /v1/forget` in `busy` and lasting until the forget has
-   answered: the percentiles are of the requests scheduled while the forget ran.
-
+   answered *and* the rebuilt read model is swapped in behind it (`/readyz` lists no tenant as `purging`).
 4. Beside it, the forgetting tenant's own reads (`person:li` and another person, one after the other, closed loop):
    their statuses, the longest, and whether Li's label was shown again after a read that no longer showed it.
 
-Printed: both distributions, the ratio of their p95, `/healthz` p99 in both, the forget's duration and the
-forgetting tenant's own reads. Goals: HTTP perspective p95 <= 20 ms at 200 requests/s while the forget runs; the
-forgetting tenant's reads never 503.
+Printed: the forget call's duration and the rebuild behind it; both distributions (the loaded one over the call
+and the rebuild), the longest wait of another tenant's request and of `/healthz` (a pause of the process shows as
+a request answered that much after its scheduled time); the forgetting tenant's own reads. Goals (issue 28): the
+call <= 10 s; the forgetting tenant's reads never 503 and never show Li again; no request of another tenant nor
+`/healthz` waits more than 100 ms (over the baseline's own noise, printed beside).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ from bench_api import CONNECTIONS, RATE, SECONDS, pct, query  # noqa: E402
 RECORD = os.environ.get("NOUMENA_BENCH_RECORD", "") == "1"
 READER_FACTS = int(os.environ.get("NOUMENA_BENCH_READER_FACTS", "2000"))
 FORGET_FACTS = int(os.environ.get("NOUMENA_BENCH_FORGET_FACTS", "20000"))
+FORGET_EVENTS = int(os.environ.get("NOUMENA_BENCH_FORGET_EVENTS", "200000"))
+PAUSE_GOAL_MS = 100.0
+CALL_GOAL_SECONDS = 10.0
 PEOPLE, AGENTS = 400, 8
 
 
@@ -80,6 +83,8 @@ def fill_reader(client: Any) -> list[dict[str, Any]]:
 
 
 def fill_busy(client: Any) -> None:
+    """`person:li` knows FORGET_FACTS people; the other people's own facts about each other fill the tenant up to
+    FORGET_EVENTS events (what a forget must read past, and what the rebuild replays)."""
     events = [{"event_id": "reg-li", "tenant": "busy", "type": "entity.registered",
                "payload": {"ref": "person:li", "label": "Li"}}]
     events += [{"event_id": f"reg-{i}", "tenant": "busy", "type": "entity.registered",
@@ -87,6 +92,13 @@ def fill_busy(client: Any) -> None:
     events += [{"event_id": f"knows-{i}", "tenant": "busy", "type": "fact.asserted",
                 "payload": {"subject": "person:li", "relation": "knows", "object": f"person:b{i}",
                             "reason": f"met at fair {i}"}} for i in range(FORGET_FACTS)]
+    relations = ("knows", "works_with", "reports_to", "prefers")
+    others = max(0, FORGET_EVENTS - len(events))
+    people = max(2, FORGET_FACTS)
+    events += [{"event_id": f"other-{i}", "tenant": "busy", "type": "fact.asserted",
+                "payload": {"subject": f"person:b{i % people}", "relation": relations[i % 4],
+                            "object": f"person:b{(i // people + 1 + i) % people}",
+                            "reason": f"noted at meeting {i}"}} for i in range(others)]
     _post_events(client, events)
 
 
@@ -223,7 +235,8 @@ def main() -> None:
     from tests.api_support import stop_server
 
     print(f"forget isolation: perspectives in one tenant at {RATE:g} req/s over {CONNECTIONS} connections, while"
-          f" another forgets a person behind {FORGET_FACTS:,} facts (baseline: {SECONDS:g} s without the forget);"
+          f" another of {FORGET_EVENTS:,} events forgets a person behind {FORGET_FACTS:,} facts (baseline:"
+          f" {SECONDS:g} s without the forget);"
           f" recalls {'recorded' if RECORD else 'not recorded'}")
     home = Path(tempfile.mkdtemp(prefix="noumena-bench-forget-"))
     server = start(home / "home")
@@ -253,7 +266,12 @@ def main() -> None:
             time.sleep(0.6)
             t0 = time.perf_counter()
             receipt["response"] = busy.client.post("/v1/forget", json={"subject": "person:li"}, timeout=900)
-            receipt["window"] = (t0, time.perf_counter())
+            t1 = time.perf_counter()
+            # the forget answers before the rebuilt read model is in: the load goes on until it is
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                while "busy" in client.get("/readyz").json().get("purging", []):
+                    time.sleep(0.1)
+            receipt["window"] = (t0, t1, time.perf_counter())
             time.sleep(0.2)
             forgotten.set()
 
@@ -278,30 +296,43 @@ def main() -> None:
         own_reader.join()
         response = receipt["response"]
         assert response.status_code == 200, response.text
-        t0, t1 = receipt["window"]
-        during = [(ms, status) for scheduled, ms, status in loaded["samples"] if t0 <= scheduled <= t1]
+        t0, t1, t2 = receipt["window"]
+        during = [(ms, status) for scheduled, ms, status in loaded["samples"] if t0 <= scheduled <= t2]
         during_ms = [ms for ms, _ in during]
         statuses: dict[int, int] = {}
         for _, status in during:
             statuses[status] = statuses.get(status, 0) + 1
-        health_during = [ms for sent, ms in loaded["health"] if t0 <= sent <= t1]
-        print(f"  the forget: {t1 - t0:.2f} s, {response.json()['keys_deleted']:,} keys deleted; load average"
-              f" {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        print(_summary("without a forget", base_ms, [ms for _, ms in base["health"]], base["end"] - base["start"],
-                       base_statuses))
-        print(_summary("while it forgets", during_ms, health_during, t1 - t0, statuses))
+        health_during = [ms for sent, ms in loaded["health"] if t0 <= sent <= t2]
+        base_health = [ms for _, ms in base["health"]]
+        print(f"  the forget: the call {t1 - t0:.2f} s ({response.json()['keys_deleted']:,} keys deleted,"
+              f" {response.json()['events_affected']:,} events affected), the rebuilt read model in"
+              f" {t2 - t0:.2f} s after it was asked; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print(_summary("without a forget", base_ms, base_health, base["end"] - base["start"], base_statuses))
+        print(_summary("while it forgets (call and rebuild)", during_ms, health_during, t2 - t0, statuses))
         print(f"  ratio p95 while forgetting / without: {pct(during_ms, 95) / pct(base_ms, 95):.2f}x")
-        own_during = [r for r in own if t0 <= r[0] <= t1]
+        own_during = [r for r in own if t0 <= r[0] <= t2]
         own_statuses: dict[int, int] = {}
         for _, _, _, status, _ in own_during:
             own_statuses[status] = own_statuses.get(status, 0) + 1
         li = [shown for _, _, ref, status, shown in own if ref == "person:li" and status == 200]
         again = False in li and True in li[li.index(False):]
+        after_call = [shown for sent, _, ref, status, shown in own if ref == "person:li" and sent >= t1]
         print(f"  the forgetting tenant's own reads meanwhile: {len(own_during)}, statuses {own_statuses}, longest"
               f" {max((r[1] for r in own_during), default=0):.2f} s; Li's label shown again after a read without it:"
-              f" {'YES' if again else 'no'}")
-        goal = pct(during_ms, 95) <= 20 and len(during_ms) >= 0.95 * RATE * (t1 - t0)
-        print(f"  goal p95 <= 20 ms at {RATE:g} req/s while another tenant forgets: {'met' if goal else 'NOT met'}")
+              f" {'YES' if again else 'no'}; shown after the call answered: {'YES' if any(after_call) else 'no'}")
+        longest, health_longest = max(during_ms), max(health_during, default=0.0)
+        goals = {
+            f"the call <= {CALL_GOAL_SECONDS:g} s": t1 - t0 <= CALL_GOAL_SECONDS,
+            "the forgetting tenant's reads never 503, Li never shown again":
+                bool(own_during) and set(own_statuses) == {200} and not again and not any(after_call),
+            f"another tenant's requests wait <= {PAUSE_GOAL_MS:g} ms (longest {longest:.0f} ms; without a forget"
+            f" {max(base_ms):.0f} ms)": longest <= PAUSE_GOAL_MS and set(statuses) == {200},
+            f"/healthz waits <= {PAUSE_GOAL_MS:g} ms (longest {health_longest:.0f} ms; without a forget"
+            f" {max(base_health, default=0):.0f} ms)": health_longest <= PAUSE_GOAL_MS,
+            f"{RATE:g} req/s kept": len(during_ms) >= 0.95 * RATE * (t2 - t0),
+        }
+        for goal, met in goals.items():
+            print(f"  goal {goal}: {'met' if met else 'NOT met'}")
         ok = True
     finally:
         stop_server(server)

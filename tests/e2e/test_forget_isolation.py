@@ -2,10 +2,13 @@
 person behind thousands of facts (the read model is rebuilt without them), and meanwhile `/healthz` polled, a
 large body pushed and refused, and another tenant's perspective and entity reads asked in a loop.
 
-Latencies are printed; what is asserted is responsiveness with margins for a loaded 2-core machine: every
-request answered, no `/healthz` above 1 s, and the other tenant answered all along (no gap in its answers as long
-as half the forget). Before the purge ran in the background, the other tenant's reads waited for the whole rebuild
-(about the forget's length)."""
+Watched from the forget's request until the rebuilt read model is in (`/readyz` lists the tenant under `purging`
+until then). Latencies are printed; what is asserted is responsiveness with margins for a loaded 2-core machine:
+every request answered, no `/healthz` above 1 s or, on a machine so loaded that /healthz already took longer
+before the forget, above twice the longest seen then, and the other tenant answered all along (no gap in its
+answers as long as half the forget). Before the purge ran in the background, the other tenant's reads waited for
+the whole rebuild (about the forget's length). The 100 ms goal is measured by
+tests/benchmarks/bench_forget_isolation.py, not asserted here."""
 
 from __future__ import annotations
 
@@ -115,6 +118,10 @@ def test_a_tenant_forgetting_thousands_of_facts_never_stalls_healthz_or_another_
         second = alpha.client.post("/v1/forget", json={"subject": "person:p1"})
         second_while_running = first.is_alive()
         first.join(300)
+        answered = time.monotonic()
+        deadline = answered + 300
+        while "alpha" in alpha.client.get("/readyz").json()["purging"] and time.monotonic() < deadline:
+            time.sleep(0.1)
         ended = time.monotonic()
         time.sleep(0.5)
         stop.set()
@@ -125,7 +132,9 @@ def test_a_tenant_forgetting_thousands_of_facts_never_stalls_healthz_or_another_
         assert isinstance(response, httpx.Response) and response.status_code == 200, response
         receipt = response.json()
         assert receipt["keys_deleted"] >= FACTS and receipt["receipt_id"].startswith("fgt-")
-        assert "projections: rebuilt by the running projector" in receipt["files_rewritten"]
+        assert any(line.startswith("projections: cleaned in the live read model")
+                   for line in receipt["files_rewritten"]), receipt["files_rewritten"]
+        assert ended < deadline, "the rebuilt read model never came in"
         assert second_while_running, "the first forget ended within 0.3 s: the second proves nothing"
         assert second.status_code == 409, second.text
         assert "person:li" in second.json()["detail"] and second.json()["field"] == "subject"
@@ -136,13 +145,17 @@ def test_a_tenant_forgetting_thousands_of_facts_never_stalls_healthz_or_another_
         latencies = [seconds for seconds, _ in during]
         beta_during = [a for a in answers if started <= a[0] <= ended]
         gaps = [b[0] - a[0] for a, b in zip(answers, answers[1:], strict=False) if b[0] >= started and a[0] <= ended]
-        print(f"\nforget of {FACTS:,} facts: {ended - started:.2f} s; /healthz meanwhile: {len(latencies)} answers, "
+        before = [seconds for sent, seconds, _ in healthz if sent < started]
+        limit = max(HEALTHZ_LIMIT_SECONDS, 2 * max(before, default=0.0))
+        print(f"\nforget of {FACTS:,} facts: the call {answered - started:.2f} s, the rebuilt file in"
+              f" {ended - started:.2f} s; /healthz before: {len(before)}, max {max(before, default=0) * 1000:.0f} ms;"
+              f" meanwhile: {len(latencies)} answers, "
               f"p50 {_p(latencies, 50) * 1000:.0f} ms, p99 {_p(latencies, 99) * 1000:.0f} ms, "
               f"max {max(latencies) * 1000:.0f} ms; other tenant: {len(beta_during)} perspectives and entity "
               f"reads, perspective p50 {_p([a[1] for a in beta_during], 50) * 1000:.0f} ms, longest gap between "
               f"answers {max(gaps):.2f} s; huge bodies refused: {len(refused)}")
         assert all(status == 200 for _, status in during)
-        assert len(during) >= 10 and max(latencies) < HEALTHZ_LIMIT_SECONDS
+        assert len(during) >= 10 and max(latencies) < limit, (max(latencies), limit)
         assert refused and set(refused) == {413}, refused
         assert beta_during and all(p == 200 and e == 200 for _, _, p, e in beta_during), beta_during
         assert max(gaps) < max(1.0, (ended - started) / 2), (max(gaps), ended - started)
