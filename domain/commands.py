@@ -1,4 +1,10 @@
-"""Commands: what a caller asks of the ontology. Validated on construction; the rules run in `decide`."""
+"""Commands: what a caller asks of the ontology. Validated on construction; the rules run in `decide`.
+
+A command is its tenant and envelope (`Command`) plus what it states. What a statement holds is declared once,
+here (`FactStatement`, `FactEnding`, `FactCorrection`, `FactKey`, `Source`), and the wire format's payloads
+(domain/application/wire.py) and the HTTP bodies (api/schemas/) derive from the same classes, so the three
+accept the same fields with the same checks.
+"""
 
 from __future__ import annotations
 
@@ -66,35 +72,50 @@ class Source(BaseModel):
     actor: text(1, 200) | None = None
 
 
-class AssertFact(Command):
+class Statement(BaseModel):
+    """The base of what a command, a wire payload and an HTTP body state (each adds its own envelope)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+SCOPE_TEXT = "`org`, `person:<ref>` or `session:<id>`."
+
+
+class FactStatement(Statement):
+    """What an assertion states: `subject -relation-> object`, why, how sure, when it held, and who may see it."""
+
     subject: Ref
     relation: RelationName
     object: Ref
     reason: Text | None = None
-    confidence: Confidence | None = None
-    valid_from: ValidTime | None = None
-    """When it began to hold. Default: `occurred_at`, else the recorded time (docs/timelines.md)."""
-    valid_to: ValidTime | None = None
-    """When it stopped holding. Default: open, or, for a functional relation, until the next value's start."""
-    scope: Scope = "org"
-    source: Source | None = None
+    confidence: Confidence | None = Field(default=None, description="0..1; default 0.8.")
+    valid_from: ValidTime | None = Field(default=None, description=(
+        "When it began to hold (default: now, or on the wire the envelope's `occurred_at`). A value of a functional"
+        " relation placed in the past is inserted into its timeline."))
+    valid_to: ValidTime | None = Field(default=None, description=(
+        "When it stopped holding (default: open; for a functional relation, until its next value starts)."))
+    scope: Scope = Field(default="org", description=SCOPE_TEXT)
 
     _interval = field_validator("valid_to")(valid_to_after_valid_from)
 
 
-class InvalidateFact(Command):
-    """End a current fact, named either by `fact_id` or by (subject, relation, object, scope)."""
+class FactKey(Statement):
+    """A fact named by what it states: (subject, relation, object, scope)."""
+
+    subject: Ref
+    relation: RelationName
+    object: Ref
+    scope: Scope = Field(default="org", description=SCOPE_TEXT)
+
+
+class NamedFact(Statement):
+    """A fact named either by `fact_id` or by (subject, relation, object, scope)."""
 
     fact_id: Identifier | None = None
     subject: Ref | None = None
     relation: RelationName | None = None
     object: Ref | None = None
-    scope: Scope = "org"
-    reason: Text
-    valid_to: ValidTime | None = None
-    """When it stopped holding. Default: `occurred_at`, else the recorded time. Naming an earlier end of a fact
-    already ended corrects that end (a `fact.corrected`)."""
-    source: Source | None = None
+    scope: Scope = Field(default="org", description=SCOPE_TEXT)
 
     @model_validator(mode="after")
     def _named(self) -> Self:
@@ -103,32 +124,50 @@ class InvalidateFact(Command):
         return self
 
 
-class CorrectFact(Command):
+class FactEnding(Statement):
+    """Why a current fact ends, and when."""
+
+    reason: Text
+    valid_to: ValidTime | None = Field(default=None, description=(
+        "When it stopped holding (default: now, or on the wire the envelope's `occurred_at`). For a fact already"
+        " ended, an earlier valid_to corrects its end."))
+
+
+class FactCorrection(Statement):
+    """A fact's valid interval corrected: the bounds given replace the old ones, the others stay."""
+
+    reason: Text
+    valid_from: ValidTime | None = None
+    valid_to: ValidTime | None = None
+
+    _interval = field_validator("valid_to")(valid_to_after_valid_from)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.valid_from is None and self.valid_to is None:
+            raise ValueError("a correction names valid_from, valid_to or both")
+        return self
+
+
+class AssertFact(Command, FactStatement):
+    source: Source | None = None
+
+
+class InvalidateFact(Command, FactEnding, NamedFact):
+    """End a current fact, named either by `fact_id` or by (subject, relation, object, scope). Naming an earlier
+    end of a fact already ended corrects that end (a `fact.corrected`)."""
+
+    source: Source | None = None
+
+
+class CorrectFact(Command, FactCorrection, NamedFact):
     """Correct a fact's valid interval, current or ended: the bounds given replace the old ones.
 
     Named by `fact_id`, or by (subject, relation, object, scope): then the current fact with that key, else the
     one asserted last. In a functional timeline the neighbours the new interval reaches are cut (docs/timelines.md).
     """
 
-    fact_id: Identifier | None = None
-    subject: Ref | None = None
-    relation: RelationName | None = None
-    object: Ref | None = None
-    scope: Scope = "org"
-    reason: Text
-    valid_from: ValidTime | None = None
-    valid_to: ValidTime | None = None
     source: Source | None = None
-
-    _interval = field_validator("valid_to")(valid_to_after_valid_from)
-
-    @model_validator(mode="after")
-    def _named(self) -> Self:
-        if self.fact_id is None and None in (self.subject, self.relation, self.object):
-            raise ValueError("name the fact by fact_id or by subject, relation and object")
-        if self.valid_from is None and self.valid_to is None:
-            raise ValueError("a correction names valid_from, valid_to or both")
-        return self
 
 
 class ArchiveFact(Command):
@@ -141,7 +180,9 @@ class RestoreFact(Command):
     cause: Text
 
 
-class StartSession(Command):
+class SessionStart(Statement):
+    """A session begun: whose (`agent`), of which kind, serving whom, and a worker's parent and task."""
+
     session_id: Identifier
     agent: Ref
     kind: SessionKind = SessionKind.MAIN
@@ -149,6 +190,8 @@ class StartSession(Command):
     parent_session_id: Identifier | None = None
     task: Text | None = None
 
+
+class StartSession(Command, SessionStart):
     @model_validator(mode="after")
     def _parent(self) -> Self:
         if self.kind == SessionKind.WORKER and self.parent_session_id is None:

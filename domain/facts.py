@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel
+
 from domain.events import DomainEvent, register_upcaster
 from domain.values import Provenance
 
@@ -17,9 +19,9 @@ class FactStatus(StrEnum):
     ARCHIVED = "archived"
 
 
-class FactAsserted(DomainEvent):
-    topic = "fact.asserted"
-    content_fields = ("reason",)
+class FactFields(BaseModel):
+    """A fact as recorded: what every reading of one shows (the event that asserted it, the API's fact, version,
+    graph row and recalled fact derive from it)."""
 
     fact_id: str
     subject: str
@@ -30,6 +32,12 @@ class FactAsserted(DomainEvent):
     confidence: float
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+
+
+class FactAsserted(FactFields, DomainEvent):
+    topic = "fact.asserted"
+    content_fields = ("reason",)
+
     provenance: Provenance
     supersedes: str | None = None
     """The fact this one replaced under a functional relation, invalidated in the same write."""

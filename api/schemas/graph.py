@@ -6,18 +6,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from domain.facts import FactFields
 
-class GraphFactPublic(BaseModel):
-    fact_id: str
-    subject: str
-    relation: str
-    object: str
-    scope: str
-    reason: str | None = None
-    confidence: float
-    status: str
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
+
+class GraphFactPublic(FactFields):
+    """A fact as believed at a moment: its state, its sources and when the belief was recorded (half-open)."""
+
+    status: str = Field(examples=["current"])
     asserted_at: datetime | None = None
     sources: int | None = None
     superseded_by: str | None = None

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import MIN_POSITION_TEXT, WritePublic
+from domain.facts import FactFields
 from domain.values import Count, Flag, Identifier, Ref, RefOrName, RelationName
 
 
@@ -37,17 +38,8 @@ class RecallCreate(BaseModel):
     min_position: Count | None = Field(default=None, ge=0, description=MIN_POSITION_TEXT)
 
 
-class RecalledFact(BaseModel):
+class RecalledFact(FactFields):
     tier: str = Field(description="session | episodic | semantic", examples=["episodic"])
-    fact_id: str
-    subject: str
-    relation: str
-    object: str
-    scope: str
-    reason: str | None = None
-    confidence: float
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
     asserted_at: datetime | None = None
 
 

@@ -18,27 +18,21 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
-    field_validator,
-    model_validator,
 )
 
 from domain import commands as c
 from domain.errors import InvalidInput
 from domain.recalls import RecallMode
-from domain.sessions import SessionKind, WorkerStatus
+from domain.sessions import WorkerStatus
 from domain.values import (
-    Confidence,
     Flag,
     Identifier,
     Label,
     Ref,
-    RelationName,
-    Scope,
     TenantName,
     Text,
     ValidTime,
     text,
-    valid_to_after_valid_from,
 )
 
 WIRE_VERSION = 1
@@ -58,65 +52,26 @@ class EntityRegisteredV1(Payload):
     and the person it serves (docs/forgetting.md)."""
 
 
-class SourceV1(Payload):
-    session_id: Identifier | None = None
-    message_ids: list[Identifier] = []
-    actor: text(1, 200) | None = None
+class SourceV1(c.Source, Payload):
+    """Where the fact came from: the session, the messages in it, and who extracted it."""
 
 
-class FactAssertedV1(Payload):
-    subject: Ref
-    relation: RelationName
-    object: Ref
-    reason: Text | None = None
-    confidence: Confidence | None = None
-    valid_from: ValidTime | None = None
-    valid_to: ValidTime | None = None
-    scope: Scope = "org"
+class FactAssertedV1(Payload, c.FactStatement):
     source: SourceV1 | None = None
 
-    _interval = field_validator("valid_to")(valid_to_after_valid_from)
 
-
-class FactInvalidatedV1(Payload):
+class FactInvalidatedV1(Payload, c.FactEnding, c.FactKey):
     """Ends the current fact with this key; for a fact already ended, an earlier `valid_to` corrects its end."""
 
-    subject: Ref
-    relation: RelationName
-    object: Ref
-    scope: Scope = "org"
-    reason: Text
-    valid_to: ValidTime | None = None
 
-
-class FactCorrectedV1(Payload):
+class FactCorrectedV1(Payload, c.FactCorrection, c.FactKey):
     """Corrects the valid interval of the fact with this key (the current one, else the one asserted last)."""
 
-    subject: Ref
-    relation: RelationName
-    object: Ref
-    scope: Scope = "org"
-    reason: Text
-    valid_from: ValidTime | None = None
-    valid_to: ValidTime | None = None
     source: SourceV1 | None = None
 
-    _interval = field_validator("valid_to")(valid_to_after_valid_from)
 
-    @model_validator(mode="after")
-    def _bounds(self) -> FactCorrectedV1:
-        if self.valid_from is None and self.valid_to is None:
-            raise ValueError("a correction names valid_from, valid_to or both")
-        return self
-
-
-class SessionStartedV1(Payload):
-    session_id: Identifier
-    agent: Ref
-    kind: SessionKind = SessionKind.MAIN
-    serving: Ref | None = None
-    parent_session_id: Identifier | None = None
-    task: Text | None = None
+class SessionStartedV1(Payload, c.SessionStart):
+    pass
 
 
 class MessageAppendedV1(Payload):
@@ -248,9 +203,7 @@ def parse_envelope(raw: bytes | str | dict[str, Any]) -> EnvelopeBase:
 
 
 def _source(source: SourceV1 | None) -> c.Source | None:
-    if source is None:
-        return None
-    return c.Source(session_id=source.session_id, message_ids=tuple(source.message_ids), actor=source.actor)
+    return None if source is None else c.Source(**dict(source))
 
 
 def fact_command(common: dict[str, Any], p: FactAssertedV1) -> c.AssertFact:

@@ -1230,7 +1230,7 @@ export interface components {
             subject: string;
             /**
              * Valid From
-             * @description When it began to hold (default: now). A value of a functional relation placed in the past is inserted into its timeline.
+             * @description When it began to hold (default: now, or on the wire the envelope's `occurred_at`). A value of a functional relation placed in the past is inserted into its timeline.
              */
             valid_from?: string | null;
             /**
@@ -1252,7 +1252,7 @@ export interface components {
             source?: components["schemas"]["SourceIn"] | null;
             /**
              * Valid To
-             * @description When it stopped holding (default: now). For a fact already ended, an earlier valid_to corrects its end.
+             * @description When it stopped holding (default: now, or on the wire the envelope's `occurred_at`). For a fact already ended, an earlier valid_to corrects its end.
              */
             valid_to?: string | null;
         };
@@ -1475,7 +1475,10 @@ export interface components {
             /** Subject */
             subject: string;
         };
-        /** GraphFactPublic */
+        /**
+         * GraphFactPublic
+         * @description A fact as believed at a moment: its state, its sources and when the belief was recorded (half-open).
+         */
         GraphFactPublic: {
             /** Asserted At */
             asserted_at?: string | null;
@@ -1500,7 +1503,10 @@ export interface components {
             scope: string;
             /** Sources */
             sources?: number | null;
-            /** Status */
+            /**
+             * Status
+             * @example current
+             */
             status: string;
             /** Subject */
             subject: string;
@@ -2383,8 +2389,11 @@ export interface components {
         SourceIn: {
             /** Actor */
             actor?: string | null;
-            /** Message Ids */
-            message_ids?: string[];
+            /**
+             * Message Ids
+             * @default []
+             */
+            message_ids: string[];
             /** Session Id */
             session_id?: string | null;
         };
@@ -2544,6 +2553,7 @@ export interface components {
         WireFactAssertedV1: {
             /**
              * Confidence
+             * @description 0..1; default 0.8.
              * @default null
              */
             confidence: number | null;
@@ -2558,6 +2568,7 @@ export interface components {
             relation: string;
             /**
              * Scope
+             * @description `org`, `person:<ref>` or `session:<id>`.
              * @default org
              */
             scope: string;
@@ -2567,11 +2578,13 @@ export interface components {
             subject: string;
             /**
              * Valid From
+             * @description When it began to hold (default: now, or on the wire the envelope's `occurred_at`). A value of a functional relation placed in the past is inserted into its timeline.
              * @default null
              */
             valid_from: string | null;
             /**
              * Valid To
+             * @description When it stopped holding (default: open; for a functional relation, until its next value starts).
              * @default null
              */
             valid_to: string | null;
@@ -2613,6 +2626,7 @@ export interface components {
             relation: string;
             /**
              * Scope
+             * @description `org`, `person:<ref>` or `session:<id>`.
              * @default org
              */
             scope: string;
@@ -2668,6 +2682,7 @@ export interface components {
             relation: string;
             /**
              * Scope
+             * @description `org`, `person:<ref>` or `session:<id>`.
              * @default org
              */
             scope: string;
@@ -2675,6 +2690,7 @@ export interface components {
             subject: string;
             /**
              * Valid To
+             * @description When it stopped holding (default: now, or on the wire the envelope's `occurred_at`). For a fact already ended, an earlier valid_to corrects its end.
              * @default null
              */
             valid_to: string | null;
@@ -2895,7 +2911,10 @@ export interface components {
              */
             task: string | null;
         };
-        /** SourceV1 */
+        /**
+         * SourceV1
+         * @description Where the fact came from: the session, the messages in it, and who extracted it.
+         */
         WireSourceV1: {
             /**
              * Actor
