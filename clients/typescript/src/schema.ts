@@ -2154,7 +2154,7 @@ export interface components {
             context_after: number;
             /**
              * Context Before
-             * @default 1
+             * @default 2
              */
             context_before: number;
             /**
@@ -2177,6 +2177,11 @@ export interface components {
              * @default 10000
              */
             exact_semantic_limit: number;
+            /**
+             * Function Weight
+             * @default 0
+             */
+            function_weight: number;
             /**
              * K
              * @default 10
