@@ -8,6 +8,12 @@ How a fact's activation is computed (every constant is a field of `ActivationPar
   agent, the person it serves, the things in focus) are the sources; they share W = 1 evenly. Crossing a fact
   from node u multiplies by `hop_factor` (0.5), by the relation's weight, and by u's **fan share**
   `min(1, e^S / f)`, where f is u's number of current facts. A fact's x is the sum over the ways it is reached.
+- The viewer's **own facts** (one hop from a source: what the agent, the person it serves and the focus stand
+  on) are not diluted by their source's fan: each source's own facts are ranked by their standing
+  (B + ln(confidence) + ln(weight)), and the r-th receives the **rank share** `min(1, e^S / r)` instead of
+  `min(1, e^S / f)` (`own_share = "rank"`). A source with 1,000 facts shows its strongest as clearly as a source
+  with 4; its 30th is as faint as every fact of a fan-30 node. What the source passes on across those facts keeps
+  the fan share, so a large fan still stops the spread beyond it (docs/perspectives.md, "Own facts").
 - `S + ln(x)` puts the spread on ACT-R's log-odds scale. ACT-R's associative strength S_ji = S - ln(f) is exactly
   `S + ln(1/f)`: the log of a PPR share, shifted by S. Reading it this way keeps ACT-R's first e^S = 4.5
   neighbours at full strength, never clamps to zero (a node with fan 50 still passes 9%), and lets the hop
@@ -73,6 +79,16 @@ class ActivationParameters(BaseModel):
     associative_strength: float = Field(default=1.5, ge=0)
     """S: ACT-R's maximum associative strength (fitted values 1.5-1.6). It gives the fan share
     min(1, e^S / f) and the offset S in A = B + ln(c) + S + ln(x). Source: ACT-R fan effect (Anderson 1974)."""
+
+    own_share: Literal["rank", "fan"] = "rank"
+    """How a source's own facts (one hop from the viewer's position) share its attention in their own activation.
+    "rank": ranked by standing (B + ln(confidence) + ln(relation weight)), the r-th strongest gets
+    min(1, e^S / r): the fan effect as interference among a cue's associates, the strongest of them first, so
+    a source's strongest facts stay clear at any fan while the rest fade as they would at a node of fan r, and
+    B still decides (a faded fact falls below tau at rank 1). Source: ACT-R's S - ln(f) read per associate
+    (S - ln(r)); the seed (从自己的位置出发: what the viewer stands on is seen first). "fan": min(1, e^S / f)
+    like every other node (before; a source with more than ~22 facts then showed none of them). The spread
+    passed on across those facts keeps the fan share either way: a large fan still stops the walk beyond it."""
 
     salience: Literal["tiers", "calendar"] = "tiers"
     """How B ages a fact's uses. "tiers": on the clock of the fact's memory tier (the module docstring; seed 001:
@@ -146,10 +162,14 @@ class ActivationParameters(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _stored_before_tiers(cls, data: Any) -> Any:
-        """Parameters stored before `salience` existed (in evidence) were served with the calendar model: read
-        them back as such, so a stored perspective still reproduces with the rules it was served with."""
-        if isinstance(data, dict) and "salience" not in data and "minimum_age_seconds" in data:
-            return {**data, "salience": "calendar"}
+        """Parameters stored before `salience` existed (in evidence) were served with the calendar model, and before
+        `own_share` existed with the fan share for every node: read them back as such, so a stored perspective
+        still reproduces with the rules it was served with."""
+        if isinstance(data, dict) and "minimum_age_seconds" in data:
+            if "salience" not in data:
+                data = {**data, "salience": "calendar"}
+            if "own_share" not in data:  # served before own facts were ranked: the fan share for all
+                data = {**data, "own_share": "fan"}
         return data
 
     def deeper(self) -> ActivationParameters:
@@ -178,6 +198,12 @@ def fan_share(parameters: ActivationParameters, fan: int) -> float:
     if fan <= 0:
         return 1.0
     return min(1.0, math.exp(parameters.associative_strength) / fan)
+
+
+def rank_share(parameters: ActivationParameters, rank: int) -> float:
+    """The share of a source's attention its `rank`-th strongest own fact receives (`own_share = "rank"`):
+    min(1, e^S / rank), rank from 1; never below the fan share min(1, e^S / f), since rank <= f."""
+    return min(1.0, math.exp(parameters.associative_strength) / max(rank, 1))
 
 
 def spread_across(parameters: ActivationParameters, arriving: float, fan: int, weight: float = 1.0) -> float:

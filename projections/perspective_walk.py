@@ -309,16 +309,53 @@ def _spread(index: PerspectiveIndex, p: ActivationParameters, now: float, source
         via = np.concatenate(rec_via)
         hops = np.repeat(np.arange(1, len(rec_hop) + 1), rec_hop)
     facts = facts.astype(np.int64)
-    return _ranked(index, p, now, agent, serving, facts, index.conf.view[facts], index.asserted.view[facts],
-                   index.fact_ids.hashes.view[facts], spread, hops, via, source_ids, unknown, nodes)
-
-
-def _ranked(index: PerspectiveIndex, p: ActivationParameters, now: float, agent: int, serving: int,
-            facts: np.ndarray, conf: np.ndarray, asserted: np.ndarray, hashes: np.ndarray, spread: np.ndarray,
-            hops: np.ndarray, via: np.ndarray, source_ids: list[int], unknown: list[str], nodes: list[np.ndarray]
-            ) -> Walked:
-    """Every reached fact's B and A = B + ln(confidence) + S + ln(x), highest first, and the tiers."""
+    conf = index.conf.view[facts]
+    asserted, hashes = index.asserted.view[facts], index.fact_ids.hashes.view[facts]
     base = fact_base_levels(index, agent, serving, facts, now, p, asserted)
+    if p.own_share == "rank":
+        spread = own_spreads(index, p, facts, base, conf, asserted, hashes, spread, hops,
+                             np.array(ordered_sources, dtype=np.int64), counts, share_each)
+    return _ranked(p, now, facts, conf, asserted, hashes, base, spread, hops, via, source_ids, unknown, nodes)
+
+
+def own_spreads(index: PerspectiveIndex, p: ActivationParameters, facts: np.ndarray, base: np.ndarray,
+                conf: np.ndarray, asserted: np.ndarray, hashes: np.ndarray, spread: np.ndarray, hops: np.ndarray,
+                sources: np.ndarray, counts: dict[int, int], share_each: float) -> np.ndarray:
+    """The spread of the viewer's own facts (hop 1) with the rank share (`own_share = "rank"`): per source, its
+    facts reached here ranked by standing B + ln(confidence) + ln(weight) (ties: the more recently asserted, then
+    the id hash, as the final ranking), the r-th receiving source activation x hop factor x weight x
+    min(1, e^S / r); a fact between two sources sums both. The walk itself passed the fan share on: only these
+    facts' own x changes."""
+    one = np.flatnonzero(hops == 1)
+    if not len(one):
+        return spread
+    f = facts[one]
+    weight = index.rel_weight.view[index.rel.view[f]].astype(np.float64)
+    with np.errstate(divide="ignore"):
+        # rounded: near-equal standings (sums of the same uses in another order) rank as equal, then by the ties
+        standing = np.round(base[one] + np.log(conf[one].astype(np.float64)) + np.log(weight), 9)
+    src, dst = index.src.view[f].astype(np.int64), index.dst.view[f].astype(np.int64)
+    at_src, at_dst = np.isin(src, sources), np.isin(dst, sources) & (dst != src)
+    owner = np.concatenate([np.flatnonzero(at_src), np.flatnonzero(at_dst)])
+    group = np.concatenate([src[at_src], dst[at_dst]])
+    order = np.lexsort((hashes[one][owner], -asserted[one][owner], -standing[owner], group))
+    owner, group = owner[order], group[order]
+    starts = np.ones(len(group), dtype=bool)
+    starts[1:] = group[1:] != group[:-1]
+    positions = np.arange(len(group))
+    rank = positions - np.maximum.accumulate(np.where(starts, positions, 0)) + 1
+    act = np.array([counts[int(s)] for s in sources], dtype=np.float64)[np.searchsorted(sources, group)] * share_each
+    share = np.minimum(1.0, math.exp(p.associative_strength) / rank)
+    parts = act * p.hop_factor * weight[owner] * share
+    spread = spread.copy()
+    spread[one] = np.bincount(owner, weights=parts, minlength=len(one))
+    return spread
+
+
+def _ranked(p: ActivationParameters, now: float, facts: np.ndarray, conf: np.ndarray, asserted: np.ndarray,
+            hashes: np.ndarray, base: np.ndarray, spread: np.ndarray, hops: np.ndarray, via: np.ndarray,
+            source_ids: list[int], unknown: list[str], nodes: list[np.ndarray]) -> Walked:
+    """Every reached fact's A = B + ln(confidence) + S + ln(x), highest first, and the tiers."""
     with np.errstate(divide="ignore"):
         act = base + np.log(conf, dtype=np.float64) + p.associative_strength + np.log(spread)
     order = _rank(act, asserted, hashes)

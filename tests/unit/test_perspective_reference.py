@@ -5,10 +5,12 @@ The reference reads the log records directly (no index, no numpy) and follows do
 at its first hop, when it is a source or its spread could still lift a fact over tau; crossing a fact multiplies by
 the hop factor, the relation's weight and the node's fan share min(1, e^S / f), where f counts the node's current
 facts that this viewer may see; a fact's spread sums the ways it is reached at its first hop, and it is about the
-end that gave more (the lower entity id on a tie); B by the salience model (tiers: every use the log shows, the
-assertion, corroborations, corrections, the latest later mention of an entity, each weighing (1 + age)^-d with its
-age on the fact's tier clock, and this agent's recalls in weeks; calendar: the assertion and the recalls in weeks);
-ranked by activation, then the more recent assertion, then id hash; tiers by `domain.activation.assign_tiers`.
+end that gave more (the lower entity id on a tie); the viewer's own facts (hop 1) then take, per source, the rank
+share min(1, e^S / r) by standing (B + ln confidence + ln weight, to 9 decimals) instead of the fan share; B by
+the salience model (tiers: every use the log shows, the assertion, corroborations, corrections, the latest later
+mention of an entity, each weighing (1 + age)^-d with its age on the fact's tier clock, and this agent's recalls
+in weeks; calendar: the assertion and the recalls in weeks); ranked by activation, then the more recent
+assertion, then id hash; tiers by `domain.activation.assign_tiers`.
 """
 
 from __future__ import annotations
@@ -196,10 +198,35 @@ def reference(world: RefWorld, view: Viewpoint, p: ActivationParameters, now: fl
         if not frontier:
             break
 
+    bases = {fact_id: reference_base(world, world.facts[fact_id], agent, serving, p, now) for fact_id in reached}
+    if p.own_share == "rank":  # the viewer's own facts: ranked per source, the r-th gets min(1, e^S / r)
+        source_act: dict[str, float] = defaultdict(float)
+        for s in sources:
+            source_act[s] += p.source_weight / len(sources)
+        own: dict[str, list[str]] = defaultdict(list)
+        for fact_id, (_spread, hop, _about, _best) in reached.items():
+            f = world.facts[fact_id]
+            for end in ({f.subject, f.object} & set(source_act) if hop == 1 else ()):
+                own[end].append(fact_id)
+
+        def standing(fact_id: str) -> float:
+            f = world.facts[fact_id]
+            value = bases[fact_id] + math.log(f.confidence) + math.log(weight(f.relation))
+            return round(value * 1e9) / 1e9 if math.isfinite(value) else value  # 9 decimals, as np.round
+
+        spreads: dict[str, float] = defaultdict(float)
+        for s, fact_ids in own.items():
+            ranked = sorted(fact_ids, key=lambda fid: (-standing(fid), -world.facts[fid].asserted, id_hash(fid)))
+            for rank, fact_id in enumerate(ranked, 1):
+                share = min(1.0, exp_s / rank)
+                spreads[fact_id] += source_act[s] * p.hop_factor * weight(world.facts[fact_id].relation) * share
+        for fact_id, x in spreads.items():
+            reached[fact_id] = (x, *reached[fact_id][1:])
+
     rows = []
     for fact_id, (spread, hop, about, _best) in reached.items():
         f = world.facts[fact_id]
-        base = reference_base(world, f, agent, serving, p, now)
+        base = bases[fact_id]
         a = base + math.log(f.confidence) + p.associative_strength + math.log(spread) if spread > 0 else -math.inf
         rows.append((fact_id, a, hop, about))
     rows.sort(key=lambda r: (-r[1], -world.facts[r[0]].asserted, id_hash(r[0])))
@@ -347,7 +374,7 @@ def test_equal_activations_rank_by_id_hash():
     org.fact("agent:a", "knows", "thing:x", confidence=1.0)
     tied = [org.fact("thing:x", "about", f"thing:h{k}", confidence=0.9) for k in range(80)]
     org.advance(3)
-    view = Viewpoint("agent:a", focus=("thing:x",))
+    view = Viewpoint("agent:a")  # thing:x one hop out (a source's own facts would be ranked apart by the rank share)
     p = DEFAULT_PARAMETERS.model_copy(update={"cut_off": False})
     index = org.index()
     w = index.walk(view, p, org.now.timestamp())
