@@ -66,6 +66,10 @@ def _applies(function: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]
     return function
 
 
+SERVES = "serves"
+"""The relation that says an agent serves a person (with main sessions: whom it may read about, domain/access.py)."""
+
+
 def fact_id_for(tenant: str, key: FactKey, generation: int) -> str:
     """Deterministic: the n-th fact ever asserted anew for a key in a tenant has the same id on every replay."""
     text = f"{tenant}|{key[0]}|{key[1]}|{key[2]}|{key[3]}|{generation}"
@@ -105,6 +109,10 @@ class Ontology:
     over every fact."""
     linked_people: dict[str, set[str]] = field(default_factory=dict)
     """The other way round: entity ref -> the people facts link it to (is it linked to anyone but the forgotten?)."""
+    served_by: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    """agent ref -> person ref -> why the agent serves them: its main sessions serving them and its current
+    `serves` facts to them (ids; an empty set: no longer). What a key scoped to agents may read about
+    (`domain.access.persons_served`), found in O(persons of those agents), not by a pass over every fact."""
     forgotten_people: dict[str, str] = field(default_factory=dict)
     """`person:` refs forgotten and not registered anew since, with their forget receipt's id."""
     recall_count: int = 0
@@ -226,6 +234,29 @@ class Ontology:
             served = self.person_served_by(session)
             if served is not None and served.startswith("person:"):
                 people.append(served)
+
+    def _serve(self, agent: str, person: str, why: str, serves: bool) -> None:
+        """Record (or, `serves` false, drop) one reason `agent` serves `person` in `served_by`."""
+        persons = self.served_by.get(agent)
+        if persons is None:
+            if not serves:
+                return
+            persons = {}
+            self._set(self.served_by, agent, persons)
+        reasons = persons.get(person)
+        if reasons is None:
+            if not serves:
+                return
+            reasons = set()
+            self._set(persons, person, reasons)
+        if serves:
+            self._add(reasons, why)
+        else:
+            self._discard(reasons, why)
+
+    def _serves_fact(self, fact: FactState, current: bool) -> None:
+        if fact.relation == SERVES:
+            self._serve(fact.subject, fact.object, fact.fact_id, current)
 
     # ------------------------------------------------------------------ queries used by the rules
 
@@ -356,6 +387,7 @@ class Ontology:
                 self._set(self.functional_current, slot, e.fact_id)
         if holds_key and e.scope != "org":
             self._track_person_scope(fact, current=True)
+        self._serves_fact(fact, current=True)
         if has_own_label_key(e.subject):
             self._link_entities(e, (e.subject, e.object) if has_own_label_key(e.object) else (e.subject,))
         elif has_own_label_key(e.object):
@@ -381,17 +413,20 @@ class Ontology:
         self._attrs(fact, status=FactStatus.INVALIDATED, superseded_by=e.superseded_by, ended_reason=e.reason,
                     valid_to=fact.valid_to if e.valid_to is None else e.valid_to)
         self._forget_current(fact)
+        self._serves_fact(fact, current=False)
 
     @_applies
     def _(self, e: FactArchived) -> None:
         fact = self.facts[e.fact_id]
         self._attrs(fact, status=FactStatus.ARCHIVED, ended_reason=e.cause)
         self._forget_current(fact)
+        self._serves_fact(fact, current=False)
 
     @_applies
     def _(self, e: FactRestored) -> None:
         fact = self.facts[e.fact_id]
         self._attrs(fact, status=FactStatus.CURRENT, ended_reason=None)
+        self._serves_fact(fact, current=True)
         self._set(self.current_by_key, self.key_for(*fact.key), fact.fact_id)
         if self.relation(fact.relation).functional:
             slot = (fact.subject, fact.relation, fact.scope)
@@ -410,6 +445,8 @@ class Ontology:
             session_id=e.session_id, agent=e.agent, kind=e.kind, serving=e.serving,
             parent_session_id=e.parent_session_id, task=e.task, started_at=e.recorded_at,
         ))
+        if e.kind == SessionKind.MAIN and e.serving is not None:
+            self._serve(e.agent, e.serving, f"session:{e.session_id}", serves=True)
 
     @_applies
     def _(self, e: MessageAppended) -> None:

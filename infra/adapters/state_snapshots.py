@@ -93,7 +93,8 @@ FOLDING_CODE = ("domain", "infra/adapters/mapper.py", "infra/adapters/event_json
 """What decides how events fold into state: the domain's modules (events, upcasters, the ontology) and how
 stored events are read. A change to any of them makes older snapshots unusable."""
 LAZY = ("entities", "facts", "current_by_key", "functional_current", "slots", "generations", "facts_by_scope",
-        "sessions", "compactions", "person_scopes", "entity_links", "linked_people", "recall_uses", "seen_event_ids")
+        "sessions", "compactions", "person_scopes", "entity_links", "linked_people", "served_by", "recall_uses",
+        "seen_event_ids")
 """The state's maps (and, last, its set) stored one record per entry and read on demand."""
 SETS = frozenset({"seen_event_ids"})
 CORE = ("tenant", "exists", "version", "relation_types", "forgotten_people", "recall_count")
