@@ -603,6 +603,12 @@ export interface components {
              */
             minimum_spread: number;
             /**
+             * Own Share
+             * @default rank
+             * @enum {string}
+             */
+            own_share: "rank" | "fan";
+            /**
              * Party Kinds
              * @default [
              *       "person"
