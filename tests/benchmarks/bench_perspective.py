@@ -2,7 +2,8 @@
 
 1. The array index (numpy CSR): p50/p95 of the walk + ranking + tiers (the hot path), and of the whole
    `build_perspective` (items, paths, the rendered context within its budget). Goal p95 <= 5 ms.
-   The walk with the calendar salience in the same run (the tiers' cost against the model before them).
+   The walk with the calendar salience in the same run (the tiers' cost against the model before them), and
+   with own facts by the fan share (the rank share's cost: one sort of the hop-1 facts).
 2. Baseline A: the same algorithm (layered spreading, the same scope/status/hub rules, fan shares, base
    levels, tiers) over a networkx MultiGraph with per-edge attribute dicts. The baselines compute the calendar
    base level, so the index is compared with them with `salience = "calendar"`. Goal: the index >= 10x faster.
@@ -372,6 +373,11 @@ def main() -> None:
     calendar_ms = timed(lambda v: index.walk(v, calendar, NOW), views)
     print(line("walk, calendar salience:", calendar_ms)
           + f"   tiers / calendar p95 {pct(walk_ms, 95) / pct(calendar_ms, 95):.2f}")
+
+    by_fan = p.model_copy(update={"own_share": "fan"})
+    by_fan_ms = timed(lambda v: index.walk(v, by_fan, NOW), views)
+    print(line("walk, own facts by fan share:", by_fan_ms)
+          + f"   rank / fan share p95 {pct(walk_ms, 95) / pct(by_fan_ms, 95):.2f}")
 
     # the baselines implement the calendar base level: the index is compared with them on the same rules
     p = calendar

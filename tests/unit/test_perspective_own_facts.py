@@ -128,3 +128,14 @@ def test_the_fan_share_alone_lost_a_large_fan_and_the_rank_share_keeps_a_faded_f
     walked = index.walk(Viewpoint("agent:a", serving="person:li"), DEFAULT_PARAMETERS, faded.now.timestamp())
     tiers = {index.fact_ids.at(int(f)): TIERS_BY_CODE[int(t)] for f, t in zip(walked.facts, walked.tiers, strict=True)}
     assert tiers[jazz] is Tier.FORGOTTEN  # B = ln 31^-0.5 = -1.72: A = -1.72 + 1.5 + ln 0.25 = -1.61 at rank 1
+
+
+def test_stored_parameters_without_own_share_read_back_with_the_fan_share():
+    """Evidence stored before the rank share reproduces with the rule it was served with."""
+    stored = DEFAULT_PARAMETERS.model_dump(exclude={"own_share"})
+    assert type(DEFAULT_PARAMETERS).model_validate(stored).own_share == "fan"
+    assert type(DEFAULT_PARAMETERS).model_validate(stored).salience == "tiers"
+    before_tiers = DEFAULT_PARAMETERS.model_dump(exclude={"own_share", "salience"})
+    assert type(DEFAULT_PARAMETERS).model_validate(before_tiers).model_dump(include={"own_share", "salience"}) == {
+        "own_share": "fan", "salience": "calendar"}
+    assert type(DEFAULT_PARAMETERS).model_validate(DEFAULT_PARAMETERS.model_dump()).own_share == "rank"
