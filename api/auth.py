@@ -14,7 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.problems import ApiProblem
 from domain.access import Caller
-from domain.application.use_cases import Application
+from domain.application.application import Application
 from infra.adapters.api_keys import ApiKeyStore, admin_key_matches
 from infra.settings import Settings
 
@@ -24,7 +24,7 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
 async def get_memory(request: Request) -> Application:
-    """The application (domain/application/use_cases.py) this process serves."""
+    """The application (domain/application/application.py) this process serves."""
     memory: Application = request.app.state.memory
     return memory
 

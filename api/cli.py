@@ -40,7 +40,7 @@ def schema() -> None:
 def tenant_create(name: str, display_name: Annotated[str, typer.Option(help="A human name.")] = "") -> None:
     """Create a tenant: one organization, one ontology."""
     with application() as memory:
-        memory.create_tenant(name, display_name)
+        memory.tenants.create_tenant(name, display_name)
     console.print(f"created tenant [bold]{name}[/]")
 
 

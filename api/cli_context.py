@@ -25,7 +25,7 @@ def context(
     from projections.perspectives import dumps
 
     with application() as memory:
-        result = memory.context(tenant, session_id, message, budget)
+        result = memory.reading.context(tenant, session_id, message, budget)
     if as_json:
         print(dumps(context_json(result)))
         return
@@ -37,8 +37,9 @@ def context(
 def explain_context(context_id: str, reproduce: bool, as_json: bool) -> None:
     """`noumena explain ctx-...`: the evidence of a served context, optionally assembled again from the log."""
     with application() as memory:
-        served = memory.explain_context(None, context_id)  # an operator's look at the data directory: any tenant
-        again = memory.reproduce_context(context_id) if reproduce else None
+        # an operator's look at the data directory: any tenant
+        served = memory.reading.explain_context(None, context_id)
+        again = memory.reading.reproduce_context(context_id) if reproduce else None
     if as_json:
         print(served.model_dump_json(indent=2))
     else:

@@ -21,7 +21,7 @@ def consolidation_list(tenant: Tenant) -> None:
     """Every compaction with its consolidation status, attempts, counts or failure reason."""
     with application() as memory:
         table = Table("compaction", "status", "attempts", "counts / reason")
-        for k in memory.compactions(tenant):
+        for k in memory.consolidation.compactions(tenant):
             detail = k.reason or ", ".join(f"{name} {count}" for name, count in k.counts.items() if count)
             table.add_row(k.compaction_id, k.status.value, str(k.attempts), detail)
         console.print(table)
@@ -31,7 +31,7 @@ def consolidation_list(tenant: Tenant) -> None:
 def consolidation_run(tenant: Tenant) -> None:
     """Consolidate every pending compaction now (the background worker does this on arrival)."""
     with application() as memory:
-        reports = memory.consolidate_pending(tenant)
+        reports = memory.consolidation.consolidate_pending(tenant)
         for report in reports:
             console.print(f"{report.compaction_id}: {report.status.value} {report.reason or report.counts}")
         if any(r.reason for r in reports):
@@ -42,7 +42,7 @@ def consolidation_run(tenant: Tenant) -> None:
 def consolidation_retry(compaction_id: str, tenant: Tenant) -> None:
     """Run a failed (or stuck) consolidation again, e.g. after fixing the extractor's settings."""
     with application() as memory:
-        report = memory.retry_consolidation(tenant, compaction_id)
+        report = memory.consolidation.retry_consolidation(tenant, compaction_id)
         console.print(f"{report.compaction_id}: {report.status.value} {report.reason or report.counts}")
         if report.reason:
             raise typer.Exit(1)
@@ -53,7 +53,7 @@ def entities_find(name: str, tenant: Tenant,
                   limit: Annotated[int, typer.Option(min=1, max=1000, help="Most entities shown.")] = 10) -> None:
     """The entities NAME may mean (label, alias, ref; Chinese or Latin; a typo), best first."""
     with application() as memory:
-        found, count = memory.find_entities(tenant, name, limit)
+        found, count = memory.entities.find_entities(tenant, name, limit)
         table = Table("ref", "label", "score", "match", "matched")
         for f in found:
             table.add_row(f.ref, f.label, f"{f.score:.2f}", f.match, f.matched)
@@ -67,7 +67,7 @@ def entities_review(tenant: Tenant) -> None:
     """Entities marked needs_review (an ambiguous mention never merges silently), with their look-alikes."""
     with application() as memory:
         table = Table("ref", "label", "looks like")
-        for item in memory.entities_to_review(tenant):
+        for item in memory.entities.entities_to_review(tenant):
             table.add_row(item.entity.ref, item.entity.label, ", ".join(item.looks_like))
         console.print(table)
 
@@ -77,7 +77,7 @@ def entities_merge(merged_ref: str, into: Annotated[str, typer.Option("--into", 
                    tenant: Tenant, reason: str = "reviewed: same entity") -> None:
     """Merge MERGED_REF into --into: recorded as an event; its current facts move."""
     with application() as memory:
-        moved = memory.merge_entities(tenant, merged_ref, into, reason)
+        moved = memory.entities.merge_entities(tenant, merged_ref, into, reason)
         console.print(f"merged {merged_ref} into {into}; {moved} facts moved")
 
 
@@ -85,7 +85,7 @@ def entities_merge(merged_ref: str, into: Annotated[str, typer.Option("--into", 
 def entities_keep(ref: str, tenant: Tenant) -> None:
     """Mark a reviewed entity as distinct (clears needs_review)."""
     with application() as memory:
-        memory.keep_entity(tenant, ref)
+        memory.entities.keep_entity(tenant, ref)
         console.print(f"kept {ref} as its own entity")
 
 
@@ -94,7 +94,7 @@ def facts_promote(fact_id: str, tenant: Tenant,
                   approved_by: Annotated[str, typer.Option(help="Who approves.")]) -> None:
     """Approve a person- or session-scoped fact for the whole organization (semantic memory)."""
     with application() as memory:
-        written = memory.promote_fact(tenant, fact_id, approved_by)
+        written = memory.facts.promote_fact(tenant, fact_id, approved_by)
         console.print(f"promoted as {written.fact_id}")
 
 
@@ -110,8 +110,8 @@ def recall_command(
 ) -> None:
     """Answer from the nearest memory tier (session, episodic, semantic) and say which tier answered."""
     with application() as memory:
-        answer = memory.recall(tenant, agent, subject, relation=relation, serving=serving, session_id=session,
-                               deeper=deeper)
+        answer = memory.reading.recall(tenant, agent, subject, relation=relation, serving=serving, session_id=session,
+                                       deeper=deeper)
     if answer.answered_by is None:
         console.print("nothing remembered")
         raise typer.Exit(1)
@@ -128,7 +128,7 @@ def workers_command(session_id: str, tenant: Tenant,
                     all_: Annotated[bool, typer.Option("--all", help="Include finished workers.")] = False) -> None:
     """The workers of a main session: where to route a follow-up."""
     with application() as memory:
-        workers = memory.workers(tenant, session_id, about, live_only=not all_)
+        workers = memory.views.workers(tenant, session_id, about, live_only=not all_)
         table = Table("worker", "status", "task", "about", "last report")
         for w in workers:
             table.add_row(w.session_id, w.status.value if w.status else "", w.task or "", ", ".join(w.about),
@@ -141,7 +141,7 @@ def sweep_command(tenant: Tenant, period_days: Annotated[float | None, typer.Opt
                   ) -> None:
     """Archive disused facts: hidden from perspectives, never deleted; a deeper recall brings them back."""
     with application() as memory:
-        archived = memory.archive_disused(tenant, datetime.now(UTC), period_days)
+        archived = memory.forgetting.archive_disused(tenant, datetime.now(UTC), period_days)
         console.print(f"archived {len(archived)} disused facts")
 
 
@@ -159,7 +159,7 @@ def forget_command(subject: str, tenant: Tenant) -> None:
     """Forget SUBJECT for real (person:<ref>, session:<id>, fact:<id>, memory:<ref>): delete its data keys,
     record SubjectForgotten, and purge the projections and snapshots of its content."""
     with application() as memory:
-        written = memory.forget(tenant, subject)
+        written = memory.forgetting.forget(tenant, subject)
     report = written.receipt
     console.print(f"forgot {subject}: {written.keys_deleted} data keys deleted"
                   + (f"; projections rebuilt without it at position {written.purged_at}"

@@ -27,8 +27,8 @@ def perspective(
 
     moment = parse_time(as_of) if as_of else None
     with application() as memory:
-        result = memory.perspective(tenant, agent, serving, focus or [], as_of=moment, budget_tokens=budget,
-                                    deeper=deeper)
+        result = memory.reading.perspective(tenant, agent, serving, focus or [], as_of=moment, budget_tokens=budget,
+                                            deeper=deeper)
     if as_json:
         print(dumps(perspective_json(result)))
         return
@@ -45,7 +45,7 @@ def used(
 ) -> None:
     """Record that an agent used facts (a recall of mode `used`): later perspectives rank them higher."""
     with application() as memory:
-        written = memory.mark_used(tenant, agent, fact_ids, perspective_id)
+        written = memory.facts.mark_used(tenant, agent, fact_ids, perspective_id)
     console.print(f"recorded: {agent} used {len(fact_ids)} facts (log position {written.position})")
 
 
@@ -67,8 +67,8 @@ def explain(
         explain_context(perspective_id, reproduce, as_json)
         return
     with application() as memory:
-        served = memory.explain(None, perspective_id)  # an operator's look at the data directory: any tenant
-        again = memory.reproduce(perspective_id) if reproduce else None
+        served = memory.reading.explain(None, perspective_id)  # an operator's look at the data directory: any tenant
+        again = memory.reading.reproduce(perspective_id) if reproduce else None
     if as_json:
         print(served.model_dump_json(indent=2))
     else:

@@ -31,8 +31,8 @@ def search(
     from projections.searches import search_json
 
     with application() as memory:
-        answer = memory.search_for(tenant, agent, query, serving=serving, session_id=session, k=k, as_of=as_of,
-                                   about=about or ())
+        answer = memory.reading.search_for(tenant, agent, query, serving=serving, session_id=session, k=k, as_of=as_of,
+                                           about=about or ())
     if as_json:
         print(dumps(search_json(answer)))
         return
@@ -51,7 +51,7 @@ def search(
 def explain_search(search_id: str, as_json: bool) -> None:
     """`noumena explain srch-...`: the evidence of a served search."""
     with application() as memory:
-        served = memory.explain_search(None, search_id)  # an operator's look at the data directory: any tenant
+        served = memory.reading.explain_search(None, search_id)  # an operator's look at the data directory: any tenant
     if as_json:
         print(served.model_dump_json(indent=2))
         return

@@ -67,7 +67,7 @@ def keys_create(
 
     noumena = bootstrap()
     try:
-        if not noumena.application.tenant_exists(tenant):
+        if not noumena.application.tenants.tenant_exists(tenant):
             _fail(f"tenant {tenant!r} does not exist: `noumena tenant create {tenant}` first")
         issued = ApiKeyStore(noumena.settings.api_keys_path()).create(tenant, label, tuple(agent or ()))
     finally:

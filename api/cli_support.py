@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from domain.application.use_cases import Application
+from domain.application.application import Application
 from domain.errors import NoumenaError
 
 console = Console()

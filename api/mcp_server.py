@@ -1,6 +1,6 @@
 """The MCP server (`noumena mcp`, stdio, the official `mcp` SDK): noumena's memory as tools for agent runtimes.
 
-The tools call the same application as the HTTP routes and the CLI (domain/application/use_cases.py). The tenant
+The tools call the same application as the HTTP routes and the CLI (domain/application/use_cases/). The tenant
 is the one of the API key the server was started with; no tool takes a tenant. The key is checked again on every
 call, so a revoked key stops working at once. Arguments follow the same rules as HTTP (domain/values.py), and where
 a ref is expected a name that names exactly one entity does too. Every tool says what it does to memory
@@ -21,7 +21,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from domain.access import Caller
-from domain.application.use_cases import Application
+from domain.application.application import Application
 from domain.commands import Source
 from domain.errors import DomainError, NotPermitted, NoumenaError, UnknownEntity, UnknownPerspective
 from domain.perspective import Perspective
@@ -161,7 +161,7 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
 
     def named(value: str, field: str) -> str:
         """A ref given as itself or by a name that names exactly one entity the key may see."""
-        return _call(lambda: memory.resolve_ref(caller(), value, field))
+        return _call(lambda: memory.entities.resolve_ref(caller(), value, field))
 
     def named_if(value: str | None, field: str) -> str | None:
         return None if value is None else named(value, field)
@@ -183,7 +183,7 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
     ) -> dict[str, Any]:
         """Find entities by name, best first, with their refs (score 1 = exactly this one; `match` says how it
         matched). Use it whenever you know someone or something only by name and a tool needs a ref."""
-        found, count = _call(lambda: memory.find_entities(caller(), name, limit))
+        found, count = _call(lambda: memory.entities.find_entities(caller(), name, limit))
         return {"entities": [{"ref": f.ref, "label": f.label, "kind": f.kind, "score": f.score, "match": f.match,
                               "matched": f.matched} for f in found], "count": count}
 
@@ -192,7 +192,7 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         """The relation names this organization's memory knows and uses, with their rules: `functional` ones keep
         one current object per subject (remembering a new one supersedes the old), `symmetric` ones read both
         ways. Check it before remembering, to reuse an existing name."""
-        relations = _call(lambda: memory.relations(caller()))
+        relations = _call(lambda: memory.entities.relations(caller()))
         return {"relations": [vars(r) for r in relations]}
 
     @checked(READS)
@@ -206,15 +206,15 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         gist, marker, count). Call it at the start of a turn."""
         agent_ref, serving_ref = named(agent, "agent"), named_if(serving, "serving")
         refs = [named(ref, f"focus.{i}") for i, ref in enumerate(focus or [])]
-        return _brief(_call(lambda: memory.perspective(caller(), agent_ref, serving_ref, refs,
-                                                       as_of, budget_tokens)), format)
+        return _brief(_call(lambda: memory.reading.perspective(caller(), agent_ref, serving_ref, refs,
+                                                               as_of, budget_tokens)), format)
 
     @checked(READS)
     def deepen(perspective_id: Annotated[Identifier, Field(description="The perspective_id a perspective call"
                                                            " returned")],
                budget_tokens: Budget = None, format: Format = "markdown") -> dict[str, Any]:
         """Think deeper from a perspective you were given: one more hop, a lower threshold."""
-        return _brief(_call(lambda: memory.deepen(caller(), perspective_id, budget_tokens)), format)
+        return _brief(_call(lambda: memory.reading.deepen(caller(), perspective_id, budget_tokens)), format)
 
     @checked(ADDS)
     def remember(
@@ -251,9 +251,9 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
                 if label:
                     labels.setdefault(ref, label)
             source = Source(session_id=session_id, message_ids=tuple(message_ids or ()), actor=actor)
-            written = memory.remember(caller(), labels, subject=subject_ref, relation=relation, object=object_ref,
-                                      reason=reason, confidence=confidence, scope=scope, valid_from=valid_from,
-                                      source=source)
+            written = memory.facts.remember(caller(), labels, subject=subject_ref, relation=relation, object=object_ref,
+                                            reason=reason, confidence=confidence, scope=scope, valid_from=valid_from,
+                                            source=source)
             return {"fact_id": written.fact_id, "change": written.change, "supersedes": written.supersedes,
                     "position": written.position}
         return _call(run)
@@ -273,9 +273,9 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         """Correct memory: end a fact (by fact_id, or by subject, relation, object) that no longer holds. It is
         kept in history ("what was believed then"), never in a current perspective again."""
         def run() -> dict[str, Any]:
-            written = memory.invalidate_fact(caller(), fact_id=fact_id, subject=named_if(subject, "subject"),
-                                             relation=relation, object=named_if(object, "object"), scope=scope,
-                                             reason=reason, valid_to=valid_to)
+            written = memory.facts.invalidate_fact(caller(), fact_id=fact_id, subject=named_if(subject, "subject"),
+                                                   relation=relation, object=named_if(object, "object"), scope=scope,
+                                                   reason=reason, valid_to=valid_to)
             return {"fact_id": written.fact_id, "change": written.change, "position": written.position}
         return _call(run)
 
@@ -292,8 +292,8 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         the organization); says which tier answered."""
         agent_ref, serving_ref = named(agent, "agent"), named_if(serving, "serving")
         subject_ref = named(subject, "subject")
-        result = _call(lambda: memory.recall(caller(), agent_ref, subject_ref, relation=relation, serving=serving_ref,
-                                             session_id=session_id, deeper=deeper))
+        result = _call(lambda: memory.reading.recall(caller(), agent_ref, subject_ref, relation=relation,
+                                                     serving=serving_ref, session_id=session_id, deeper=deeper))
         return {"answered_by": result.answered_by, "tiers_checked": result.tiers_checked,
                 "facts": [{"tier": h.tier, **{k: v for k, v in h.fact.items() if k in (
                     "fact_id", "subject", "relation", "object", "scope", "reason", "confidence")}}
@@ -315,9 +315,9 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         refs = [named(ref, f"about.{i}") for i, ref in enumerate(about or [])]
         from projections.searches import search_json
 
-        return search_json(_call(lambda: memory.search_for(caller(), agent_ref, query, serving=serving_ref,
-                                                           session_id=session_id, k=k, as_of=as_of,
-                                                           about=refs)))
+        return search_json(_call(lambda: memory.reading.search_for(caller(), agent_ref, query, serving=serving_ref,
+                                                                   session_id=session_id, k=k, as_of=as_of,
+                                                                   about=refs)))
 
     @checked(ENDS)
     def forget(subject: Annotated[RefOrName, Field(description="What to forget: person:<ref> (forget me),"
@@ -326,12 +326,12 @@ def build_server(memory: Application, tenant: str, key: str | None = None, keys:
         """Really delete what is known about a subject ("forget me", "forget that"): its content becomes
         unreadable everywhere, irreversibly; ids and relations stay. Only when someone asks for it."""
         ref = named(subject, "subject")
-        written = _call(lambda: memory.forget(caller(), ref))
+        written = _call(lambda: memory.forgetting.forget(caller(), ref))
         return {"subject": ref, "keys_deleted": written.keys_deleted, "position": written.position,
                 "receipt_id": written.receipt.receipt_id if written.receipt is not None else None}
 
     def context_of(session_id: str, message: str | None, budget_tokens: int | None) -> dict[str, Any]:
-        served = _call(lambda: memory.context(caller(), session_id, message, budget_tokens))
+        served = _call(lambda: memory.reading.context(caller(), session_id, message, budget_tokens))
         return {"context_id": served.context_id, "context": served.text, "tokens": served.tokens,
                 "focus": [f.ref for f in served.focus]}
 

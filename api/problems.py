@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from domain.application.entity_finder import AmbiguousName
-from domain.application.use_cases import BatchRejected, ProjectionBehind, TenantMismatch
+from domain.application.use_cases.errors import BatchRejected, ProjectionBehind, TenantMismatch
 from domain.errors import (
     ConcurrencyError,
     DomainError,

@@ -165,7 +165,7 @@ def build_story(home: Path, before_each: Callable[[Noumena, StoryClock, dict[str
     serve perspectives and record recalls at their moments between envelopes)."""
     clock = StoryClock()
     app = bootstrap(Settings(home=home, event_store="sqlite"), clock=clock)
-    app.application.create_tenant(TENANT, "Wang's export company")
+    app.application.tenants.create_tenant(TENANT, "Wang's export company")
     ingestor = app.application.ingestor
     for envelope in story_envelopes():
         if before_each is not None:

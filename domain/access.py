@@ -8,7 +8,7 @@ A key naming no agents is tenant-wide (services, operators). A key scoped to age
   persons they serve or their sessions, and its provenance may cite only messages of their sessions;
 - cannot use the tenant-wide use cases (events, entities, invalidation, forgetting, the graph, evidence).
 
-Pure rules over the folded ontology; `domain/application/use_cases.py` applies them before it does anything.
+Pure rules over the folded ontology; the use cases (`domain/application/use_cases/`) apply them before they do anything.
 """
 
 from __future__ import annotations

@@ -19,20 +19,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from consumers.ports import ConsumerPorts
+from domain.application.application import Application
 from domain.application.compaction_signal import CompactionSignal
 from domain.application.consolidation import ConsolidationWorker
 from domain.application.ontology_service import OntologyService
 from domain.application.recall_buffer import RecallBuffer
-from domain.application.use_cases import Application, ApplicationSettings
+from domain.application.use_cases.core import ApplicationSettings
 from domain.consolidation import CompositeExtractor, Extractor, StructuredPayloadExtractor
 from domain.ports import PerspectiveEngine
 from infra.adapters.eventlog import EventsourcingLog
 from infra.adapters.evidence import EvidenceStore
 from infra.adapters.state_snapshots import FileStateSnapshots
-from infra.runtime.context_engine import EngineContexts
-from infra.runtime.perspective_engine import EnginePerspectives, build_perspective_engine
+from infra.runtime.engines import ReadSide, read_side
+from infra.runtime.perspective_engine import build_perspective_engine
 from infra.runtime.private import make_private
-from infra.runtime.search_engine import EngineSearches
 from infra.runtime.state_snapshotter import SnapshotterProcess
 from infra.settings import Settings, for_another_process
 
@@ -59,6 +59,8 @@ class Noumena:
     application: Application
     recalls: RecallBuffer
     evidence: EvidenceStore
+    engines: ReadSide
+    """The engines `application` serves its reads from."""
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
 
     def projection_source(self) -> RawLog:
@@ -132,22 +134,18 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     evidence = EvidenceStore(settings.home / "evidence.sqlite", mode=settings.evidence,
                              max_bytes=settings.evidence_max_bytes, max_age_days=settings.evidence_max_age_days,
                              clock=clock)
-    application = _application(settings, log, service, consolidation, perspectives, clock, recalls, evidence)
+    engines = read_side(perspectives, service, log, clock, lambda: _embedder(settings))
+    application = _application(settings, log, service, consolidation, engines, recalls, evidence)
     return Noumena(settings=settings, log=log, service=service, consolidation=consolidation,
-                   application=application, recalls=recalls, evidence=evidence, clock=clock)
+                   application=application, recalls=recalls, evidence=evidence, engines=engines, clock=clock)
 
 
 def _application(settings: Settings, log: EventsourcingLog, service: OntologyService,
-                 consolidation: ConsolidationWorker, perspectives: PerspectiveEngine, clock: Callable[[], datetime],
-                 recalls: RecallBuffer, evidence: EvidenceStore, read_model: FollowedReadModel | None = None
-                 ) -> Application:
-    searches = contexts = None
-    if isinstance(perspectives, EnginePerspectives):
-        searches = EngineSearches(perspectives, clock, lambda: _embedder(settings))
-        contexts = EngineContexts(perspectives, service, log, clock, searches)
+                 consolidation: ConsolidationWorker, engines: ReadSide, recalls: RecallBuffer,
+                 evidence: EvidenceStore, read_model: FollowedReadModel | None = None) -> Application:
     return Application(
-        service, log, consolidation=consolidation, perspectives=perspectives,
-        contexts=contexts, searches=searches,  # type: ignore[arg-type]  (None only for a benchmark's engine)
+        service, log, consolidation=consolidation, perspectives=engines.perspectives,
+        contexts=engines.contexts, searches=engines.searches,  # type: ignore[arg-type]  (None: a benchmark's engine)
         copies=ProjectionCopies(log, settings.home, evidence),
         evidence=evidence, recalls=recalls,
         keys=log.keys, read_model=read_model,
@@ -160,17 +158,24 @@ def application_reading(noumena: Noumena, follower: ProjectionFollower | None,
                         perspectives: PerspectiveEngine | None = None) -> Application:
     """The application of `noumena` with its reads by query and its perspectives following `follower` (started
     by the caller), or over `perspectives` when given."""
+    return _reading(noumena, follower, perspectives)[0]
+
+
+def _reading(noumena: Noumena, follower: ProjectionFollower | None, perspectives: PerspectiveEngine | None
+             ) -> tuple[Application, ReadSide]:
     from infra.runtime.serving import FollowedReadModel
 
     if perspectives is None:
         perspectives = build_perspective_engine(noumena.log, noumena.settings.home, noumena.clock, follower)
-    application = _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation,
-                               perspectives, noumena.clock, noumena.recalls, noumena.evidence,
+    engines = read_side(perspectives, noumena.service, noumena.log, noumena.clock,
+                        lambda: _embedder(noumena.settings))
+    application = _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation, engines,
+                               noumena.recalls, noumena.evidence,
                                FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)
                                if follower is not None else None)
     if follower is not None:  # (the name indexes hold labels: a purge drops its tenants' at once)
         follower.on_purged.append(application.entity_names.forgotten)
-    return application
+    return application, engines
 
 
 @dataclass
@@ -178,6 +183,8 @@ class Served:
     """What `noumena serve` runs beside the HTTP API, started by `serve()` and stopped by `stop()`."""
 
     application: Application
+    engines: ReadSide
+    """The engines `application` serves its reads from."""
     follower: ProjectionFollower | None
     kafka: KafkaFollower | None
     warmup: Warmup | None = None
@@ -201,10 +208,11 @@ def serve(noumena: Noumena, *, projector: bool = True, kafka: bool = True,
     from infra.runtime.serving import KafkaFollower, ProjectionFollower
 
     follower = ProjectionFollower(noumena.log, noumena.settings) if projector else None
-    application = noumena.application
+    application, engines = noumena.application, noumena.engines
     if follower is not None or perspectives is not None:
-        application = application_reading(noumena, follower, perspectives)
-    warmup = Warmup(application, follower, noumena.log.tenants)  # (the log's end now: what ready must reach)
+        application, engines = _reading(noumena, follower, perspectives)
+    warmup = Warmup(noumena.service, noumena.evidence, engines, follower, noumena.log.tenants,
+                    to_apply=noumena.log.max_position())  # (the log's end now: what ready must reach)
     if follower is not None:
         follower.start()
     warmup.start()
@@ -213,7 +221,7 @@ def serve(noumena: Noumena, *, projector: bool = True, kafka: bool = True,
     if kafka and noumena.settings.kafka_bootstrap:
         consumer = KafkaFollower(session_event_consumer(noumena))
         consumer.start()
-    return Served(application, follower, consumer, warmup)
+    return Served(application, engines, follower, consumer, warmup)
 
 
 def session_event_consumer(noumena: Noumena, **options: Any) -> Any:

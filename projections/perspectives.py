@@ -1,6 +1,7 @@
 """Computing perspectives: `perspective_for` ranks, tiers and renders what an agent sees; `reproduce` computes a
 served one again from the log as it stood. Nothing here writes: recording the recall a perspective causes and
-keeping its evidence are the application's side effects (domain/application/use_cases.py, infra/adapters/evidence.py).
+keeping its evidence are the application's side effects (domain/application/use_cases/reading.py,
+infra/adapters/evidence.py).
 
 Indexes: one `PerspectiveIndex` per tenant, kept current by following the event log (every query first applies
 the records it has not seen). An as-of perspective folds the log up to T into a fresh index and computes decay

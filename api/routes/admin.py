@@ -24,14 +24,14 @@ def _public(record: ApiKeyRecord) -> KeyPublic:
 @router.post("/tenants", response_model=TenantWritten)
 def create_tenant(tenant: TenantCreate, _: AdminDep, memory: MemoryDep) -> TenantWritten:
     """Create a tenant: one organization, one ontology."""
-    written = memory.create_tenant(tenant.tenant, tenant.display_name)
+    written = memory.tenants.create_tenant(tenant.tenant, tenant.display_name)
     return TenantWritten(position=written.position, events=written.events, tenant=tenant.tenant)
 
 
 @router.post("/keys", response_model=KeyIssued)
 def create_key(request: KeyCreate, _: AdminDep, memory: MemoryDep, keys: KeysDep) -> KeyIssued:
     """Issue an API key for a tenant. The key is in this answer only; the server keeps its hash."""
-    if not memory.tenant_exists(request.tenant):
+    if not memory.tenants.tenant_exists(request.tenant):
         raise not_found(f"no tenant {request.tenant!r}", "body.tenant")
     issued = keys.create(request.tenant, request.label, tuple(request.agents))
     return KeyIssued(key=issued.key, **_public(issued.record).model_dump())

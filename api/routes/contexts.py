@@ -30,7 +30,7 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
     (focus from the message and recent turns), live workers, the rolling summary, the recent turns, within the
     budget. Records the facts shown clearly as recalled (mode `pushed`); 422 if the hard constraints alone do
     not fit (they are never cut)."""
-    served = memory.context(caller, session_id, request.message, request.budget_tokens, request.min_position)
+    served = memory.reading.context(caller, session_id, request.message, request.budget_tokens, request.min_position)
     if format == "markdown":
         return PlainTextResponse(served.text, media_type="text/markdown; charset=utf-8",
                                  headers={"X-Context-Id": served.context_id})
@@ -41,6 +41,6 @@ def session_context(session_id: SessionId, request: ContextRequest, caller: Call
 def explain_context(context_id: ContextId, caller: CallerDep, memory: MemoryDep) -> Context:
     """The evidence of a served context: inputs, parameters, the perspective, every block with its ids, the cuts."""
     try:
-        return memory.explain_context(caller, context_id)
+        return memory.reading.explain_context(caller, context_id)
     except UnknownContext:
         raise not_found(f"no context {context_id!r} in your tenant", "path.context_id") from None

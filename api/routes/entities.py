@@ -29,7 +29,7 @@ def checked_ref(value: str, field: str) -> str:
 @router.post("", response_model=EntityWritten)
 def register_entity(entity: EntityCreate, caller: CallerDep, memory: MemoryDep) -> EntityWritten:
     """Register an entity (a reference to something that lives elsewhere); again: a no-op or an update."""
-    written = memory.register_entity(caller, entity.ref, entity.label, entity.aliases, entity.hub)
+    written = memory.facts.register_entity(caller, entity.ref, entity.label, entity.aliases, entity.hub)
     return EntityWritten(position=written.position, events=written.events, ref=entity.ref)
 
 
@@ -47,16 +47,16 @@ def find_entities(caller: CallerDep, memory: MemoryDep, skip: Skip = 0, limit: L
     """Find entities by name, best first: `score`, how it matched (`match`) and on which name (`matched`). An
     agent-scoped key finds its agents, the persons they serve and the organization's other entities only."""
     if not q.strip() and kind:
-        listed, count = memory.entities_of_kind(caller, kind, skip, limit, min_position)
+        listed, count = memory.entities.entities_of_kind(caller, kind, skip, limit, min_position)
         return EntitiesPublic(data=[EntityFoundPublic(ref=e.ref, label=e.label, kind=e.kind, aliases=list(e.aliases),
                                                       hub=e.hub) for e in listed], count=count)
     if not q.strip():
-        rows, count = memory.search_entities(caller, "", skip, limit, min_position)
+        rows, count = memory.entities.search_entities(caller, "", skip, limit, min_position)
         return EntitiesPublic(data=[EntityFoundPublic(ref=row["ref"], label=row["label"],
                                                       kind=row["ref"].partition(":")[0],
                                                       aliases=row["aliases"] or [], hub=row["hub"])
                                     for row in rows], count=count)
-    found, count = memory.find_entities(caller, q, skip + limit, min_position, kind)
+    found, count = memory.entities.find_entities(caller, q, skip + limit, min_position, kind)
     return EntitiesPublic(data=[EntityFoundPublic(ref=f.ref, label=f.label, kind=f.kind, aliases=list(f.aliases),
                                                   hub=f.hub, score=f.score, match=f.match, matched=f.matched)
                                 for f in found[skip:]], count=count)
@@ -67,7 +67,7 @@ def get_entity(ref: Annotated[str, Path(description="The entity ref, e.g. `perso
                                        json_schema_extra={"pattern": REF_SCHEMA_REGEX, "maxLength": 512})],
                caller: CallerDep, memory: MemoryDep, min_position: MinPosition = None) -> EntityPublic:
     """One entity as it is now."""
-    row = memory.entity(caller, checked_ref(ref, "path.ref"), min_position)
+    row = memory.entities.entity(caller, checked_ref(ref, "path.ref"), min_position)
     if row is None:
         raise not_found(f"no entity {ref!r} in your tenant", "path.ref")
     return EntityPublic(**row)

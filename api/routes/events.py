@@ -19,5 +19,5 @@ def post_events(batch: EventsCreate, caller: CallerDep, memory: MemoryDep, setti
     if len(batch.events) > limit:
         raise ApiProblem(422, "invalid-input", "Invalid input", f"body.events: at most {limit} envelopes per batch",
                          field="body.events")
-    written = memory.ingest(caller, batch.events)
+    written = memory.facts.ingest(caller, batch.events)
     return EventsWritten(position=written.position, events=written.events, accepted=len(batch.events))

@@ -27,7 +27,7 @@ def assert_fact(fact: FactCreate, caller: CallerDep, memory: MemoryDep) -> FactW
     """Assert a fact with its reason and provenance. The same fact again corroborates it (confidence rises);
     a new object for a functional relation supersedes the current one in the same write."""
     fields = fact.model_dump(exclude={"source"})
-    written = memory.assert_fact(caller, **fields, source=_source(fact.source))
+    written = memory.facts.assert_fact(caller, **fields, source=_source(fact.source))
     return FactWritten(position=written.position, events=written.events, fact_id=written.fact_id,
                        change=written.change, supersedes=written.supersedes)
 
@@ -35,8 +35,8 @@ def assert_fact(fact: FactCreate, caller: CallerDep, memory: MemoryDep) -> FactW
 @router.post("/{fact_id}/invalidate", response_model=FactWritten)
 def invalidate_fact(fact_id: FactId, body: FactInvalidate, caller: CallerDep, memory: MemoryDep) -> FactWritten:
     """End a current fact. It is marked, never deleted: what was believed then stays answerable."""
-    written = memory.invalidate_fact(caller, fact_id=fact_id, reason=body.reason, valid_to=body.valid_to,
-                                     source=_source(body.source))
+    written = memory.facts.invalidate_fact(caller, fact_id=fact_id, reason=body.reason, valid_to=body.valid_to,
+                                           source=_source(body.source))
     return FactWritten(position=written.position, events=written.events, fact_id=written.fact_id or fact_id,
                        change=written.change)
 
@@ -44,7 +44,7 @@ def invalidate_fact(fact_id: FactId, body: FactInvalidate, caller: CallerDep, me
 @router.get("/{fact_id}", response_model=FactPublic)
 def get_fact(fact_id: FactId, caller: CallerDep, memory: MemoryDep, min_position: MinPosition = None) -> FactPublic:
     """One fact: its state now, every version on both time axes, and every change with its provenance."""
-    versions, changes = memory.fact(caller, fact_id, min_position)
+    versions, changes = memory.views.fact(caller, fact_id, min_position)
     if not versions:
         raise not_found(f"no fact {fact_id!r} in your tenant", "path.fact_id")
     public = [FactVersionPublic(**v) for v in versions]

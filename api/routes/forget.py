@@ -19,7 +19,7 @@ def forget(request: ForgetCreate, caller: CallerDep, memory: MemoryDep) -> Forge
     times) stays. The answer is the forget's receipt (its id is recorded in the log). 422 when the subject is
     unknown or content is not encrypted here. Afterwards, writes about a forgotten person answer 409 until the
     person is registered anew."""
-    written = memory.forget(caller, request.subject)
+    written = memory.forgetting.forget(caller, request.subject)
     receipt = written.receipt
     return ForgetWritten(subject=request.subject, position=written.position, events=written.events,
                          keys_deleted=written.keys_deleted or 0, receipt_id=receipt.receipt_id,

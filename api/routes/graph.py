@@ -24,6 +24,6 @@ def graph_as_of(
                                                     " then (current or since invalidated).")] = None,
 ) -> GraphPublic:
     """The facts believed at `recorded_at` (the `facts_as_of` macro), ordered by fact id, paged."""
-    rows, count = memory.graph(caller, recorded_at, valid_at, skip, limit, min_position)
+    rows, count = memory.views.graph(caller, recorded_at, valid_at, skip, limit, min_position)
     return GraphPublic(recorded_at=recorded_at, valid_at=valid_at, data=[GraphFactPublic(**r) for r in rows],
                        count=count)

@@ -33,7 +33,7 @@ def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
     are served meanwhile, without the forgotten content)."""
     served = request.app.state.served
     follower = served.follower
-    body: dict[str, Any] = {"log_position": memory.log_position()}
+    body: dict[str, Any] = {"log_position": memory.views.log_position()}
     ready = True
     if served.warmup is not None:
         body["start"] = served.warmup.progress()
@@ -58,10 +58,10 @@ def readyz(memory: MemoryDep, request: Request) -> JSONResponse:
 def metrics(memory: MemoryDep, request: Request) -> Response:
     """Prometheus text: requests and latency per route, log position, projection position and lag, the Kafka
     consumer's counters when it runs in this process, and every other metric in the registry."""
-    LOG_POSITION.set(memory.log_position())
-    read_model = memory.read_model
-    if read_model is not None:
-        PROJECTION_POSITION.set(read_model.position)
-        PROJECTION_LAG.set(read_model.lag())
+    LOG_POSITION.set(memory.views.log_position())
+    progress = memory.views.read_model_progress()
+    if progress is not None:
+        PROJECTION_POSITION.set(progress[0])
+        PROJECTION_LAG.set(progress[1])
     body, content_type = render(request.headers.get("accept"))
     return Response(body, media_type=content_type)

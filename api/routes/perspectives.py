@@ -11,7 +11,7 @@ from api.auth import Caller, CallerDep, MemoryDep
 from api.edge import EdgeRoute
 from api.routes.params import MinPosition
 from api.schemas.perspectives import ExplanationPublic, PerspectivePublic
-from domain.application.use_cases import Application
+from domain.application.application import Application
 from domain.perspective import Perspective
 from domain.values import RefOrName, Timestamp
 
@@ -59,18 +59,18 @@ def get_perspective(
     use without serving, POST /v1/memory/used."""
     # A plain `def` route: FastAPI runs it in the threadpool, so a recall's write (which may wait for the event
     # store: with coalescing off, or when a flush is due) and the evidence never hold up the event loop.
-    agent = memory.resolve_ref(caller, agent, "query.agent")
-    serving = serving and memory.resolve_ref(caller, serving, "query.serving")
-    focus = [memory.resolve_ref(caller, ref, f"query.focus.{i}") for i, ref in enumerate(focus or [])]
-    return _answer(memory.perspective(caller, agent, serving, focus, as_of, budget_tokens,
-                                      min_position=min_position, record=record), format)
+    agent = memory.entities.resolve_ref(caller, agent, "query.agent")
+    serving = serving and memory.entities.resolve_ref(caller, serving, "query.serving")
+    focus = [memory.entities.resolve_ref(caller, ref, f"query.focus.{i}") for i, ref in enumerate(focus or [])]
+    return _answer(memory.reading.perspective(caller, agent, serving, focus, as_of, budget_tokens,
+                                              min_position=min_position, record=record), format)
 
 
 @router.post("/{perspective_id}/deepen", response_model=PerspectivePublic, responses=RESPONSES)
 def deepen(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep, budget_tokens: Budget = None,
            format: Format = "json", min_position: MinPosition = None) -> Response:
     """Think deeper from the same standpoint: one more hop and a lower threshold (recorded as `deepened`)."""
-    return _answer(memory.deepen(caller, perspective_id, budget_tokens, min_position), format)
+    return _answer(memory.reading.deepen(caller, perspective_id, budget_tokens, min_position), format)
 
 
 @router.get("/{perspective_id}/explain", response_model=ExplanationPublic)
@@ -81,7 +81,7 @@ def explain(perspective_id: PerspectiveId, caller: CallerDep, memory: MemoryDep)
 
 def _served_to(caller: Caller, memory: Application, perspective_id: str) -> dict[str, Any]:
     """The explanation of a perspective (inputs, parameters, outputs); an agent-scoped key sees only its agents'."""
-    served = memory.explain(caller, perspective_id)
+    served = memory.reading.explain(caller, perspective_id)
     body = served.model_dump(mode="json")
     inputs = {k: body[k] for k in ("tenant", "agent", "serving", "focus", "as_of", "deeper", "served_at",
                                    "log_position", "budget_tokens")}

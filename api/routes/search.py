@@ -25,12 +25,12 @@ def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> Resp
     and embeddings fused, combined with the agent's activation and recency, near-duplicates removed, nearest
     tier first. Records the results as recalled by the agent (mode `looked_up`); an `as_of` search, or one with
     `record: false` (an observer's), records nothing."""
-    agent = memory.resolve_ref(caller, request.agent, "body.agent")
-    serving = request.serving and memory.resolve_ref(caller, request.serving, "body.serving")
-    about = [memory.resolve_ref(caller, ref, f"body.about.{i}") for i, ref in enumerate(request.about)]
-    answer = memory.search_for(caller, agent, request.query, serving=serving, session_id=request.session_id,
-                               k=request.k, as_of=request.as_of, min_position=request.min_position, about=about,
-                               record=request.record)
+    agent = memory.entities.resolve_ref(caller, request.agent, "body.agent")
+    serving = request.serving and memory.entities.resolve_ref(caller, request.serving, "body.serving")
+    about = [memory.entities.resolve_ref(caller, ref, f"body.about.{i}") for i, ref in enumerate(request.about)]
+    answer = memory.reading.search_for(caller, agent, request.query, serving=serving, session_id=request.session_id,
+                                       k=request.k, as_of=request.as_of, min_position=request.min_position, about=about,
+                                       record=request.record)
     # checked against the documented shape once, and serialized by pydantic's encoder (returning the model would
     # have FastAPI validate and encode it a second time)
     return Response(SearchPublic.model_validate(search_json(answer)).model_dump_json(), media_type="application/json")
@@ -40,6 +40,6 @@ def search(request: SearchRequest, caller: CallerDep, memory: MemoryDep) -> Resp
 def explain_search(search_id: SearchId, caller: CallerDep, memory: MemoryDep) -> SearchAnswer:
     """The evidence of a served search: the request, the parameters, every item with its score components."""
     try:
-        return memory.explain_search(caller, search_id)
+        return memory.reading.explain_search(caller, search_id)
     except UnknownSearch:
         raise not_found(f"no search {search_id!r} in your tenant", "path.search_id") from None

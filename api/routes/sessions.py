@@ -19,7 +19,7 @@ router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=EdgeRoute)
 def session_workers(session_id: Annotated[str, Path(min_length=1, max_length=256, pattern=r"^\S(.*\S)?$")],
                     caller: CallerDep, memory: MemoryDep, min_position: MinPosition = None) -> WorkersPublic:
     """A session and the worker sessions it dispatched: who holds which task, about what, with what status."""
-    session, workers = memory.session(caller, session_id, min_position)
+    session, workers = memory.views.session(caller, session_id, min_position)
     if session is None:
         raise not_found(f"no session {session_id!r} in your tenant", "path.session_id")
     data = [SessionPublic(**w) for w in workers]

@@ -83,7 +83,7 @@ class OntologyService:
 
     def written_position(self, tenant: str) -> int:
         """The log position of this process's latest write in `tenant` (0: none yet): a read of the tenant served
-        by this process answers from a state at least that far (read-your-writes, `Application.fresh`)."""
+        by this process answers from a state at least that far (read-your-writes, `Core.fresh`)."""
         return self._written.get(tenant, 0)
 
     @contextmanager

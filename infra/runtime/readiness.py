@@ -17,14 +17,15 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from domain.application.use_cases import Application
+from domain.application.ontology_service import OntologyService
 from domain.errors import NoumenaError
+from domain.ports import EvidenceStore as EvidencePort
 from infra.adapters.evidence import EvidenceStore
-from infra.runtime.context_engine import EngineContexts
+from infra.runtime.engines import ReadSide
 from infra.runtime.perspective_engine import EnginePerspectives
-from infra.runtime.search_engine import EngineSearches
 
 if TYPE_CHECKING:
     from infra.runtime.serving import ProjectionFollower
@@ -38,13 +39,15 @@ RETRY_SECONDS = 5.0
 class Warmup:
     """Brings a replica to ready in the background (started by `infra.bootstrap.serve`)."""
 
-    def __init__(self, application: Application, follower: ProjectionFollower | None,
-                 tenants: Any = None) -> None:
-        self._application = application
+    def __init__(self, service: OntologyService, evidence: EvidencePort, engines: ReadSide,
+                 follower: ProjectionFollower | None, tenants: Callable[[], Iterable[str]], *, to_apply: int) -> None:
+        self._service = service
+        self._evidence = evidence
+        self._engines = engines
         self._follower = follower
-        self._tenants = tenants if tenants is not None else getattr(application.log, "tenants", list)
+        self._tenants = tenants
         """() -> every tenant (the event log's `tenants`)."""
-        self.to_apply = application.log.max_position()
+        self.to_apply = to_apply
         """The end of the log when the process started: ready once the projector has applied it."""
         self.phase = "catching up" if follower is not None else "loading indexes"
         self.error: str | None = None
@@ -80,7 +83,7 @@ class Warmup:
         self.phase = "loading indexes"
         while not self._stop.is_set():
             try:
-                warm(self._application, list(self._tenants()))
+                warm(self._service, self._evidence, self._engines, list(self._tenants()))
             except Exception as error:  # (reported by /readyz; the replica serves meanwhile)
                 self.error = repr(error)
                 log.exception("loading the indexes failed; trying again in %g s", RETRY_SECONDS)
@@ -97,21 +100,21 @@ class Warmup:
             return
 
 
-def warm(application: Application, tenants: list[str]) -> None:
+def warm(service: OntologyService, evidence: EvidencePort, engines: ReadSide, tenants: list[str]) -> None:
     """Load what the first read of each tenant would: its folded state, its perspective, search and context
     indexes (each engine only if it is this process's own, not one a benchmark put in)."""
     for tenant in tenants:
-        with application.service.reading(tenant):
+        with service.reading(tenant):
             pass  # (caught up: loaded from its snapshot, the log's tail folded)
-    if isinstance(application.evidence, EvidenceStore):
-        application.evidence.live_bytes()  # (opens its file: the first answer kept does not pay for it)
-    perspectives = application.perspectives
+    if isinstance(evidence, EvidenceStore):
+        evidence.live_bytes()  # (opens its file: the first answer kept does not pay for it)
+    perspectives = engines.perspectives
     if not isinstance(perspectives, EnginePerspectives):
         return
     engine = perspectives.engine  # (loads every tenant's index)
     searches = None
-    if isinstance(application.searches, EngineSearches):
-        searches = application.searches.searches  # (loads the embedder)
+    if engines.searches is not None:
+        searches = engines.searches.searches  # (loads the embedder)
         with perspectives.lock:
             searches.warm(tenants)
     with perspectives.lock:  # one walk and one search per tenant, computed only (nothing recorded): the first
@@ -124,14 +127,14 @@ def warm(application: Application, tenants: list[str]) -> None:
                         searches.search_for(tenant, viewer, "warming up")
             except NoumenaError as error:  # (a warm-up query only: what it would have warmed waits for a request)
                 log.info("warming tenant %s up with a query as %s: %r", tenant, viewer, error)
-    if isinstance(application.contexts, EngineContexts):
-        contexts = application.contexts.contexts
+    if engines.contexts is not None:
+        contexts = engines.contexts.contexts
         for tenant in tenants:
             # The context's indexes read every entity and fact of the state, which a state loaded from a snapshot
             # reads from it on demand: read them here first, outside the service's lock (the read-through maps
             # are safe beside writers, infra/adapters/lazy_state.py), so the build under the lock does not hold writes
             # off while a whole map is read from the file.
-            state = application.service.ontology(tenant)
+            state = service.ontology(tenant)
             len(state.entities), len(state.facts)
             with perspectives.lock:
                 contexts.warm(tenant)

@@ -34,7 +34,7 @@ from typing import Any
 
 import duckdb
 
-from domain.application.use_cases import ProjectionBehind
+from domain.application.use_cases.errors import ProjectionBehind
 from domain.errors import InfrastructureError
 from infra.settings import Settings
 from projections import read_model

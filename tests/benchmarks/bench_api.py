@@ -127,23 +127,23 @@ def serve(port: int, home: Path, keys_file: Path | None = None) -> None:
              for v, q in zip(viewpoints(persons, agents, things, VIEWPOINTS), words(rng, VIEWPOINTS, 3), strict=True)]
     memory = application_reading(noumena, None, engine)
     for view in views[:30]:  # warm up
-        memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
+        memory.reading.perspective(TENANT, view["agent"], view["serving"], view["focus"])
     in_process = []
     for view in views if keys_file is None else []:
         t0 = time.perf_counter()
-        memory.perspective(TENANT, view["agent"], view["serving"], view["focus"])
+        memory.reading.perspective(TENANT, view["agent"], view["serving"], view["focus"])
         in_process.append((time.perf_counter() - t0) * 1000)
     search_ms: list[float] = []
     search_index_seconds = 0.0
     if SEARCH:
         t0 = time.perf_counter()
-        memory.search_for(TENANT, views[0]["agent"], views[0]["query"])  # indexes and embeds every fact
+        memory.reading.search_for(TENANT, views[0]["agent"], views[0]["query"])  # indexes and embeds every fact
         search_index_seconds = time.perf_counter() - t0
         for view in views[:30]:  # warm up
-            memory.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
+            memory.reading.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
         for view in views if keys_file is None else []:
             t0 = time.perf_counter()
-            memory.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
+            memory.reading.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
             search_ms.append((time.perf_counter() - t0) * 1000)
     if keys_file is None:
         (home / "setup.json").write_text(json.dumps({

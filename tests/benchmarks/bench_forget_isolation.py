@@ -191,9 +191,9 @@ def serve(port: int, home: Path) -> None:
     app = create_app(bootstrap())
 
     async def served(scope: Any, receive: Any, send: Any) -> None:
-        memory = getattr(app.state, "memory", None)
-        if memory is not None and not RECORD:
-            memory.perspectives.records_recalls = False
+        served = getattr(app.state, "served", None)
+        if served is not None and not RECORD:
+            served.engines.perspectives.records_recalls = False
         await app(scope, receive, send)
 
     uvicorn.run(served, host="127.0.0.1", port=port, log_level="warning", access_log=False)

@@ -69,20 +69,20 @@ def _evidence_bytes(home: Path) -> int:
 
 
 def _organization(memory: Any) -> list[tuple[str, str]]:
-    memory.create_tenant(TENANT)
+    memory.tenants.create_tenant(TENANT)
     views = []
     for a in range(AGENTS):
         agent = f"agent:a{a}"
-        memory.register_entity(TENANT, agent, f"Agent {a}")
+        memory.facts.register_entity(TENANT, agent, f"Agent {a}")
         for p in range(PERSONS):
             person = f"person:a{a}-p{p}"
-            memory.register_entity(TENANT, person, f"Person {a}/{p}")
-            memory.assert_fact(TENANT, subject=agent, relation="serves", object=person)
+            memory.facts.register_entity(TENANT, person, f"Person {a}/{p}")
+            memory.facts.assert_fact(TENANT, subject=agent, relation="serves", object=person)
             for f in range(FACTS // PERSONS):
                 thing = f"memory:a{a}-p{p}-m{f}"
-                memory.register_entity(TENANT, thing, f"a memory of {a}/{p} number {f}")
-                memory.assert_fact(TENANT, subject=person, relation="prefers", object=thing,
-                                   reason=f"said so on call {f}", scope=person)
+                memory.facts.register_entity(TENANT, thing, f"a memory of {a}/{p} number {f}")
+                memory.facts.assert_fact(TENANT, subject=person, relation="prefers", object=thing,
+                                         reason=f"said so on call {f}", scope=person)
             views.append((agent, person))
     return views
 
@@ -118,7 +118,7 @@ def growth(flush: str, evidence: str) -> dict[str, float]:
             started = time.perf_counter()
             for i in range(SERVED):
                 agent, person = views[i % len(views)]
-                memory.perspective(TENANT, agent, person)
+                memory.reading.perspective(TENANT, agent, person)
             elapsed = time.perf_counter() - started
         finally:
             noumena.close()  # a clean shutdown: the held uses are written
@@ -157,15 +157,15 @@ def _served_week(flush: str, moments: list[tuple[datetime, int]]) -> dict[tuple[
             for moment, view in moments:
                 if flush != "0" and (moment - flushed).total_seconds() >= float(flush):
                     clock.now = flushed = moment
-                    memory.flush_recalls()  # the buffer's timer, on the simulated clock
+                    memory.reading.flush_recalls()  # the buffer's timer, on the simulated clock
                 clock.now = moment
                 agent, person = views[view]
-                memory.perspective(TENANT, agent, person)
-            memory.flush_recalls()
+                memory.reading.perspective(TENANT, agent, person)
+            memory.reading.flush_recalls()
             clock.now = moments[-1][0] + timedelta(minutes=5)
             ranked = {}
             for agent, person in views:
-                served = memory.perspective(TENANT, agent, person)
+                served = memory.reading.perspective(TENANT, agent, person)
                 ranked[(agent, person)] = [i.fact_id for i in served.items]
             return ranked
         finally:

@@ -86,8 +86,8 @@ def run(search: bool) -> tuple[list[float], list[float]]:
         memory = app.application
         for start in range(0, BASE, 1000):
             memory.ingestor.ingest(envelopes(start, 1000, None))
-        read = (lambda: memory.search_for(T, AGENT, "freight discount")) if search else \
-            (lambda: memory.perspective(T, AGENT, None, []))
+        read = (lambda: memory.reading.search_for(T, AGENT, "freight discount")) if search else \
+            (lambda: memory.reading.perspective(T, AGENT, None, []))
         read()  # the engines load the tenant (and, with search on, index and embed the base)
         acknowledged: dict[int, float] = {}
         found: dict[int, float] = {}
@@ -98,7 +98,7 @@ def run(search: bool) -> tuple[list[float], list[float]]:
                 started = time.perf_counter()
                 newest = max(acknowledged, default=None)
                 if search and newest is not None and newest not in found:
-                    answer = memory.search_for(T, AGENT, marker(newest), k=5)
+                    answer = memory.reading.search_for(T, AGENT, marker(newest), k=5)
                     if any(marker(newest) in (item.reason or "") for item in answer.items):
                         found[newest] = time.perf_counter() - acknowledged[newest]
                 else:

@@ -224,12 +224,12 @@ def mcp_org(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     noumena = bootstrap(settings)
     try:
         noumena.service.execute(CreateTenant(tenant=T))
-        noumena.application.ingest(T, org_events(T))
-        noumena.application.assert_fact(T, subject="person:c3", relation="owns", object="ticket:t1",
-                                        scope="person:c3", reason="Cao's private ticket")
-        noumena.application.assert_fact(T, subject="person:c3", relation="told", object="memory:c3-door",
-                                        scope="person:c3")
-        others = noumena.application.perspective(T, "agent:other", "person:c3").perspective_id
+        noumena.application.facts.ingest(T, org_events(T))
+        noumena.application.facts.assert_fact(T, subject="person:c3", relation="owns", object="ticket:t1",
+                                              scope="person:c3", reason="Cao's private ticket")
+        noumena.application.facts.assert_fact(T, subject="person:c3", relation="told", object="memory:c3-door",
+                                              scope="person:c3")
+        others = noumena.application.reading.perspective(T, "agent:other", "person:c3").perspective_id
         key = ApiKeyStore(settings.api_keys_path()).create(T, "sales", ("agent:sales",)).key
     finally:
         noumena.close()

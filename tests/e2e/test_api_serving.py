@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from domain.application.use_cases import ProjectionBehind
+from domain.application.use_cases.errors import ProjectionBehind
 from domain.commands import CreateTenant, RegisterEntity
 from infra.bootstrap import application_reading, bootstrap
 from infra.runtime.serving import ProjectionFollower
@@ -65,7 +65,7 @@ def test_a_read_waiting_for_a_position_the_projection_does_not_reach_gets_projec
         memory = application_reading(noumena, follower)
         started = time.monotonic()
         with pytest.raises(ProjectionBehind, match="retry"):
-            memory.entity("acme", "person:li", min_position=noumena.log.max_position())
+            memory.entities.entity("acme", "person:li", min_position=noumena.log.max_position())
         assert 0.25 < time.monotonic() - started < 5
     finally:
         follower.stop()

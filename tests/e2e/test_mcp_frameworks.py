@@ -32,7 +32,7 @@ def story_env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     noumena, _clock = build_story(home)
     try:
-        noumena.application.register_entity(TENANT, "person:wangfang", "Wang Fang", ["王", "王芳"])
+        noumena.application.facts.register_entity(TENANT, "person:wangfang", "Wang Fang", ["王", "王芳"])
         key = ApiKeyStore(noumena.settings.api_keys_path()).create(TENANT, "frameworks").key
     finally:
         noumena.close()

@@ -46,7 +46,7 @@ def test_a_running_projector_rebuilds_itself_its_snapshot_and_the_exports_after_
         subprocess.run([noumena, "export", "--parquet", str(exports)], env=env, check=True, capture_output=True)
         assert "MARKER-ZHAO-NAME" in _scan(_every_file(home, exports), GONE)
 
-        app.application.forget(T, "person:zhao")  # the live file is held by the projector: it purges itself
+        app.application.forgetting.forget(T, "person:zhao")  # the live file is held by the projector: it purges itself
         _wait_for_snapshot_at(files.snapshot, app.log.max_position())
         deadline = time.monotonic() + 30
         while _scan(_every_file(exports), GONE) and time.monotonic() < deadline:

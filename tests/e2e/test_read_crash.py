@@ -29,7 +29,7 @@ def test_a_crash_loses_only_the_uses_not_yet_flushed(tmp_path: Path) -> None:
         "from infra.settings import Settings\n"
         f"n = bootstrap(Settings(home={str(home)!r}, event_store='sqlite', embedder='none'))\n"
         "for a in range(3):\n"
-        f"    p = n.application.perspective({T!r}, f'agent:a{{a}}')\n"
+        f"    p = n.application.reading.perspective({T!r}, f'agent:a{{a}}')\n"
         "print(p.perspective_id, n.recalls.held, flush=True)\n"
         "os._exit(9)  # no clean shutdown\n"
     )
@@ -43,9 +43,9 @@ def test_a_crash_loses_only_the_uses_not_yet_flushed(tmp_path: Path) -> None:
         assert again.log.max_position() == written  # the held uses are gone; no fact is
         state = again.service.ontology(T)
         assert {f for ids in facts.values() for f in ids} <= set(state.facts) and state.recall_uses == {}
-        assert again.application.explain(T, perspective_id).agent == "agent:a2"  # its evidence was kept
-        served = again.application.perspective(T, "agent:a0")
-        again.application.flush_recalls()
+        assert again.application.reading.explain(T, perspective_id).agent == "agent:a2"  # its evidence was kept
+        served = again.application.reading.perspective(T, "agent:a0")
+        again.application.reading.flush_recalls()
         assert set(state_uses(again)) == set(served.fact_ids(Tier.FULL, Tier.GIST))
     finally:
         again.close()

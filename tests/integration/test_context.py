@@ -324,20 +324,20 @@ def test_hard_constraints_that_alone_exceed_the_budget_raise_a_clear_error(story
 
 def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(story: Story) -> None:
     memory = story.app.application
-    served = memory.context(TENANT, WANG_MAIN, ASK)
+    served = memory.reading.context(TENANT, WANG_MAIN, ASK)
     story.clock.now += timedelta(hours=2)
     story.app.service.execute(AppendMessage(tenant=TENANT, session_id=WANG_MAIN, message_id="m14", role="user",
                                             content="李总 says the freight is fine now"))
 
     assert is_context_id(served.context_id)
-    explained = memory.explain_context(TENANT, served.context_id)
-    again = memory.reproduce_context(served.context_id)
+    explained = memory.reading.explain_context(TENANT, served.context_id)
+    again = memory.reading.reproduce_context(served.context_id)
 
     assert explained == served
     assert again.text == served.text and again.blocks == served.blocks
     assert served.recall is not None and served.recall.mode == "pushed" and served.recall.held
     assert set(served.constraint_fact_ids) <= set(served.recall.fact_ids)
-    memory.flush_recalls()
+    memory.reading.flush_recalls()
     state = story.app.service.ontology(TENANT)
     for fact_id in served.recall.fact_ids:
         assert state.recall_uses[fact_id]["agent:wang-assistant"]
@@ -345,11 +345,11 @@ def test_a_served_context_is_recorded_explained_and_reproduced_from_the_log(stor
 
 
 def test_forgetting_in_a_tenant_redacts_its_context_evidence_and_keeps_the_structure(story: Story) -> None:
-    served = story.app.application.context(TENANT, WANG_MAIN, ASK)
+    served = story.app.application.reading.context(TENANT, WANG_MAIN, ASK)
 
     assert story.app.evidence.erase("another-tenant") == 0
     assert story.app.evidence.erase(TENANT) == 1
-    redacted = story.app.application.explain_context(TENANT, served.context_id)
+    redacted = story.app.application.reading.explain_context(TENANT, served.context_id)
 
     dumped = redacted.model_dump_json()
     for content in ("Li prefers monthly settlement", "李总", "USD moved", "给李总再出一版报价", "freight"):
@@ -360,13 +360,13 @@ def test_forgetting_in_a_tenant_redacts_its_context_evidence_and_keeps_the_struc
 
 def test_forget_me_reaches_the_context_evidence_and_the_next_context(story: Story) -> None:
     memory = story.app.application
-    served = memory.context(TENANT, WANG_MAIN, ASK)
+    served = memory.reading.context(TENANT, WANG_MAIN, ASK)
     assert "李总 (Li)" in served.text
 
-    memory.forget(TENANT, "person:li")
-    again = memory.context(TENANT, WANG_MAIN, ASK)
+    memory.forgetting.forget(TENANT, "person:li")
+    again = memory.reading.context(TENANT, WANG_MAIN, ASK)
 
-    assert "李总 (Li)" not in memory.explain_context(TENANT, served.context_id).model_dump_json()
+    assert "李总 (Li)" not in memory.reading.explain_context(TENANT, served.context_id).model_dump_json()
     assert "李总 (Li)" not in again.text
     assert "person:li" not in {f.ref for f in again.focus if f.found_in == "message"}
 

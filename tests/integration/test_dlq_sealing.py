@@ -33,7 +33,7 @@ def test_a_dead_letter_of_a_forgotten_persons_session_becomes_unreadable(tmp_pat
     sealed = seal(keys, original, "events/0@17")
     assert b"MARKER" not in sealed  # type: ignore[operator]
     assert unseal(keys, sealed) == original  # `noumena dlq replay` gets the original bytes back
-    app.application.forget(T, "person:zhao")  # the session's key belongs to the person it serves
+    app.application.forgetting.forget(T, "person:zhao")  # the session's key belongs to the person it serves
     assert unseal(keys, sealed) is None
 
 

@@ -132,7 +132,7 @@ def test_every_make_target_the_docs_name_exists() -> None:
     assert not missing, "\n".join(missing)
 
 
-REPO_PATH = re.compile(r"(?<![\w<$./-])((?:domain|projections|consumers|api|infra|tests|docs|ui)/[\w.*/-]*[\w*])")
+REPO_PATH = re.compile(r"(?<![\w<$./-])((?:domain|projections|consumers|api|demo|infra|tests|docs|ui)/[\w.*/-]*[\w*])")
 
 
 HISTORY = re.compile(r"<!--\s*history\s*-->.*?<!--\s*/history\s*-->", re.DOTALL)

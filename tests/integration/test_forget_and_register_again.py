@@ -59,7 +59,7 @@ class Story:
             self.turns.append((f"message life {life}", False))
 
     def forget_and_register_again(self, subject: str) -> None:
-        self.app.application.forget(T, subject)
+        self.app.application.forgetting.forget(T, subject)
         if subject == "person:xu":
             self.reasons = [(reason, True) for reason, _ in self.reasons]
         if subject in ("person:xu", "session:s-xu"):  # Xu's session's turns are Xu's too

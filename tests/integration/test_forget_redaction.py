@@ -61,7 +61,7 @@ def test_redacting_the_live_file_blanks_at_least_what_the_rebuild_forgets(tmp_pa
             live.catch_up()
             assert all(marker in _texts(live.con) for marker in GONE if marker != "MARKER-ZHAO-MESSAGE")
 
-            app.application.forget(T, subject)
+            app.application.forgetting.forget(T, subject)
             live.catch_up()  # (the live file now has the forget, and still every text it had before)
             positions = forgotten_positions(app.log, app.log.max_position())
             assert positions, "no event reads [forgotten] after the forget"
@@ -100,7 +100,7 @@ def test_finding_the_forgotten_events_finds_none_before_a_forget(tmp_path: Path)
         _plant(app.service)
         assert forgotten_positions(app.log, app.log.max_position()) == []
         before = app.log.max_position()
-        app.application.forget(T, "person:zhao")
+        app.application.forgetting.forget(T, "person:zhao")
         found = forgotten_positions(app.log, app.log.max_position())
         assert found and all(position <= before for position in found)
         assert forgotten_positions(app.log, min(found) - 1) == []  # (`until` bounds the search)

@@ -91,7 +91,7 @@ def test_forgetting_a_person_leaves_no_marker_in_any_file_and_keeps_everyone_els
     assert not any(name.startswith("events.sqlite") for names in seen.values() for name in names), \
         "the event log itself never holds content in the clear"
 
-    report = app.application.forget(T, "person:zhao")
+    report = app.application.forgetting.forget(T, "person:zhao")
     assert report.keys_deleted >= 4
     assert report.purged_at is not None  # no projector runs here: the forget purged the projections itself
     (tmp_path / "replayed-before.duckdb").unlink()  # an analyst's own copy is theirs to delete
@@ -129,7 +129,7 @@ def test_forgetting_a_single_fact_erases_only_its_reason(tmp_path):
     _plant(app.service)
     state = app.service.ontology(T)
     (fact,) = [f for f in state.facts.values() if f.reason == "KEEP-ORG-REASON"]
-    app.application.forget(T, f"fact:{fact.fact_id}")
+    app.application.forgetting.forget(T, f"fact:{fact.fact_id}")
     after = app.service.ontology(T)
     assert after.facts[fact.fact_id].reason == FORGOTTEN
     assert after.entities["person:zhao"].label == "Zhao MARKER-ZHAO-NAME"
@@ -139,7 +139,7 @@ def test_forgetting_a_single_fact_erases_only_its_reason(tmp_path):
 def test_forgetting_a_session_erases_its_turns_tasks_and_summaries(tmp_path):
     app = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
     _plant(app.service)
-    app.application.forget(T, "session:s-zhao")
+    app.application.forgetting.forget(T, "session:s-zhao")
     state = app.service.ontology(T)
     assert state.sessions["s-zhao"].turns == [("m1", "user", FORGOTTEN)]
     assert state.sessions["s-zhao"].summaries == [("s-zhao#1", FORGOTTEN)]
@@ -152,9 +152,9 @@ def test_forget_names_a_bad_or_unknown_subject_and_deletes_nothing(tmp_path):
     app = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
     _plant(app.service)
     with pytest.raises(InvalidInput, match="not a forgettable subject"):
-        app.application.forget(T, "agent:assistant")
+        app.application.forgetting.forget(T, "agent:assistant")
     with pytest.raises(UnknownEntity):
-        app.application.forget(T, "person:nobody")
+        app.application.forgetting.forget(T, "person:nobody")
     assert app.service.ontology(T).entities["person:zhao"].label == "Zhao MARKER-ZHAO-NAME"
     app.close()
 
@@ -165,7 +165,7 @@ def test_the_key_bytes_are_gone_from_the_key_store_file(tmp_path):
     keys = app.log.keys
     key = keys.get(f"{T}/entity/person:zhao")  # type: ignore[union-attr]
     assert key is not None and key in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
-    app.application.forget(T, "person:zhao")
+    app.application.forgetting.forget(T, "person:zhao")
     assert key not in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
     assert keys.get(f"{T}/entity/person:zhao") is None  # type: ignore[union-attr]
     app.close()
@@ -180,7 +180,7 @@ def test_forgetting_needs_encryption_to_be_on(tmp_path):
     app = bootstrap(Settings(home=tmp_path, event_store="sqlite", encrypt_content=False), clock=TickingClock())
     _plant(app.service)
     with pytest.raises(InvalidInput, match="not encrypted"):
-        app.application.forget(T, "person:zhao")
+        app.application.forgetting.forget(T, "person:zhao")
     app.close()
 
 

@@ -87,10 +87,10 @@ def _plant(noumena, m: dict[str, str], tmp_path: Path) -> None:  # type: ignore[
 
 def _serve(noumena, home: Path, clock) -> None:  # type: ignore[no-untyped-def]
     memory = noumena.application  # what the entry points call: it keeps the evidence and holds the uses
-    memory.perspective(T, "agent:a", serving="person:x")
-    memory.context(T, "s-x", "tea please")
-    memory.search_for(T, "agent:a", "tea", serving="person:x")
-    memory.flush_recalls()
+    memory.reading.perspective(T, "agent:a", serving="person:x")
+    memory.reading.context(T, "s-x", "tea please")
+    memory.reading.search_for(T, "agent:a", "tea", serving="person:x")
+    memory.reading.flush_recalls()
 
 
 def _forms(text: bytes) -> list[bytes]:
@@ -277,7 +277,7 @@ def test_after_forgetting_no_byte_on_disk_holds_x_or_opens_x(make_noumena, tmp_p
         wrapping = [kek.key, *(x_buckets[bucket] for bucket in {bucket_of[name] for name in x_names})]
         assert _opened(fields, _candidates(_files(*pg), x_names, wrapping)) > 0
 
-    written = noumena.application.forget(T, "person:x")
+    written = noumena.application.forgetting.forget(T, "person:x")
     report = written.receipt
     assert written.purged_at is not None  # no projector runs here: the forget rebuilt the projections itself
     after_keys = _all_keys(noumena)

@@ -91,7 +91,7 @@ def _check_program(backend: str, program: list[tuple]) -> None:
                     if not facts:
                         continue
                     subject = f"fact:{facts[pick % len(facts)]}"
-                app.application.forget(T, subject)
+                app.application.forgetting.forget(T, subject)
 
         logged = list(app.log.read(0, 100_000))
         forgets = [(x.position, x.event.subject) for x in logged if isinstance(x.event, SubjectForgotten)]
@@ -150,7 +150,7 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
 
     state = app.service.ontology(T)
     (doomed,) = [f for f in state.facts.values() if f.object == "file:b"]
-    report = app.application.forget(T, f"fact:{doomed.fact_id}")
+    report = app.application.forgetting.forget(T, f"fact:{doomed.fact_id}")
     assert report.keys_deleted == 1  # the group's key; the other two members' keys are now stored on their own
     # only the forgotten fact's event: its siblings' events were sealed with the same group, but their keys stay
     assert report.receipt is not None and report.receipt.events_affected == 1
@@ -165,7 +165,7 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
                      reason="Li reads file:d"))
     assert app.service.ontology(T).facts[[f.fact_id for f in app.service.ontology(T).facts.values()
                                           if f.object == "file:d"][0]].reason == "Li reads file:d"
-    app.application.forget(T, "person:li")
+    app.application.forgetting.forget(T, "person:li")
     assert {f.reason for f in app.service.ontology(T).facts.values()} == {FORGOTTEN}
     app.close()
 
@@ -219,7 +219,7 @@ def test_a_forget_in_one_process_never_erases_facts_another_process_writes_meanw
             writer.kill()
             raise AssertionError("the writer process did not finish its 300 facts within 300 s")
         facts = sorted(app.service.ontology(T).facts)
-        app.application.forget(T, f"fact:{facts[len(facts) // 2]}")
+        app.application.forgetting.forget(T, f"fact:{facts[len(facts) // 2]}")
         forgotten += 1
         time.sleep(0.01)
     assert writer.wait() == 0

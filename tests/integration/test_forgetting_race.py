@@ -69,7 +69,7 @@ def test_nothing_written_before_a_forget_event_stays_readable_while_three_writer
             time.sleep(0.05)
     receipts = {}
     for person in PEOPLE:
-        receipts[person] = app.application.forget(T, person).receipt
+        receipts[person] = app.application.forgetting.forget(T, person).receipt
         time.sleep(0.2)
     assert all(writer.wait(300) == 0 for writer in writers)
     app.close()

@@ -35,7 +35,7 @@ def _plant(noumena) -> None:  # type: ignore[no-untyped-def]
 def test_the_receipt_names_what_was_erased_and_its_id_is_in_the_log(make_noumena, backend):
     noumena = make_noumena(backend, clock=TickingClock())
     _plant(noumena)
-    report = noumena.application.forget(T, "person:x").receipt
+    report = noumena.application.forgetting.forget(T, "person:x").receipt
     assert report.receipt_id.startswith("fgt-") and report.keys_deleted >= 2
     # the entity label, the message and three reasons were sealed with the deleted keys
     assert report.events_affected == 5
@@ -58,7 +58,7 @@ def test_a_serving_process_finds_the_events_affected_by_key_name_and_its_project
     _plant(noumena)
     served = serve(noumena, kafka=False)
     try:
-        report = served.application.forget(T, "person:x").receipt
+        report = served.application.forgetting.forget(T, "person:x").receipt
         assert served.follower is not None and served.follower.searches == 0
     finally:
         served.stop()
@@ -71,7 +71,7 @@ def test_a_serving_process_finds_the_events_affected_by_key_name_and_its_project
 def test_a_forgotten_person_cannot_be_written_about_until_registered_anew(make_noumena, backend):
     noumena = make_noumena(backend)
     _plant(noumena)
-    report = noumena.application.forget(T, "person:x").receipt
+    report = noumena.application.forgetting.forget(T, "person:x").receipt
     run = noumena.service.execute
     for command, field in ((c.AssertFact(tenant=T, subject="agent:a", relation="knows", object="person:x"), "object"),
                            (c.AssertFact(tenant=T, subject="agent:a", relation="r", object="file:doc",
@@ -110,7 +110,7 @@ def test_forgetting_redacts_the_rejected_lines_that_name_the_subject_in_every_re
     assert report.rejected == 4
     rejects = rejects_path_for(source)
     assert b"MARKER-X-1" in rejects.read_bytes() and b"MARKER-X-2" in rejects.read_bytes()
-    receipt = noumena.application.forget(T, "person:x").receipt
+    receipt = noumena.application.forgetting.forget(T, "person:x").receipt
     assert "import rejects: 1" in receipt.files_rewritten
     data = rejects.read_bytes()
     assert b"MARKER-X" not in data and b"KEEP-Y" in data and b"KEEP-OTHER" in data
@@ -126,7 +126,7 @@ def test_the_store_counts_events_per_key_name_as_reading_each_events_header_does
     _plant(noumena)
     noumena.service.execute(c.CreateTenant(tenant="other"))
     noumena.service.execute(c.RegisterEntity(tenant="other", ref="person:z", label="z's label"))
-    noumena.application.forget(T, "person:y")
+    noumena.application.forgetting.forget(T, "person:y")
     by_header: dict[str | None, dict[str, int]] = {None: {}, T: {}, "other": {}}
     for logged in noumena.log.recorder.select_notifications(start=0, limit=10_000):
         if 0 in logged.state:

@@ -57,7 +57,7 @@ def test_after_forgetting_a_person_every_write_into_their_sessions_is_refused(ma
     service.execute(c.AssertFact(tenant=T, subject="person:z", relation="reads", object="file:doc",
                                  scope="person:z", reason="MARKER-Z-EPISODIC"))
     (episodic,) = service.ontology(T).facts
-    noumena.application.forget(T, "person:z")
+    noumena.application.forgetting.forget(T, "person:z")
     late = {
         "scope": c.AssertFact(tenant=T, subject="agent:a", relation="reads", object="file:doc",
                               reason="MARKER-Z-LATE-SCOPED", scope="session:s-z"),
@@ -130,7 +130,7 @@ def test_a_consolidation_started_before_the_forget_writes_nothing_after_it(make_
     thread = threading.Thread(target=run)
     thread.start()
     assert extractor.started.wait(30)
-    noumena.application.forget(T, "person:z")
+    noumena.application.forgetting.forget(T, "person:z")
     extractor.go.set()
     thread.join(30)
     assert isinstance(outcome[0], SubjectWasForgotten) and outcome[0].field == "compaction_id"
@@ -178,7 +178,7 @@ def test_forgetting_one_party_of_an_org_fact_keeps_the_other_partys_own_words(ma
     _knows(noumena)
     texts = lambda: [r for reasons in _reasons(noumena).values() for r in reasons]  # noqa: E731
     assert {"KEEP-Y-WORDS we met at the fair", "MARKER-Z-WORDS Y is my neighbour"} <= set(texts())
-    noumena.application.forget(T, "person:z")
+    noumena.application.forgetting.forget(T, "person:z")
     after = texts()
     assert "KEEP-Y-WORDS we met at the fair" in after  # Y's own words about knowing Z stay
     assert not [r for r in after if "MARKER" in r], after  # Z's go, and words no one can be named for go too
@@ -186,7 +186,7 @@ def test_forgetting_one_party_of_an_org_fact_keeps_the_other_partys_own_words(ma
     state = _fresh(noumena).ontology(T)
     assert state.entities["person:z"].label == FORGOTTEN and state.entities["person:y"].label == "Y"
     # forgetting Y as well erases Y's words
-    noumena.application.forget(T, "person:y")
+    noumena.application.forgetting.forget(T, "person:y")
     assert set(texts()) == {FORGOTTEN}
 
 
@@ -195,13 +195,13 @@ def test_forgetting_the_author_or_the_fact_erases_the_authors_words(make_noumena
     noumena = make_noumena(store)
     _people(noumena.service)
     fact = _knows(noumena)
-    noumena.application.forget(T, "person:y")
+    noumena.application.forgetting.forget(T, "person:y")
     reasons = _reasons(noumena)[fact]
     assert reasons == (FORGOTTEN, "MARKER-Z-WORDS Y is my neighbour")  # Y's go with Y, Z's stay
     again = make_noumena(store, home=noumena.settings.home.parent / "again")
     _people(again.service)
     fact = _knows(again)
-    again.application.forget(T, f"fact:{fact}")  # forgetting the fact erases every party's words in it
+    again.application.forgetting.forget(T, f"fact:{fact}")  # forgetting the fact erases every party's words in it
     assert _reasons(again)[fact] == (FORGOTTEN, FORGOTTEN)
     others = [r for f, rs in _reasons(again).items() if f != fact for r in rs]
     assert "MARKER-Z-ACTOR-WORDS" in others and "MARKER-UNATTRIBUTED-WORDS" in others
@@ -243,7 +243,7 @@ def test_labels_of_things_created_in_a_persons_sessions_or_linked_only_to_them_g
     run(c.AssertFact(tenant=T, subject="agent:a", relation="handles", object="ticket:shared", scope="person:y"))
     state = service.ontology(T)
     assert state.entities["ticket:z-1"].label.startswith("Zed: MARKER-Z-TICKET")
-    noumena.application.forget(T, "person:z")
+    noumena.application.forgetting.forget(T, "person:z")
     entities = _fresh(noumena).ontology(T).entities
     for ref in ("ticket:z-1", "ticket:z-2", "file:z-notes"):
         assert (entities[ref].label, entities[ref].aliases) == (FORGOTTEN, ()), ref
@@ -266,7 +266,7 @@ def test_forgetting_a_session_erases_the_labels_of_what_was_named_in_it(make_nou
         "payload": {"ref": "ticket:wired", "label": "MARKER-WIRED-TICKET", "session_id": "s-z"}}],
         all_or_nothing=True)
     assert wired.rejected == [] and wired.accepted == 1, wired.rejected
-    noumena.application.forget(T, "session:s-z")  # takes its worker w-z along
+    noumena.application.forgetting.forget(T, "session:s-z")  # takes its worker w-z along
     entities = _fresh(noumena).ontology(T).entities
     assert entities["ticket:w-1"].label == FORGOTTEN and entities["ticket:wired"].label == FORGOTTEN
     assert entities["person:named"].label == "KEEP-A-PERSON-NAMED"  # a person's name is theirs, never a session's
@@ -300,6 +300,6 @@ def test_a_log_written_before_these_rules_reads_and_forgets_as_it_was_written(ma
     assert state.entities["ticket:old"].label == "OLD-CLEAR-TICKET" and state.facts[fact_id].reason == "OLD-Y-WORDS"
     noumena.service.execute(c.AssertFact(tenant=T, subject="person:y", relation="knows", object="person:z",
                                          scope="org", reason="NEW-Y-WORDS", source=c.Source(session_id="s-y")))
-    noumena.application.forget(T, "person:z")
+    noumena.application.forgetting.forget(T, "person:z")
     assert _reasons(noumena)[fact_id] == (FORGOTTEN, "NEW-Y-WORDS")  # the old rule for the old event, the new
     assert _fresh(noumena).ontology(T).entities["ticket:old"].label == "OLD-CLEAR-TICKET"  # for the new one

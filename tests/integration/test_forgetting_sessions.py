@@ -54,7 +54,7 @@ def test_forgetting_a_person_erases_their_sessions_workers_and_session_scoped_fa
     noumena = make_noumena(backend)
     _plant(noumena.service)
     assert set(GONE) | set(KEPT) <= _texts(noumena.service)
-    noumena.application.forget(T, "person:x")
+    noumena.application.forgetting.forget(T, "person:x")
     fresh = OntologyService(noumena.log, clock=TickingClock())  # read back from the log, not from a cache
     texts = _texts(fresh)
     assert not set(GONE) & texts, set(GONE) & texts
@@ -69,7 +69,7 @@ def test_forgetting_a_person_erases_their_sessions_workers_and_session_scoped_fa
 def test_forgetting_a_session_erases_the_facts_scoped_to_its_workers(make_noumena, backend):
     noumena = make_noumena(backend)
     _plant(noumena.service)
-    noumena.application.forget(T, "session:s-x")
+    noumena.application.forgetting.forget(T, "session:s-x")
     texts = _texts(OntologyService(noumena.log, clock=TickingClock()))
     assert not set(GONE) & texts and set(KEPT) <= texts
     assert noumena.service.ontology(T).entities["person:x"].label == "X"  # the person is not forgotten
@@ -83,7 +83,7 @@ def test_after_forgetting_a_person_replay_as_of_and_perspectives_still_work_for_
     perspectives = Perspectives(noumena.log, clock)
     served = perspectives.perspective_for(T, "agent:a", serving="person:y")
     before = clock.now
-    noumena.application.forget(T, "person:x")
+    noumena.application.forgetting.forget(T, "person:x")
     perspectives = Perspectives(noumena.log, clock)  # (a forget reloads them)
     again = perspectives.reproduce(served)
     assert [(i.fact_id, i.tier) for i in again.items] == [(i.fact_id, i.tier) for i in served.items]

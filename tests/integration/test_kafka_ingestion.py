@@ -399,6 +399,6 @@ def test_a_dead_lettered_copy_is_sealed_with_its_subjects_key_and_forgotten_with
     (opened,) = dead_letters(noumena.consumer_ports())
     assert opened.letter.letter.value == json.dumps(bad).encode() and not opened.forgotten
 
-    noumena.application.forget("acme", "person:zhao")
+    noumena.application.forgetting.forget("acme", "person:zhao")
     (after,) = dead_letters(noumena.consumer_ports())
     assert after.forgotten and after.letter.letter.value is None

@@ -49,12 +49,12 @@ def _coalesced(noumena) -> list[RecallsCoalesced]:  # type: ignore[no-untyped-de
 def test_serving_holds_a_use_of_the_full_and_gist_facts_and_a_flush_writes_them_in_one_event(served):
     noumena, memory, _ids, _clock = served
     end = noumena.log.max_position()
-    p = memory.perspective(T, "agent:a")
+    p = memory.reading.perspective(T, "agent:a")
     assert (p.counts["full"], p.counts["gist"]) == (4, 7)
     assert p.recall is not None and p.recall.held and p.recall.position is None
     assert p.recall.fact_ids == p.fact_ids(Tier.FULL, Tier.GIST)
     assert noumena.log.max_position() == end  # nothing written while serving
-    [position] = memory.flush_recalls()
+    [position] = memory.reading.flush_recalls()
     [event] = _coalesced(noumena)
     assert [(agent, mode, fact_id) for agent, mode, fact_id, _at in event.used()] == [
         ("agent:a", "pushed", fact_id) for fact_id in p.fact_ids(Tier.FULL, Tier.GIST)]
@@ -66,7 +66,7 @@ def test_with_coalescing_off_serving_records_one_pushed_recall_naming_the_perspe
     monkeypatch.setenv("NOUMENA_RECALL_FLUSH_SECONDS", "0")
     noumena = make_noumena("sqlite", clock=TickingClock(datetime(2026, 3, 1, tzinfo=UTC)))
     _org(noumena)
-    p = noumena.application.perspective(T, "agent:a")
+    p = noumena.application.reading.perspective(T, "agent:a")
     [recall] = _recalls(noumena)
     assert recall.mode == "pushed" and recall.perspective_id == p.perspective_id
     assert list(recall.fact_ids) == p.fact_ids(Tier.FULL, Tier.GIST)
@@ -75,11 +75,11 @@ def test_with_coalescing_off_serving_records_one_pushed_recall_naming_the_perspe
 
 def test_later_perspectives_rank_reinforced_facts_higher(served):
     noumena, memory, ids, clock = served
-    first = memory.perspective(T, "agent:a")
+    first = memory.reading.perspective(T, "agent:a")
     weakest = first.items[-1].fact_id  # identical facts: the tie-break put this one last
-    memory.mark_used(T, "agent:a", [weakest])
+    memory.facts.mark_used(T, "agent:a", [weakest])
     clock.now += timedelta(hours=2)
-    second = memory.perspective(T, "agent:a")
+    second = memory.reading.perspective(T, "agent:a")
     assert second.items[0].fact_id == weakest
     assert second.items[0].activation > max(i.activation for i in first.items)
     assert [r.mode for r in _recalls(noumena)] == ["used"]  # an agent's own word is written at once
@@ -87,23 +87,23 @@ def test_later_perspectives_rank_reinforced_facts_higher(served):
 
 def test_a_pushed_fact_outranks_the_ones_that_were_not_shown(served):
     noumena, memory, ids, clock = served
-    shown = set(memory.perspective(T, "agent:a").fact_ids(Tier.FULL, Tier.GIST))
-    memory.flush_recalls()  # (the buffer's timer, a minute later)
+    shown = set(memory.reading.perspective(T, "agent:a").fact_ids(Tier.FULL, Tier.GIST))
+    memory.reading.flush_recalls()  # (the buffer's timer, a minute later)
     clock.now += timedelta(days=1)
-    again = memory.perspective(T, "agent:a")
+    again = memory.reading.perspective(T, "agent:a")
     top = {i.fact_id for i in again.items[:11]}
     assert top == shown
 
 
 def test_a_deeper_look_records_a_deepened_use_and_an_as_of_look_records_none(served):
     noumena, memory, _ids, clock = served
-    memory.perspective(T, "agent:a", deeper=True)
-    past = memory.perspective(T, "agent:a", as_of=clock.now - timedelta(days=1))
-    memory.flush_recalls()
+    memory.reading.perspective(T, "agent:a", deeper=True)
+    past = memory.reading.perspective(T, "agent:a", as_of=clock.now - timedelta(days=1))
+    memory.reading.flush_recalls()
     [event] = _coalesced(noumena)
     assert {group.mode for group in event.uses} == {"deepened"}
     assert past.recall is None and past.as_of is not None
-    assert memory.explain(T, past.perspective_id).as_of == past.as_of
+    assert memory.reading.explain(T, past.perspective_id).as_of == past.as_of
 
 
 @pytest.mark.parametrize("mode", ["reproducible", "full"])
@@ -113,26 +113,26 @@ def test_the_evidence_explains_and_reproduces_a_served_perspective(make_noumena,
     noumena = make_noumena("sqlite", clock=clock)
     _org(noumena)
     memory = noumena.application
-    p = memory.perspective(T, "agent:a", focus=["thing:03"], budget_tokens=300)
-    memory.flush_recalls()
+    p = memory.reading.perspective(T, "agent:a", focus=["thing:03"], budget_tokens=300)
+    memory.reading.flush_recalls()
     clock.now += timedelta(days=2)
-    memory.perspective(T, "agent:a")  # later events must not change the explanation or the reproduction
-    memory.flush_recalls()
-    assert memory.explain(T, p.perspective_id) == p
-    again = memory.reproduce(p.perspective_id)
+    memory.reading.perspective(T, "agent:a")  # later events must not change the explanation or the reproduction
+    memory.reading.flush_recalls()
+    assert memory.reading.explain(T, p.perspective_id) == p
+    again = memory.reading.reproduce(p.perspective_id)
     assert [(i.fact_id, i.tier, i.activation) for i in again.items] == [
         (i.fact_id, i.tier, i.activation) for i in p.items]
     assert again.context == p.context
     with pytest.raises(UnknownPerspective):
-        memory.explain(T, "no-such-perspective")
+        memory.reading.explain(T, "no-such-perspective")
     with pytest.raises(UnknownPerspective):
-        memory.explain("another-tenant", p.perspective_id)
+        memory.reading.explain("another-tenant", p.perspective_id)
 
 
 def test_the_context_fits_its_budget_and_every_line_is_traceable(served):
     _noumena, memory, _ids, _clock = served
-    roomy = memory.perspective(T, "agent:a")
-    tight = memory.perspective(T, "agent:a", budget_tokens=120)
+    roomy = memory.reading.perspective(T, "agent:a")
+    tight = memory.reading.perspective(T, "agent:a", budget_tokens=120)
     assert roomy.context_tokens <= roomy.budget_tokens and tight.context_tokens <= 120
     assert estimate_tokens(tight.context) == tight.context_tokens
     assert tight.counts["full"] + tight.counts["gist"] < roomy.counts["full"] + roomy.counts["gist"]
@@ -150,7 +150,7 @@ def test_unknown_agents_are_refused(served):
 
     _noumena, memory, _ids, _clock = served
     with pytest.raises(UnknownEntity):
-        memory.perspective(T, "agent:nobody")
+        memory.reading.perspective(T, "agent:nobody")
 
 
 def test_an_index_loaded_from_duckdb_equals_the_one_folded_from_the_log(tmp_path):
@@ -204,15 +204,15 @@ def test_forgetting_a_person_erases_their_content_from_the_index_and_the_evidenc
         run(RegisterEntity(tenant=T, ref="person:zhao", label="Zhao MARKER-NAME"))
         run(AssertFact(tenant=T, subject="agent:a", relation="serves", object="person:zhao", reason="MARKER-WHY"))
         memory = app.application
-        served = memory.perspective(T, "agent:a")
+        served = memory.reading.perspective(T, "agent:a")
         assert "MARKER-NAME" in served.context
         evidence = [tmp_path / "home" / name for name in ("evidence.sqlite", "evidence.sqlite-wal")]
         assert any(b"MARKER" in path.read_bytes() for path in evidence) == (mode == "full")
-        memory.forget(T, "person:zhao")
+        memory.forgetting.forget(T, "person:zhao")
         assert not any(b"MARKER" in path.read_bytes() for path in evidence if path.exists())
-        explained = memory.explain(T, served.perspective_id)
+        explained = memory.reading.explain(T, served.perspective_id)
         assert explained.items[0].fact_id == served.items[0].fact_id and "MARKER" not in explained.model_dump_json()
-        again = memory.perspective(T, "agent:a")
+        again = memory.reading.perspective(T, "agent:a")
         assert "MARKER" not in again.context and again.items[0].fact_id == served.items[0].fact_id
     finally:
         app.close()

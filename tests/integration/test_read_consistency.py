@@ -47,14 +47,14 @@ def test_an_index_loaded_while_the_projector_commits_holds_every_row_up_to_its_p
     follower = ProjectionFollower(noumena.log, noumena.settings, publish_snapshots=False)
     try:
         app = noumena.application
-        app.create_tenant(TENANT)
-        app.register_entity(TENANT, "agent:companion", "Companion")
+        app.tenants.create_tenant(TENANT)
+        app.facts.register_entity(TENANT, "agent:companion", "Companion")
         for i in range(40):
-            app.register_entity(TENANT, f"person:p{i}", f"Person {i}")
-            app.ingest(TENANT, [{"event_id": f"s{i}", "tenant": TENANT, "type": "session.started",
-                                 "payload": {"session_id": f"s{i}", "agent": "agent:companion",
-                                             "serving": f"person:p{i}"}}])
-            app.assert_fact(TENANT, subject=f"person:p{i}", relation="knows", object="agent:companion")
+            app.facts.register_entity(TENANT, f"person:p{i}", f"Person {i}")
+            app.facts.ingest(TENANT, [{"event_id": f"s{i}", "tenant": TENANT, "type": "session.started",
+                                       "payload": {"session_id": f"s{i}", "agent": "agent:companion",
+                                                   "serving": f"person:p{i}"}}])
+            app.facts.assert_fact(TENANT, subject=f"person:p{i}", relation="knows", object="agent:companion")
         follower._projector.run_once()  # the first batch only: the rest is committed while the index loads
         with follower.reader() as con:
             interleaved = CommitsBetweenStatements(con, follower)

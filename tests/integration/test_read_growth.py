@@ -35,16 +35,16 @@ class Clock:
 
 def _org(memory, agents: int = 3, things: int = 6) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
     """Each agent knows `things` things; the fact ids per agent."""
-    memory.create_tenant(T)
+    memory.tenants.create_tenant(T)
     facts: dict[str, list[str]] = {}
     for a in range(agents):
         agent = f"agent:a{a}"
-        memory.register_entity(T, agent, f"agent {a}")
+        memory.facts.register_entity(T, agent, f"agent {a}")
         facts[agent] = []
         for k in range(things):
-            memory.register_entity(T, f"thing:{a}-{k}", f"thing {a}/{k}")
-            facts[agent].append(memory.assert_fact(T, subject=agent, relation="knows", object=f"thing:{a}-{k}",
-                                                   reason=f"reason {k}").fact_id)
+            memory.facts.register_entity(T, f"thing:{a}-{k}", f"thing {a}/{k}")
+            facts[agent].append(memory.facts.assert_fact(T, subject=agent, relation="knows", object=f"thing:{a}-{k}",
+                                                         reason=f"reason {k}").fact_id)
     return facts
 
 
@@ -74,12 +74,12 @@ def test_hundreds_of_served_reads_append_one_event_per_flush(clocked) -> None:  
     end = noumena.log.max_position()
     for i in range(300):
         clock.now = START + timedelta(seconds=i / 10)  # 30 seconds of reads: no flush is due yet
-        memory.perspective(T, f"agent:a{i % 3}")
+        memory.reading.perspective(T, f"agent:a{i % 3}")
         if i % 50 == 0:
-            memory.search_for(T, f"agent:a{i % 3}", "thing reason")
+            memory.reading.search_for(T, f"agent:a{i % 3}", "thing reason")
     assert noumena.log.max_position() == end
-    [position] = memory.flush_recalls()
-    assert position == end + 1 and memory.flush_recalls() == []
+    [position] = memory.reading.flush_recalls()
+    assert position == end + 1 and memory.reading.flush_recalls() == []
     [event] = _events(noumena, RecallsCoalesced)
     assert {group.agent for group in event.uses} == {"agent:a0", "agent:a1", "agent:a2"}
     assert len(event.used()) == len({(a, f) for a, _m, f, _at in event.used()})  # one use per agent and fact
@@ -91,12 +91,12 @@ def test_a_flush_is_due_when_the_oldest_held_use_is_a_minute_old(clocked) -> Non
     memory = noumena.application
     _org(memory)
     end = noumena.log.max_position()
-    memory.perspective(T, "agent:a0")
+    memory.reading.perspective(T, "agent:a0")
     clock.now += timedelta(seconds=59)
-    memory.perspective(T, "agent:a1")
+    memory.reading.perspective(T, "agent:a1")
     assert noumena.log.max_position() == end
     clock.now += timedelta(seconds=1)
-    memory.perspective(T, "agent:a2")  # its own use is held with the rest, and the flush writes them all
+    memory.reading.perspective(T, "agent:a2")  # its own use is held with the rest, and the flush writes them all
     assert noumena.log.max_position() == end + 1 and noumena.recalls.held == 0
 
 
@@ -104,17 +104,17 @@ def test_at_most_one_use_per_agent_fact_and_hour_is_recorded_at_its_first_moment
     noumena, clock = clocked
     memory = noumena.application
     _org(memory, agents=1)
-    first = memory.perspective(T, "agent:a0")
+    first = memory.reading.perspective(T, "agent:a0")
     shown = first.fact_ids()
     clock.now += timedelta(minutes=20)
-    memory.perspective(T, "agent:a0")
-    memory.flush_recalls()
+    memory.reading.perspective(T, "agent:a0")
+    memory.reading.flush_recalls()
     clock.now += timedelta(minutes=20)  # the same hour, another flush: nothing new to write
-    memory.perspective(T, "agent:a0")
-    assert memory.flush_recalls() == []
+    memory.reading.perspective(T, "agent:a0")
+    assert memory.reading.flush_recalls() == []
     clock.now = START + timedelta(hours=1, minutes=5)  # the next hour: one more use each
-    memory.perspective(T, "agent:a0")
-    memory.flush_recalls()
+    memory.reading.perspective(T, "agent:a0")
+    memory.reading.flush_recalls()
     uses = [u for u in _uses(noumena) if u[1] in shown]
     assert sorted({u[2] for u in uses}) == [START, START + timedelta(hours=1, minutes=5)]
     assert len(uses) == 2 * len(set(first.fact_ids(*_shown_tiers())))
@@ -134,7 +134,7 @@ def test_a_clean_shutdown_writes_the_held_uses(tmp_path: Path) -> None:
     settings_ = Settings(home=tmp_path / "home", event_store="sqlite", embedder="none")
     noumena = bootstrap(settings_)
     _org(noumena.application)
-    served = noumena.application.perspective(T, "agent:a1")
+    served = noumena.application.reading.perspective(T, "agent:a1")
     noumena.close()
     again = bootstrap(settings_)
     try:
@@ -154,15 +154,15 @@ def test_the_log_holds_the_first_use_of_each_agent_fact_and_hour_whenever_the_fl
                                      encrypt_content=False), clock=clock)
         try:
             memory = noumena.application
-            memory.create_tenant(T)
-            memory.register_entity(T, "agent:a0", "agent 0")
-            memory.register_entity(T, "agent:a1", "agent 1")
-            memory.register_entity(T, "thing:hub", "the hub thing")
+            memory.tenants.create_tenant(T)
+            memory.facts.register_entity(T, "agent:a0", "agent 0")
+            memory.facts.register_entity(T, "agent:a1", "agent 1")
+            memory.facts.register_entity(T, "thing:hub", "the hub thing")
             ids = []
             for k in range(4):
-                memory.register_entity(T, f"thing:{k}", f"thing {k}")
-                ids.append(memory.assert_fact(T, subject="thing:hub", relation="near", object=f"thing:{k}",
-                                              reason=f"reason {k}").fact_id)
+                memory.facts.register_entity(T, f"thing:{k}", f"thing {k}")
+                ids.append(memory.facts.assert_fact(T, subject="thing:hub", relation="near", object=f"thing:{k}",
+                                                    reason=f"reason {k}").fact_id)
             expected: dict[tuple[str, str, int], datetime] = {}
             for agent, thing, offset, flush in sorted(reads, key=lambda r: r[2]):
                 at = START + timedelta(seconds=offset)
@@ -170,8 +170,8 @@ def test_the_log_holds_the_first_use_of_each_agent_fact_and_hour_whenever_the_fl
                 noumena.recalls.record(T, f"agent:a{agent}", [ids[thing]], _mode(), at)
                 expected.setdefault((f"agent:a{agent}", ids[thing], hour_bucket(at.timestamp())), at)
                 if flush:
-                    memory.flush_recalls()
-            memory.flush_recalls()
+                    memory.reading.flush_recalls()
+            memory.reading.flush_recalls()
             assert _uses(noumena) == sorted((a, f, at) for (a, f, _h), at in expected.items())
         finally:
             noumena.close()
@@ -243,12 +243,12 @@ def test_the_read_model_and_the_index_it_loads_hold_the_coalesced_uses_at_their_
     noumena, clock = clocked
     memory = noumena.application
     facts = _org(memory, agents=2)
-    memory.perspective(T, "agent:a0")
+    memory.reading.perspective(T, "agent:a0")
     clock.now += timedelta(hours=2, minutes=17)
-    memory.perspective(T, "agent:a0")
-    memory.search_for(T, "agent:a1", "thing reason")
-    memory.flush_recalls()
-    memory.mark_used(T, "agent:a1", facts["agent:a1"][:1])
+    memory.reading.perspective(T, "agent:a0")
+    memory.reading.search_for(T, "agent:a1", "thing reason")
+    memory.reading.flush_recalls()
+    memory.facts.mark_used(T, "agent:a1", facts["agent:a1"][:1])
     with Projector(noumena.log, tmp_path / "read.duckdb") as projector:
         projector.catch_up()
         rows = projector.con.execute("SELECT agent, fact_id, used_at FROM fact_uses").fetchall()  # type: ignore[attr-defined]

@@ -143,11 +143,11 @@ def _build(noumena: Noumena, org: Organisation) -> str:
         envelopes.append({"event_id": f"{tenant}-m-{session}", "tenant": tenant, "type": "message.appended",
                           "payload": {"session_id": session, "message_id": f"m-{session}", "role": "user",
                                       "content": f"remember {secret(k)} please"}})
-    app.ingest(tenant, envelopes)
+    app.facts.ingest(tenant, envelopes)
     for agent, person in org.serves:
-        app.assert_fact(tenant, subject=agent, relation="serves", object=person)
+        app.facts.assert_fact(tenant, subject=agent, relation="serves", object=person)
     for index, fact in enumerate(org.tenant_writes):
-        app.assert_fact(tenant, relation="noted", reason=f"tenant wrote {index}", **fact)
+        app.facts.assert_fact(tenant, relation="noted", reason=f"tenant wrote {index}", **fact)
     return tenant
 
 
@@ -162,7 +162,7 @@ def test_a_scoped_key_neither_writes_nor_learns_what_its_agents_may_not_see(noum
     reference = Reference(org)
     for index, fact in enumerate(org.attempts):
         try:
-            app.assert_fact(caller, relation="claimed", reason=f"key wrote {index}", **fact)
+            app.facts.assert_fact(caller, relation="claimed", reason=f"key wrote {index}", **fact)
             accepted = True
         except NotPermitted:
             accepted = False
@@ -172,10 +172,10 @@ def test_a_scoped_key_neither_writes_nor_learns_what_its_agents_may_not_see(noum
     for agent in org.key_agents:
         for serving in [None, *sorted(reference.served)]:
             for k, (session, _, _) in enumerate(org.sessions):
-                answer = app.search_for(caller, agent, secret(k), serving=serving, k=100)
+                answer = app.reading.search_for(caller, agent, secret(k), serving=serving, k=100)
                 found = [item for item in answer.items if item.scores["lexical"] > 0]
                 assert not found or reference.may_read(agent, serving, session), (agent, serving, session, found)
             for memory in MEMORIES:
-                answer = app.search_for(caller, agent, remembered(memory), serving=serving, k=100)
+                answer = app.reading.search_for(caller, agent, remembered(memory), serving=serving, k=100)
                 found = [item for item in answer.items if item.scores["lexical"] > 0]
                 assert not found or reference.may_name(memory, reference.by_tenant), (agent, serving, memory, found)

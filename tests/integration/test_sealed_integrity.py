@@ -80,7 +80,7 @@ def test_a_shredded_key_still_reads_as_forgotten_and_is_not_counted_as_corruptio
     _write_people(tmp_path)
     app = bootstrap(_settings(tmp_path))
     try:
-        app.application.forget("t", "person:li")
+        app.application.forgetting.forget("t", "person:li")
         before = _corrupted_count()
         entities = app.service.ontology("t").entities
         assert entities["person:li"].label == FORGOTTEN

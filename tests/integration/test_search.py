@@ -117,16 +117,16 @@ def test_an_invalidated_fact_leaves_the_results_and_as_of_search_still_sees_it(s
 def test_serving_records_a_looked_up_use_and_keeps_evidence_that_explains_it(served):
     noumena, _searches, facts, _clock = served
     memory = noumena.application
-    answer = memory.search_for(T, "agent:sales", "monthly settlement", k=3)
+    answer = memory.reading.search_for(T, "agent:sales", "monthly settlement", k=3)
     assert answer.recall_held and answer.recall_position is None
-    explained = memory.explain_search(T, answer.search_id)
+    explained = memory.reading.explain_search(T, answer.search_id)
     assert explained.items == answer.items and explained.recall_held
-    memory.flush_recalls()
+    memory.reading.flush_recalls()
     [event] = [e.event for e in noumena.log.read(0, 10_000) if isinstance(e.event, RecallsCoalesced)]
     assert [(agent, mode, fact_id) for agent, mode, fact_id, _at in event.used()] == [
         ("agent:sales", "looked_up", fact_id) for fact_id in _ids(answer)]
     with pytest.raises(UnknownSearch):
-        memory.explain_search("another-tenant", answer.search_id)
+        memory.reading.explain_search("another-tenant", answer.search_id)
 
 
 def test_bad_requests_name_what_is_wrong(served):
@@ -152,11 +152,11 @@ def test_without_an_embedder_search_is_lexical_and_says_so(served):
 
 def test_forgetting_a_person_leaves_no_text_of_theirs_in_the_index_or_the_evidence(served, tmp_path):
     noumena, searches, facts, _clock = served
-    served_before = noumena.application.search_for(T, "agent:sales", "monthly settlement")
+    served_before = noumena.application.reading.search_for(T, "agent:sales", "monthly settlement")
     assert _ids(served_before)[0] == facts["pay"]
     evidence = [tmp_path / "home" / name for name in ("evidence.sqlite", "evidence.sqlite-wal")]
     assert any(b"settlement" in path.read_bytes() for path in evidence)  # the query is kept ...
-    noumena.application.forget(T, "person:li")  # ... and blanked with the answer
+    noumena.application.forgetting.forget(T, "person:li")  # ... and blanked with the answer
     answer = searches.search_for(T, "agent:sales", "monthly settlement")
     assert facts["pay"] not in [i.fact_id for i in answer.items if "monthly" in i.text]
     pindex, index = searches.index(T)

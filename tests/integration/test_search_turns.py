@@ -113,14 +113,14 @@ def test_forgetting_a_person_erases_their_turn_documents_statistics_and_kept_sea
     noumena = make_noumena("sqlite", clock=clock)
     _org(noumena)
     searches = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
-    served = noumena.application.search_for(T, "agent:sales", "quokka invoice", serving="person:li")
+    served = noumena.application.reading.search_for(T, "agent:sales", "quokka invoice", serving="person:li")
     assert "li-2" in _turns(served)
     home = tmp_path / "home"
     assert any(b"wire transfer" in p.read_bytes() for p in _every_file(home))  # the kept search held the turn
     _pindex, index = searches.index(T)
     assert "quokka" in index.turns.vocabulary and index.turns.live_docs == 5
 
-    noumena.application.forget(T, "person:li")  # erases the sessions that served Li: call-li and other-li
+    noumena.application.forgetting.forget(T, "person:li")  # erases the sessions that served Li: call-li and other-li
 
     assert _turns(searches.search_for(T, "agent:sales", "quokka invoice", serving="person:li")) == []
     _pindex, index = searches.index(T)

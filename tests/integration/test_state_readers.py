@@ -41,15 +41,15 @@ def _seeded(n: Noumena) -> None:
 
 READERS: dict[str, Callable[[Noumena], Any]] = {
     # the review list builds a name index over every entity, then walks the entities again
-    "entities_to_review": lambda n: n.application.entities_to_review(T),
+    "entities_to_review": lambda n: n.application.entities.entities_to_review(T),
     # the workers of the main session, their sessions looked up one by one
-    "workers": lambda n: n.application.workers(T, "wang-main", live_only=False),
+    "workers": lambda n: n.application.views.workers(T, "wang-main", live_only=False),
     # recall walks every fact for each tier, then records the recall (a write, under the same hold)
-    "recall": lambda n: n.application.recall(T, AGENT, "person:li", serving="person:wang"),
+    "recall": lambda n: n.application.reading.recall(T, AGENT, "person:li", serving="person:wang"),
     # disuse walks the current facts and their uses (nothing is disused here: every fact is new)
-    "disuse": lambda n: n.application.archive_disused(T, datetime.now(UTC), period_days=30),
+    "disuse": lambda n: n.application.forgetting.archive_disused(T, datetime.now(UTC), period_days=30),
     # an agent-scoped API key: whom its agents serve comes from every session and every fact
-    "acts_as": lambda n: n.application.recall(Caller(T, (AGENT,)), AGENT, "person:li", serving="person:wang"),
+    "acts_as": lambda n: n.application.reading.recall(Caller(T, (AGENT,)), AGENT, "person:li", serving="person:wang"),
 }
 
 

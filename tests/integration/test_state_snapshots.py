@@ -442,7 +442,7 @@ def test_a_forget_deletes_the_snapshot_key_so_no_copy_of_an_older_snapshot_opens
     shutil.copy(path, copy)
     noumena = bootstrap(settings, clock=TickingClock())
     try:
-        noumena.application.forget(T, "person:x")
+        noumena.application.forgetting.forget(T, "person:x")
         assert noumena.log.keys.get(f"{T}/state-snapshot") is None or not path.exists()  # type: ignore[union-attr]
         shutil.copy(copy, path)  # the old snapshot put back (from a backup, or another replica's home)
         assert noumena.service._snapshots.load(T) is None  # type: ignore[union-attr]  # noqa: SLF001
@@ -461,7 +461,7 @@ def test_a_snapshot_taken_before_another_process_forgets_is_never_stored(snapsho
         # the state still holding person:x's name
         before = late.service.ontology(T) if state == "loaded from the snapshot" else _full_fold(late, T)
         path.unlink()
-        forgetting.application.forget(T, "person:x")
+        forgetting.application.forgetting.forget(T, "person:x")
         late.service._snapshots.save(T, before)  # type: ignore[union-attr]  # noqa: SLF001
         late.service._snapshots.close()  # type: ignore[union-attr]  # noqa: SLF001
         assert not path.exists()
@@ -511,8 +511,8 @@ def test_a_closed_process_leaves_no_snapshot_thread_or_snapshotter_process_runni
     before = snapshot_threads()
     noumena = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=1),
                         clock=TickingClock())
-    noumena.application.create_tenant(T)
-    noumena.application.register_entity(T, "person:x", "X")
+    noumena.application.tenants.create_tenant(T)
+    noumena.application.facts.register_entity(T, "person:x", "X")
     store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
     assert store.wait(60)
     pid = store.snapshotter_pid

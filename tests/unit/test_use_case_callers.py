@@ -8,7 +8,7 @@ import ast
 import inspect
 from pathlib import Path
 
-from domain.application.use_cases import Application
+from domain.application.application import Application
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_A_CALLERS_USE_CASE = {
