@@ -24,7 +24,6 @@ from typing import Any
 
 from demo.story import START, TENANT, StoryClock, build_story
 from domain.activation import Tier
-from domain.commands import RecordRecall
 from domain.perspective import Perspective
 from domain.recalls import RecallMode
 from infra.bootstrap import Noumena
@@ -65,10 +64,9 @@ class PerspectiveStory:
 
 
 def _fact_id(app: Noumena, subject: str, relation: str, obj: str) -> str:
-    with app.service.reading(TENANT) as state:
-        for fact in state.current_facts():
-            if (fact.subject, fact.relation, fact.object) == (subject, relation, obj):
-                return fact.fact_id
+    for fact in app.application.views.current_facts(TENANT, subject):
+        if (fact["relation"], fact["object"]) == (relation, obj):
+            return str(fact["fact_id"])
     raise LookupError(f"the story has no current fact {subject} {relation} {obj}")
 
 
@@ -78,7 +76,7 @@ def serve_story(home: Path) -> PerspectiveStory:
 
     def perspectives(app: Noumena, clock: StoryClock) -> PerspectiveStory:
         if "it" not in story:
-            story["it"] = PerspectiveStory(app, clock, Perspectives(app.log, clock))
+            story["it"] = PerspectiveStory(app, clock, Perspectives(app.projection_source(), clock))
         return story["it"]
 
     def serve(it: PerspectiveStory, title: str, moment: datetime, focus_quote: bool) -> None:
@@ -91,14 +89,13 @@ def serve_story(home: Path) -> PerspectiveStory:
             served[name] = seen = it.perspectives.perspective_for(TENANT, view["agent"], view.get("serving"), focus)
             shown = seen.fact_ids(Tier.FULL, Tier.GIST)
             if shown:
-                it.app.service.execute(RecordRecall(tenant=TENANT, agent=view["agent"], fact_ids=tuple(shown),
-                                                    mode=RecallMode.PUSHED, perspective_id=seen.perspective_id))
+                it.app.application.facts.mark_used(TENANT, view["agent"], shown, seen.perspective_id,
+                                                   mode=RecallMode.PUSHED)
 
     def brief(it: PerspectiveStory) -> None:
         it.clock.now = BRIEFING.astimezone(UTC)
         ids = [_fact_id(it.app, *triple) for triple in BRIEFED_WITH]
-        it.app.service.execute(RecordRecall(tenant=TENANT, agent=WANG_AGENT, fact_ids=tuple(ids),
-                                            mode=RecallMode.USED))
+        it.app.application.facts.mark_used(TENANT, WANG_AGENT, ids, mode=RecallMode.USED)
 
     schedule: list[tuple[datetime, Callable[[PerspectiveStory], None]]] = [
         (MOMENT_1[1], lambda it: serve(it, MOMENT_1[0], MOMENT_1[1], focus_quote=False)),

@@ -27,7 +27,7 @@ def _line(state: Ontology, fact_id: str) -> str:
 def run_demo(console: Console) -> None:
     with tempfile.TemporaryDirectory(prefix="noumena-demo-") as home:
         app, _clock = build_story(Path(home))
-        events = [logged.event for logged in app.log.read(0, 1_000_000)]
+        events = app.events()
         console.print(f"[bold]noumena demo[/] - the seed's story, {len(events)} events in a fresh store at {home}\n")
         previous: set[str] = set()
         for title, moment in MOMENTS:

@@ -37,6 +37,7 @@ from infra.runtime.state_snapshotter import SnapshotterProcess
 from infra.settings import Settings, for_another_process
 
 if TYPE_CHECKING:  # (the projector and the read side are imported when a process first uses them)
+    from domain.events import DomainEvent
     from infra.runtime.readiness import Warmup
     from infra.runtime.serving import FollowedReadModel, KafkaFollower, ProjectionFollower
     from projections.source import RawLog
@@ -67,6 +68,11 @@ class Noumena:
         """The stored records the read models fold (read only): what projection commands hand to projections/,
         which follow the log itself rather than the application."""
         return self.log
+
+    def events(self) -> list[DomainEvent]:
+        """Every event of the log in order, decoded (read only): what an analyst folds, as the demo does to tell
+        what was believed when."""
+        return [logged.event for logged in self.log.read(0, self.log.max_position())]
 
     def consumer_ports(self) -> ConsumerPorts:
         """What a Kafka consumer or the dead-letter tools get: the application's ingestor, the positions they

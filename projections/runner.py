@@ -37,7 +37,7 @@ def follow(log: RawLog, settings: ProjectorSettings, stop: threading.Event) -> N
     from projections.purge import rewrite_exports
 
     with Projector(log, files.live, batch_size=settings.projection_batch_size) as projector:
-        run_forever(projector, stop, poll_interval=settings.projection_poll_interval, snapshot=files.snapshot,
+        run_forever(projector, log, stop, poll_interval=settings.projection_poll_interval, snapshot=files.snapshot,
                     snapshot_interval=settings.snapshot_interval, snapshot_request=files.snapshot_request,
                     on_rebuilt=lambda: rewrite_exports(settings.home, files.snapshot))
 
@@ -63,6 +63,7 @@ def publish_now(log: RawLog, settings: ProjectorSettings, timeout: float = 60.0)
 
 def run_forever(
     projector: Projector,
+    log: RawLog,
     stop: threading.Event,
     *,
     poll_interval: float = 0.2,
@@ -71,8 +72,9 @@ def run_forever(
     snapshot_request: Path | None = None,
     on_rebuilt: Callable[[], object] | None = None,
 ) -> None:
-    """Follow the log until `stop` is set. With `snapshot`, publish it every `snapshot_interval` seconds
-    when something changed, at once when `snapshot_request` appears, and once more on the way out.
+    """Follow the log (the one `projector` reads) until `stop` is set. With `snapshot`, publish it every
+    `snapshot_interval` seconds when something changed, at once when `snapshot_request` appears, and once more on
+    the way out.
     After a `subject.forgotten` event the file is rebuilt from the log (the forgotten content now reads
     `[forgotten]`), the snapshot republished and `on_rebuilt` called."""
     published: int | None = None
@@ -85,7 +87,7 @@ def run_forever(
         if requested:
             projector.catch_up()
         if projector.forgotten_pending:
-            rebuild_in_place(projector)
+            rebuild_in_place(projector, log)
             if snapshot is not None:
                 published, last_publish = projector.publish(snapshot), time.monotonic()
             if on_rebuilt is not None:
@@ -102,13 +104,13 @@ def run_forever(
         projector.publish(snapshot)
 
 
-def rebuild_in_place(projector: Projector) -> None:
-    """Replace the projector's file by a fresh replay of the log up to its position (DuckDB does not zero freed
+def rebuild_in_place(projector: Projector, log: RawLog) -> None:
+    """Replace the projector's file by a fresh replay of its log up to its position (DuckDB does not zero freed
     blocks: rows updated in place could leave forgotten text in the file)."""
     position = projector.position
     projector.con.close()
     tmp = projector.path.with_name(projector.path.name + ".rebuilt")
-    built = replay(_Until(projector.log, position), tmp)
+    built = replay(_Until(log, position), tmp)
     projector.path.with_name(projector.path.name + ".wal").unlink(missing_ok=True)
     os.replace(built.path, projector.path)
     projector.con = connect(projector.path)

@@ -8,6 +8,7 @@ from typing import Any
 
 from domain.access import Caller
 from domain.application.use_cases.core import Core
+from domain.application.use_cases.results import fact_dict
 from domain.sessions import SessionState, workers_for
 
 
@@ -35,6 +36,13 @@ class Views:
         tenant = self._core.tenant_wide(who, "reading sessions")
         self._core.fresh(tenant, min_position)
         return self._core.require_read_model().session(tenant, session_id)
+
+    def current_facts(self, who: Caller | str, subject: str) -> list[dict[str, Any]]:
+        """The current facts about `subject` as they are now in the folded state, as plain data (tenant-wide
+        keys)."""
+        tenant = self._core.tenant_wide(who, "reading facts")
+        with self._core.service.reading(tenant) as state:
+            return [fact_dict(fact) for fact in state.current_facts() if fact.subject == subject]
 
     def workers(self, who: Caller | str, session_id: str, about: str | None = None, live_only: bool = True
                 ) -> list[SessionState]:
