@@ -12,7 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from api.cli_support import application, console, errors
 from domain.errors import NoumenaError
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap
+from infra.runtime.process_tuning import one_thread_per_numeric_call, tune_collector_for_a_long_lived_heap
 
 app = typer.Typer(help="noumena: event-sourced memory for AI agents.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -104,6 +104,7 @@ _register_search_commands(app)
 def main() -> None:
     """Console entry point: domain errors become a message and exit code 2, never a traceback."""
     tune_collector_for_a_long_lived_heap()
+    one_thread_per_numeric_call()  # (numpy is not imported yet: the commands import what they use)
     try:
         app()
     except NoumenaError as error:

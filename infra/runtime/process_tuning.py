@@ -5,6 +5,9 @@ Code that embeds noumena (tests, an application importing `bootstrap`) keeps its
 from __future__ import annotations
 
 import gc
+import os
+
+NUMERIC_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def tune_collector_for_a_long_lived_heap() -> None:
@@ -14,3 +17,13 @@ def tune_collector_for_a_long_lived_heap() -> None:
     young generation of 5,000 objects is collected in about a millisecond, ten times that pauses requests
     visibly (docs/operations.md)."""
     gc.set_threshold(5_000, 10, 100)
+
+
+def one_thread_per_numeric_call() -> None:
+    """numpy's BLAS (OpenBLAS) starts a thread per core for a matrix product and spins them between calls. A
+    search's products are small (a few thousand vectors of 256 values), the process serves requests on threads of
+    its own, and the cores are shared: the extra threads cost more than they gain (on 2 cores under load, a search
+    at 5,000 facts and turns took 3 times the wall time and 2.7 times the CPU with them). Only before numpy is
+    first imported (OpenBLAS reads it when loaded); an operator's own setting of these variables wins."""
+    for name in NUMERIC_THREADS:
+        os.environ.setdefault(name, "1")
