@@ -102,16 +102,22 @@ def new_served_id(at: datetime) -> str:
     return f"{int(at.timestamp() * 1000) & 0xFFFF_FFFF_FFFF:012x}{secrets.randbits(80):020x}"
 
 
-class Perspective(BaseModel):
-    """Everything served and everything needed to reproduce it (the evidence `noumena explain` prints)."""
+class Standpoint(BaseModel):
+    """Where a perspective is taken from: the agent, the person it serves, what it has in mind, at which moment,
+    and how deep (the served perspective and the API's answer derive from it)."""
 
-    perspective_id: str
-    tenant: str
     agent: str
     serving: str | None = None
     focus: list[str] = Field(default_factory=list)
     as_of: datetime | None = None
     deeper: bool = False
+
+
+class Perspective(Standpoint):
+    """Everything served and everything needed to reproduce it (the evidence `noumena explain` prints)."""
+
+    perspective_id: str
+    tenant: str
     served_at: datetime
     """The moment decay was computed at: now, or `as_of`."""
     log_position: int

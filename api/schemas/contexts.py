@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import MIN_POSITION_TEXT
+from domain.context import ContextAsked
 from domain.values import Count, text
 
 
@@ -44,14 +45,10 @@ class OmissionPublic(BaseModel):
     ids: list[str]
 
 
-class ContextPublic(BaseModel):
+class ContextPublic(ContextAsked):
     """A served context. `text` is the markdown block; every block carries the ids its lines came from."""
 
     context_id: str = Field(description="Pass to /v1/contexts/{context_id}/explain.")
-    session_id: str
-    agent: str
-    serving: str | None = None
-    message: str | None = None
     budget_tokens: int
     tokens: int
     text: str

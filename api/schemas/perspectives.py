@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from domain.perspective import Standpoint
 
 
 class PerspectiveItemPublic(BaseModel):
@@ -20,17 +21,12 @@ class PerspectiveItemPublic(BaseModel):
     hops: int
 
 
-class PerspectivePublic(BaseModel):
+class PerspectivePublic(Standpoint):
     """A served perspective. `context` is the markdown block to put in the prompt; every line names fact ids."""
 
     model_config = ConfigDict(extra="allow")
 
     perspective_id: str
-    agent: str
-    serving: str | None = None
-    focus: list[str] = Field(default_factory=list)
-    as_of: datetime | None = None
-    deeper: bool = False
     items: list[PerspectiveItemPublic]
     counts: dict[str, int] = Field(description="Facts per tier, forgotten included.")
     context: str

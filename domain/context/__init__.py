@@ -40,6 +40,7 @@ from domain.context.model import (
     SHRINK_ORDER,
     BlockLine,
     Context,
+    ContextAsked,
     ContextBlock,
     ContextBudgetExceeded,
     ContextParameters,
@@ -63,9 +64,9 @@ from domain.context.tokens import line_tokens, lines_tokens, text_tokens
 
 __all__ = [
     "CONSTRAINTS_HEADING", "CONSTRAINT_RELATIONS", "RECALLED_HEADING", "DEFAULT_CONTEXT_PARAMETERS", "ROLE_ORDER",
-    "SHRINK_ORDER", "Assembly", "BlockLine", "ConstraintIndex", "Context", "ContextBlock", "ContextBudgetExceeded",
-    "ContextParameters", "ContextRole", "FocusRef", "Omission", "WorkerView", "assemble", "choose_focus",
-    "constraint_lines", "constraints_tokens", "holds_at", "item_lines", "line_tokens", "lines_tokens",
+    "SHRINK_ORDER", "Assembly", "BlockLine", "ConstraintIndex", "Context", "ContextAsked", "ContextBlock",
+    "ContextBudgetExceeded", "ContextParameters", "ContextRole", "FocusRef", "Omission", "WorkerView", "assemble",
+    "choose_focus", "constraint_lines", "constraints_tokens", "holds_at", "item_lines", "line_tokens", "lines_tokens",
     "perspective_budget", "recalled_lines", "select_constraints", "summary_lines", "text_tokens", "turn_lines",
     "visible_scopes", "worker_lines",
 ]

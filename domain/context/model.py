@@ -142,15 +142,21 @@ class FocusRef(BaseModel):
     """`message`, `turn <message id>` or `worker <session id>`."""
 
 
-class Context(BaseModel):
-    """A served context and everything needed to reproduce it (the evidence `noumena explain` prints)."""
+class ContextAsked(BaseModel):
+    """What a context is compiled for: a main session (its agent, the person it serves) and the request's message
+    (the served context and the API's answer derive from it)."""
 
-    context_id: str
-    tenant: str
     session_id: str
     agent: str
     serving: str | None = None
     message: str | None = None
+
+
+class Context(ContextAsked):
+    """A served context and everything needed to reproduce it (the evidence `noumena explain` prints)."""
+
+    context_id: str
+    tenant: str
     served_at: datetime
     budget_tokens: int
     parameters: ContextParameters

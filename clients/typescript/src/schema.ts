@@ -57,7 +57,8 @@ export interface paths {
          * Readyz
          * @description Ready to serve: caught up with the log as it was at start and every index loaded (`start`: the phase, the
          *     positions applied and to apply), then while the projector runs and its lag (log positions not yet projected)
-         *     is small.
+         *     is small. `purging` lists the tenants whose read model is still being rebuilt after a forget (their reads
+         *     are served meanwhile, without the forgotten content).
          */
         get: operations["readyz"];
         put?: never;
