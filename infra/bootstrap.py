@@ -140,7 +140,8 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     evidence = EvidenceStore(settings.home / "evidence.sqlite", mode=settings.evidence,
                              max_bytes=settings.evidence_max_bytes, max_age_days=settings.evidence_max_age_days,
                              clock=clock)
-    engines = read_side(perspectives, service, log, clock, lambda: _embedder(settings))
+    engines = read_side(perspectives, service, log, clock, lambda: _embedder(settings),
+                        settings.api_read_wait_seconds)
     application = _application(settings, log, service, consolidation, engines, recalls, evidence)
     return Noumena(settings=settings, log=log, service=service, consolidation=consolidation,
                    application=application, recalls=recalls, evidence=evidence, engines=engines, clock=clock)
@@ -174,7 +175,7 @@ def _reading(noumena: Noumena, follower: ProjectionFollower | None, perspectives
     if perspectives is None:
         perspectives = build_perspective_engine(noumena.log, noumena.settings.home, noumena.clock, follower)
     engines = read_side(perspectives, noumena.service, noumena.log, noumena.clock,
-                        lambda: _embedder(noumena.settings))
+                        lambda: _embedder(noumena.settings), noumena.settings.api_read_wait_seconds)
     application = _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation, engines,
                                noumena.recalls, noumena.evidence,
                                FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,11 @@ class Perspectives:
         self.followers: list[Any] = []
         """Indexes that follow this one (search): `applied(index, position, topic, data)` after each record is
         applied to a tenant's index, `refolded(tenant)` after a tenant is folded again (a forget)."""
+
+    @property
+    def position(self) -> int:
+        """The log position this service has followed to."""
+        return self._position
 
     @property
     def lock(self) -> threading.RLock:
@@ -161,6 +166,22 @@ class Perspectives:
     def records(self, until_position: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         """Every logged record (position, topic, payload) up to `until_position`, decoded."""
         return self._records(until_position)
+
+    def records_of(self, tenant: str, until_position: int) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """The logged records (position, topic, payload) of `tenant` up to `until_position`, decoded a batch at a
+        time (a pass over the log that holds no lock and keeps no other tenant's record)."""
+        position = 0
+        while position < until_position:
+            batch = self._log.read_raw(position, READ_BATCH)
+            if not batch:
+                return
+            for pos, topic, state in batch:
+                if pos > until_position:
+                    return
+                record = decode(pos, topic, state)
+                if record.data.get("tenant") == tenant:
+                    yield pos, record.topic, record.data
+                position = pos
 
     def _records(self, until_position: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
         records: list[tuple[int, str, dict[str, Any]]] = []

@@ -13,6 +13,7 @@ components); `noumena explain SEARCH_ID` prints it.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -89,6 +90,8 @@ class Searches:
         self._indexes: dict[str, SearchIndex] = {}
         self._masks: dict[tuple[int, int, int], tuple[tuple[int, int, int], np.ndarray]] = {}
         self._parties: dict[tuple[int, int, int], tuple[tuple[int, int, int], np.ndarray]] = {}
+        self._seeding: dict[str, _Seed] = {}
+        """Tenants refolded after a forget whose search index is being read from the log in the background."""
         perspectives.followers.append(self)
 
     # ------------------------------------------------------------------------------------------ following
@@ -100,21 +103,78 @@ class Searches:
         """The perspective service applied a record to `pindex`: apply it here too."""
         index = self._indexes.get(pindex.tenant)
         if index is None:
+            seed = self._seeding.get(pindex.tenant)
+            if seed is not None and not seed.done.is_set():
+                seed.later.append((position, topic, data))  # (applied when the seed is installed)
+                return
+            if seed is not None:
+                seed.later.append((position, topic, data))
+                if self._installed(pindex) is not None:
+                    return  # (the record is among those it was built from)
             index = self._indexes[pindex.tenant] = self._seeded(pindex)
         index.apply(pindex, position, topic, data)
 
     def refolded(self, tenant: str) -> None:
         """The perspective service folded `tenant` again (after a forget): drop what this index derived from
         content; it is built again from the log (which now reads `[forgotten]`) on next use. The analyzer's word
-        caches go too (they are shared by the tenants: the others' words come back as they are used)."""
+        caches go too (they are shared by the tenants: the others' words come back as they are used).
+
+        The pass over the log that seeds it again (every event opened) runs now in a thread of its own, holding no
+        lock: done inline under the perspective service's lock, as for a tenant's first seeding, it held every
+        tenant's perspectives, searches and contexts back for as long as it read (seconds per 100,000 events).
+        Records the service applies meanwhile wait beside it; the tenant's searches and contexts wait for it
+        (`wait_seeded`) before they take the lock."""
         self._indexes.pop(tenant, None)
         self.analyzer.forget_cached()
+        seed = self._seeding[tenant] = _Seed(self.perspectives.position)
+        threading.Thread(target=self._read_seed, args=(tenant, seed), name="noumena-search-seed", daemon=True).start()
+
+    def _read_seed(self, tenant: str, seed: _Seed) -> None:
+        try:
+            for position, topic, data in self.perspectives.records_of(tenant, seed.position):
+                if topic == "fact.asserted":
+                    seed.asserted[data["fact_id"]] = data
+                else:
+                    seed.records.append((position, topic, data))
+        except Exception as error:  # (the tenant is then seeded inline on next use, as a first seeding is)
+            seed.failed = error
+        finally:
+            seed.done.set()
+
+    def wait_seeded(self, tenant: str, timeout: float) -> bool:
+        """Wait (holding no lock) until the tenant's search index, dropped by a forget, is read again from the log;
+        False when `timeout` seconds pass first."""
+        seed = self._seeding.get(tenant)
+        return seed is None or seed.done.wait(timeout)
+
+    def _installed(self, pindex: PerspectiveIndex) -> SearchIndex | None:
+        """The tenant's search index from its background seed, once read (holding the service's lock)."""
+        seed = self._seeding.get(pindex.tenant)
+        if seed is None or not seed.done.is_set():
+            return None
+        del self._seeding[pindex.tenant]
+        if seed.failed is not None:
+            return None
+        index = self._new(pindex.tenant)
+        asserted = dict(seed.asserted)
+        for position, topic, data in (*seed.records, *seed.later):
+            if topic == "fact.asserted":
+                asserted[data["fact_id"]] = data
+            else:
+                index.apply(pindex, position, topic, data)  # aliases and messages
+        index.sync(pindex, asserted)
+        index.position = pindex.position
+        self._indexes[pindex.tenant] = index
+        return index
 
     def index(self, tenant: str) -> tuple[PerspectiveIndex, SearchIndex]:
         """The tenant's perspective and search indexes, caught up with the log."""
         pindex = self.perspectives.index(tenant)
         index = self._indexes.get(tenant)
         if index is None:
+            index = self._installed(pindex)
+        if index is None:
+            self._seeding.pop(tenant, None)  # (still reading: seeded here, as it was before the background seed)
             index = self._indexes[tenant] = self._seeded(pindex)
         index.sync(pindex)
         index.flush()
@@ -688,3 +748,19 @@ def search_json(answer: SearchAnswer) -> dict[str, Any]:
         "items": [item.model_dump(mode="json", exclude={"subject_label", "object_label", "reason", "tier"})
                   | {"tier": item.tier.value} for item in answer.items],
     }
+
+
+class _Seed:
+    """A tenant's records read from the log in the background after a forget, to seed its search index again."""
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+        """Read up to this log position (the perspective service's when the tenant was refolded)."""
+        self.records: list[tuple[int, str, dict[str, Any]]] = []
+        """Its records other than assertions (aliases, messages), in log order."""
+        self.asserted: dict[str, dict[str, Any]] = {}
+        """Its facts' assertions by fact id."""
+        self.later: list[tuple[int, str, dict[str, Any]]] = []
+        """Records the perspective service applied after `position`, before the seed was installed."""
+        self.done = threading.Event()
+        self.failed: BaseException | None = None

@@ -26,6 +26,7 @@ class EngineContexts:
     def __init__(self, perspectives: EnginePerspectives, service: CommandRunner, log: EventLog,
                  clock: Callable[[], datetime], searches: EngineSearches | None = None) -> None:
         self._perspectives = perspectives
+        self._searches = searches
 
         def build() -> Contexts:
             from projections.contexts import Contexts
@@ -55,6 +56,8 @@ class EngineContexts:
         if self._perspectives.gate is not None:
             self._perspectives.gate(tenant)
         contexts = self.contexts
+        if self._searches is not None and contexts.searches is not None:
+            self._searches.wait_seeded(contexts.searches, tenant)
         with self._perspectives.lock:
             return contexts.context_for(tenant, session_id, message, budget_tokens=budget_tokens)
 

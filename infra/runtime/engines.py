@@ -23,8 +23,9 @@ class ReadSide:
 
 
 def read_side(perspectives: PerspectiveEngine, service: CommandRunner, log: EventLog, clock: Callable[[], datetime],
-              embedder: Callable[[], Embedder | None]) -> ReadSide:
+              embedder: Callable[[], Embedder | None], wait_seconds: float = 30.0) -> ReadSide:
+    """`wait_seconds`: how long a search or context of a tenant whose search index a forget dropped waits for it."""
     if not isinstance(perspectives, EnginePerspectives):
         return ReadSide(perspectives)
-    searches = EngineSearches(perspectives, clock, embedder)
+    searches = EngineSearches(perspectives, clock, embedder, wait_seconds)
     return ReadSide(perspectives, searches, EngineContexts(perspectives, service, log, clock, searches))

@@ -23,8 +23,10 @@ class EngineSearches:
     """Every call is scoped to the caller's tenant; another tenant's search id is simply unknown."""
 
     def __init__(self, perspectives: EnginePerspectives, clock: Callable[[], datetime],
-                 embedder: Callable[[], Embedder | None]) -> None:
+                 embedder: Callable[[], Embedder | None], wait_seconds: float = 30.0) -> None:
         self._perspectives = perspectives
+        self.wait_seconds = wait_seconds
+        """How long a search of a tenant whose index a forget dropped waits for it (then ProjectionBehind)."""
         self._clock = clock
         self._embedder = embedder
         self._searches: Searches | None = None
@@ -37,6 +39,15 @@ class EngineSearches:
         if searches is not None and searches.perspectives is not self._perspectives.engine:
             self._embedder = lambda embedder=searches.embedder: embedder  # type: ignore[misc]
             self._searches = None
+
+    def wait_seeded(self, searches: Searches, tenant: str) -> None:
+        """Before taking the lock every tenant's reads share: wait for the tenant's search index when a forget
+        dropped it and it is being read again from the log (else ProjectionBehind: 503, retry)."""
+        if not searches.wait_seeded(tenant, self.wait_seconds):
+            from domain.application.use_cases import ProjectionBehind
+
+            raise ProjectionBehind(f"tenant {tenant!r} forgot a subject and its search index is still being rebuilt"
+                                   f" (more than {self.wait_seconds:g} s); retry")
 
     @property
     def searches(self) -> Searches:
@@ -55,6 +66,7 @@ class EngineSearches:
         if self._perspectives.gate is not None:
             self._perspectives.gate(tenant)
         searches = self.searches
+        self.wait_seeded(searches, tenant)
         with self._perspectives.lock:
             return searches.search_for(tenant, agent, query, serving=serving, session_id=session_id, k=k,
                                        as_of=as_of, about=about)

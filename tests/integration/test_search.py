@@ -166,6 +166,25 @@ def test_forgetting_a_person_leaves_no_text_of_theirs_in_the_index_or_the_eviden
         assert b"monthly" not in raw and "李总".encode() not in raw and b"settlement" not in raw
 
 
+def test_after_a_forget_the_index_read_again_in_the_background_equals_one_seeded_from_the_log(served):
+    """A forget drops the tenant's search index; it is read again from the log in a thread of its own (holding no
+    lock, so other tenants' reads go on), with what the perspective service applies meanwhile kept for it: once
+    installed, its answers are those of an index seeded from the log afresh."""
+    noumena, searches, facts, clock = served
+    assert _ids(searches.search_for(T, "agent:sales", "dog"))[0] == facts["pet"]
+    noumena.application.forget(T, "person:li")
+    searches.perspectives.catch_up()  # (applies the forget: the index is dropped and read again)
+    _fact(noumena, "person:caroline", "likes", "memory:pet", "walks him in the park every morning")
+    searches.perspectives.catch_up()  # (kept beside the seed while it reads, or applied to the installed index)
+    assert searches.wait_seeded(T, 60)
+    fresh = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
+    for query in ("park every morning", "monthly settlement", "dog", "发货", "customer service"):
+        again = searches.search_for(T, "agent:sales", query)
+        assert [(i.fact_id, i.score) for i in again.items] == [
+            (i.fact_id, i.score) for i in fresh.search_for(T, "agent:sales", query).items], query
+    assert "settlement" not in searches.index(T)[1].vocabulary
+
+
 def test_as_of_search_equals_a_search_over_the_log_replayed_to_that_time(served):
     noumena, searches, facts, clock = served
     middle = clock.now
