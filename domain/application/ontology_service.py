@@ -19,6 +19,7 @@ ahead of the snapshot on disk (docs/operations.md#restarting-fast).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +50,8 @@ SETTLE_SECONDS = 20.0
 __all__ = ["MAX_RETRIES", "BatchResult", "OntologyService", "Outcome"]
 
 
+log = logging.getLogger(__name__)
+
 class OntologyService:
     """Runs commands through the rules (domain/rules.py) and appends their events: the one writer of the log."""
 
@@ -74,6 +77,9 @@ class OntologyService:
         """Called with the attempt number after a version conflict (e.g. a short random sleep, so that a writer
         that keeps losing the race to another process's tight loop gets its turn); None: retry at once."""
         self._states: dict[str, Ontology] = {}
+        self._refolds: dict[str, threading.Event] = {}
+        self._stopping = False
+        """Tenants folded afresh from the log in the background (after a forget), set once installed."""
         self._lock = threading.RLock()
         self._last_now: datetime | None = None
         self.last_position: int | None = None
@@ -85,6 +91,19 @@ class OntologyService:
         """The log position of this process's latest write in `tenant` (0: none yet): a read of the tenant served
         by this process answers from a state at least that far (read-your-writes, `Core.fresh`)."""
         return self._written.get(tenant, 0)
+
+    REFOLD_WAIT_SECONDS = 60.0
+    """How long a use of a tenant waits for its background fold before folding under the lock itself."""
+
+    def _wait_refolded(self, tenants: Iterator[str] | Sequence[str]) -> None:
+        """Before taking the lock: wait for the tenants folded afresh in the background. (A thread inside a block
+        already holds the lock: it folds what it needs itself.)"""
+        if getattr(self._holders, "depth", 0) or not self._refolds:
+            return
+        for tenant in tenants:
+            done = self._refolds.get(tenant)
+            if done is not None:
+                done.wait(self.REFOLD_WAIT_SECONDS)
 
     @contextmanager
     def _held(self) -> Iterator[None]:
@@ -144,6 +163,7 @@ class OntologyService:
         call, no embedding). Nothing read should be kept past the block where a later write would matter: copy
         out what is needed. A lookup in a state read from a snapshot may raise `SnapshotDamaged`; the next
         block folds the whole log."""
+        self._wait_refolded((tenant,))
         with self._held():
             yield self._caught_up(tenant)
 
@@ -151,6 +171,7 @@ class OntologyService:
         """The tenant's live state object itself, returned without holding anything: only for a caller that
         already holds the lock (`exclusive`, `reading`) or has the service to itself (tests, one-shot tools,
         benchmarks). Anything served beside writer threads reads through `reading`."""
+        self._wait_refolded((tenant,))
         with self._held():
             return self._caught_up(tenant)
 
@@ -182,6 +203,7 @@ class OntologyService:
         waiting too long for it raises ConcurrencyError, as do conflicts that retries did not resolve: both are
         refusals to try again, nothing was written.
         """
+        self._wait_refolded([cmd.tenant for cmd in commands])
         with self.serialized(*(cmd.tenant for cmd in commands)) as serialized, self._held():
             for _attempt in range(MAX_RETRIES):
                 if tracking is not None:
@@ -278,20 +300,48 @@ class OntologyService:
             state.rollback()
 
     def reload(self, tenant: str) -> None:
-        """Drop the folded state of a tenant (e.g. after a forget: it may hold content that no longer exists);
-        the next use folds it again from the log."""
+        """Drop the folded state of a tenant (e.g. after a forget: it may hold content that no longer exists) and
+        fold it again from the log in a thread of its own, holding no lock: folded under the lock on its next use,
+        a large tenant (seconds per 100,000 events) held back every write of the process and every read through
+        `reading`, of every tenant. The tenant's own uses wait for it (`_wait_refolded`)."""
+        done = threading.Event()
         with self._lock:
             self._states.pop(tenant, None)
             self._forgot.discard(tenant)
             if self._snapshots is not None:
                 self._snapshots.discard(tenant)
                 self._snapshotted.pop(tenant, None)
+            self._refolds[tenant] = done
+        threading.Thread(target=self._refold, args=(tenant, done), name="noumena-refold", daemon=True).start()
+
+    def _refold(self, tenant: str, done: threading.Event) -> None:
+        try:
+            state = Ontology(tenant=tenant)
+            for event in self._log.read_stream(tenant):
+                state.apply(event)
+            with self._lock:
+                if self._refolds.get(tenant) is done and tenant not in self._states:
+                    for event in self._log.read_stream(tenant, after_version=state.version):  # (written since)
+                        state.apply(event)
+                    self._states[tenant] = state
+                    self._snapshotted[tenant] = 0
+                    if self._snapshots is not None:
+                        self._ask_for_snapshot(state, self._snapshots.every)
+        except Exception:  # (the next use folds it under the lock, as before)
+            if not self._stopping:  # (a store closed under it: the process is stopping)
+                log.exception("folding tenant %r again after a forget failed", tenant)
+        finally:
+            with self._lock:
+                if self._refolds.get(tenant) is done:
+                    del self._refolds[tenant]
+            done.set()
 
     def close(self) -> None:
         """Have every tenant's snapshot brought to its state: by the snapshotter if it runs (it folds only what
         its last snapshot lacks), waiting up to `SETTLE_SECONDS`; then snapshot in place each state still at least
         `every` events ahead of the snapshot on disk (no write waits any more), stop taking snapshots from the log,
         and wait until the snapshots are stored (a process that stops gracefully restarts from them)."""
+        self._stopping = True
         if self._writer_locks is not None:
             self._writer_locks.close()
         if self._snapshots is None:

@@ -247,8 +247,13 @@ def main() -> None:
         views = fill_reader(reader.client)
         fill_busy(busy.client)
         position = httpx.get(server.url + "/readyz", timeout=30).json()["log_position"]
+        deadline = time.monotonic() + 1800
+        while httpx.get(server.url + "/readyz", timeout=60).json().get("projection_position", 0) < position:
+            if time.monotonic() > deadline:
+                raise SystemExit("the projector did not catch up with the filled log in 30 minutes")
+            time.sleep(1)
         for view in views[:20]:  # warm up, and wait for the projector to have everything
-            answer = reader.client.get(query(view) + f"&min_position={position}", timeout=60)
+            answer = reader.client.get(query(view) + f"&min_position={position}", timeout=300)
             assert answer.status_code == 200, answer.text
         print(f"  filled in {time.perf_counter() - started:.1f} s: log at position {position}")
         paths = [query(v) for v in views]

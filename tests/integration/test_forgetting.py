@@ -207,3 +207,31 @@ def test_a_folded_state_dropped_after_a_forget_is_not_kept_alive_by_the_session_
     del state
     gc.collect()
     assert dropped() is None
+
+
+def test_after_a_forget_the_tenant_is_folded_again_behind_the_writes_and_reads_of_everyone(make_noumena, backend):
+    """A forget drops the tenant's folded state and folds it again from the log in a thread of its own, holding no
+    lock (folded under the lock on its next use, a large tenant held every writer and reader of the process back).
+    Another tenant writes and reads meanwhile; the tenant's own next write waits for the fold and lands on it;
+    afterwards its state is a fresh fold of the log, the forgotten person's content read `[forgotten]`."""
+    from domain.ontology import Ontology
+
+    noumena = make_noumena(backend, clock=TickingClock())
+    run = noumena.service.execute
+    for tenant in (T, "other"):
+        run(c.CreateTenant(tenant=tenant))
+        for ref, label in (("person:x", "MARKER-X"), ("person:y", "Yan"), ("memory:tea", "green tea")):
+            run(c.RegisterEntity(tenant=tenant, ref=ref, label=label))
+    run(c.AssertFact(tenant=T, subject="person:x", relation="likes", object="memory:tea", reason="MARKER-X said"))
+    noumena.application.forget(T, "person:x")
+    run(c.AssertFact(tenant="other", subject="person:y", relation="likes", object="memory:tea", reason="other"))
+    with noumena.service.reading("other") as state:
+        assert state.entities["person:x"].label == "MARKER-X"
+    run(c.AssertFact(tenant=T, subject="person:y", relation="likes", object="memory:tea", reason="Yan said"))
+    with noumena.service.reading(T) as state:
+        fresh = Ontology(tenant=T)
+        for event in noumena.log.read_stream(T):
+            fresh.apply(event)
+        assert state == fresh
+        assert state.entities["person:x"].label == FORGOTTEN and state.entities["person:y"].label == "Yan"
+        assert "person:x" in state.forgotten_people
