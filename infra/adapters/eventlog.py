@@ -210,26 +210,74 @@ class EventsourcingLog:
                     positions: bool = False) -> tuple[int, list[int]]:
         """`count_sealed_with`, and with `positions` also the log positions of those events (ascending): what
         now reads `[forgotten]` because of this deletion, found by key name in the store (SQLite and PostgreSQL
-        select them in SQL) without opening a single event."""
-        from infra.adapters.keys.derivation import derived_name
+        select them in SQL, for `tenant`: the events sealed with a deleted key or a member of a deleted group
+        key, one query) without opening a single event."""
+        from infra.adapters.keys.derivation import DERIVED_NAME, derived_name
 
         gone = set(deleted)
         if not gone:
             return 0, []
+        if tenant is not None and (isinstance(self.recorder, SQLiteProcessRecorder)
+                                   or type(self.recorder).__module__ == "eventsourcing.postgres"):
+            groups = sorted({name for name in gone if DERIVED_NAME.match(name + "/x") is not None
+                             and name.startswith(f"{tenant}/root/")})
+            with store_failures("finding the events sealed with deleted keys"):
+                found = self._sealed_by_name(sorted(gone), groups, len(f"{tenant}/root/") + 32, tenant)
+            members = {name for _, name in found if name is not None}
+            kept = self._stored_among(members) if members else set()
+            hit = [at for at, name in found if name is None or name not in kept]
+            return len(hit), hit if positions else []
         counts = self.key_name_counts(tenant, page)
         names = [name for name in counts if name in gone]
-        members: dict[str, int] = {}  # sealed with a member of a deleted group key: counts unless kept on its own
+        members_counted: dict[str, int] = {}  # sealed with a member of a deleted group: counts unless kept alone
         for name, events in counts.items():
             if name not in gone and (derived := derived_name(name)) is not None and derived[1] in gone \
                     and self.keys is not None:
-                members[name] = events
-        if members:
-            stored_among = getattr(self.keys, "stored_among", None)
-            kept = (stored_among(members) if stored_among is not None else
-                    {name for name in members if self.keys is not None and self.keys.get(name) is not None})
-            names += [name for name in members if name not in kept]
+                members_counted[name] = events
+        if members_counted:
+            kept = self._stored_among(members_counted)
+            names += [name for name in members_counted if name not in kept]
         count = sum(counts[name] for name in names)
         return count, (self.positions_sealed_with_names(names, tenant, page) if positions and names else [])
+
+    def _stored_among(self, names: Iterable[str]) -> set[str]:
+        """Which of these member key names have a key stored under that very name (kept when their group was
+        split): their events still read."""
+        if self.keys is None:
+            return set(names)
+        stored_among = getattr(self.keys, "stored_among", None)
+        return (stored_among(names) if stored_among is not None else
+                {name for name in names if self.keys.get(name) is not None})
+
+    def _sealed_by_name(self, gone: list[str], groups: list[str], group_length: int, tenant: str
+                        ) -> list[tuple[int, str | None]]:
+        """(position, None) for each event of `tenant` sealed with a key named in `gone`, (position, its key name)
+        for each one sealed with a member of a group key in `groups` (`group_length` characters long), ascending."""
+        recorder: Any = self.recorder
+        if isinstance(recorder, SQLiteProcessRecorder):
+            statement = (f"SELECT rowid, CASE WHEN name IN (SELECT value FROM json_each(?2)) THEN NULL ELSE name END"
+                         f" FROM (SELECT rowid, CAST({self._SQLITE_NAME} AS TEXT) AS name FROM (SELECT rowid, state,"
+                         f" instr(state, x'00') AS cut FROM {recorder.events_table_name} WHERE originator_id = ?1)"
+                         " WHERE cut > 0) WHERE name IN (SELECT value FROM json_each(?2)) OR (substr(name, ?4 + 1, 1)"
+                         " = '/' AND substr(name, 1, ?4) IN (SELECT value FROM json_each(?3))) ORDER BY rowid")
+            with recorder.datastore.transaction(commit=False) as c:
+                c.execute(statement, [stream_id(tenant), json.dumps(gone), json.dumps(groups), group_length])
+                return [(int(row[0]), row[1]) for row in c.fetchall()]
+        from psycopg.sql import SQL, Identifier
+
+        statement = SQL(
+            "SELECT notification_id, CASE WHEN name = ANY(%(gone)s) THEN NULL ELSE name END AS name FROM (SELECT"
+            f" notification_id, {self._POSTGRES_NAME} AS name FROM (SELECT notification_id, state,"
+            " position('\\x00'::bytea in state) AS cut FROM {schema}.{table} WHERE originator_id = %(stream)s)"
+            " AS sealed WHERE cut > 0) AS named WHERE name = ANY(%(gone)s) OR (substring(name from %(length)s + 1"
+            " for 1) = '\\x2f'::bytea AND substring(name from 1 for %(length)s) = ANY(%(groups)s))"
+            " ORDER BY notification_id"
+        ).format(schema=Identifier(recorder.datastore.schema), table=Identifier(recorder.events_table_name))
+        with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, {"stream": stream_id(tenant), "gone": [name.encode() for name in gone],
+                                     "groups": [name.encode() for name in groups], "length": group_length})
+            return [(int(row["notification_id"]), bytes(row["name"]).decode() if row["name"] is not None else None)
+                    for row in curs.fetchall()]
 
     def positions_sealed_with_names(self, names: Sequence[str], tenant: str | None = None, page: int = 5000
                                     ) -> list[int]:
