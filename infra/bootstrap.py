@@ -181,7 +181,7 @@ def _reading(noumena: Noumena, follower: ProjectionFollower | None, perspectives
                                FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)
                                if follower is not None else None)
     if follower is not None:  # (the name indexes hold labels: a purge drops its tenants' at once)
-        follower.on_purged.append(application.entity_names.forgotten)
+        follower.on_file_cleaned.append(application.entity_names.forgotten)
     return application, engines
 
 

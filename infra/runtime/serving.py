@@ -73,6 +73,12 @@ class ProjectionFollower:
         through."""
         self._purging: dict[str, int] = {}
         """Tenant -> the position of its latest forget not yet purged (the live file is not rebuilt yet)."""
+        self._file_held: dict[str, int] = {}
+        """The tenants of `_held` whose live file itself may still show content they forgot: their reads by query
+        wait (the others, through the indexes, wait for `_held`)."""
+        self.on_file_cleaned: list[Callable[[list[str]], None]] = []
+        """Called (in the follower's thread) with the tenants whose live file was just redacted or swapped, before
+        their reads by query go on: cheap drops of what was read from the file (the name indexes)."""
         self._held: dict[str, int] = {}
         """Tenant -> the position of its latest forget whose content the live file and indexes may still show: its
         reads wait (until the redaction, else the rebuilt file)."""
@@ -240,6 +246,7 @@ class ProjectionFollower:
             for tenant, position in forgotten.items():
                 self._purging[tenant] = max(position, self._purging.get(tenant, 0))
                 self._held[tenant] = max(position, self._held.get(tenant, 0))
+                self._file_held[tenant] = max(position, self._file_held.get(tenant, 0))
             self._pending_file.write_text(json.dumps(self._purging))  # a restart finishes what a crash left
         self._start_redaction()
         if build and self._build is None:
@@ -315,6 +322,7 @@ class ProjectionFollower:
             return
         for tenant in tenants:
             redact_in_place(self._projector.con, tenant, positions)
+        self._file_cleaned(tenants, until)
         for listener in self.on_purged:
             listener(tenants)
         with self._swap:
@@ -322,10 +330,22 @@ class ProjectionFollower:
             for tenant in tenants:
                 if self._held.get(tenant, 0) <= until:
                     self._held.pop(tenant, None)
+                    self._file_held.pop(tenant, None)
             later = bool(self._held)
             self._swap.notify_all()
         if later:  # a forget projected while this one was searched for
             self._start_redaction()
+
+    def _file_cleaned(self, tenants: list[str], until: int) -> None:
+        """The live file no longer shows what `tenants` forgot up to `until`: drop what was read from it, then let
+        their reads by query go on (their reads through the indexes wait until those are loaded again)."""
+        for listener in self.on_file_cleaned:
+            listener(tenants)
+        with self._swap:
+            for tenant in tenants:
+                if self._file_held.get(tenant, 0) <= until:
+                    self._file_held.pop(tenant, None)
+            self._swap.notify_all()
 
     def _start_build(self) -> None:
         self._build_covers = self._log.max_position()  # forgets recorded by now had their keys deleted before
@@ -393,6 +413,7 @@ class ProjectionFollower:
                 for tenant, position in self._purging.items():
                     if position > covered:
                         self._held[tenant] = max(position, self._held.get(tenant, 0))
+                        self._file_held[tenant] = max(position, self._file_held.get(tenant, 0))
                 self._redacted_until = covered
                 for at in [at for at in self._forgets if at <= covered]:
                     self._forgets.pop(at)
@@ -406,6 +427,7 @@ class ProjectionFollower:
         with self._swap:
             tenants = [tenant for tenant, position in self._purging.items() if position <= covered]
         try:
+            self._file_cleaned(tenants, covered)
             for listener in self.on_purged:
                 listener(tenants)
         finally:
@@ -414,6 +436,7 @@ class ProjectionFollower:
                     self._purging.pop(tenant, None)
                     if self._held.get(tenant, 0) <= covered:
                         self._held.pop(tenant, None)
+                        self._file_held.pop(tenant, None)
                 if self._purging:
                     self._pending_file.write_text(json.dumps(self._purging))
                 else:
@@ -449,6 +472,17 @@ class ProjectionFollower:
             return
         with self._swap:
             clean = self._swap.wait_for(lambda: tenant not in self._held, timeout)
+        if not clean:
+            raise ProjectionBehind(f"tenant {tenant!r} forgot a subject and its read model is still being cleared "
+                                   f"of it (more than {timeout:g} s); retry")
+
+    def wait_file_clean(self, tenant: str, timeout: float) -> None:
+        """`wait_clean` for a read by query of the live file only: it goes on once the file is redacted, without
+        waiting for the indexes to be loaded again from it."""
+        if tenant not in self._file_held:
+            return
+        with self._swap:
+            clean = self._swap.wait_for(lambda: tenant not in self._file_held, timeout)
         if not clean:
             raise ProjectionBehind(f"tenant {tenant!r} forgot a subject and its read model is still being cleared "
                                    f"of it (more than {timeout:g} s); retry")
@@ -553,7 +587,7 @@ class FollowedReadModel:
         self.follower.wait_clean(tenant, self.wait_seconds)
 
     def _query(self, query: Callable[..., Any], tenant: str, *args: Any) -> Any:
-        self.follower.wait_clean(tenant, self.wait_seconds)
+        self.follower.wait_file_clean(tenant, self.wait_seconds)
         with self.follower.reader() as con:
             try:
                 return query(con, tenant, *args)
@@ -582,7 +616,7 @@ class FollowedReadModel:
                            limit)
 
     def session(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        self.follower.wait_clean(tenant, self.wait_seconds)
+        self.follower.wait_file_clean(tenant, self.wait_seconds)
         with self.follower.reader() as con:
             return read_model.session(con, tenant, session_id), read_model.workers(con, tenant, session_id)
 
