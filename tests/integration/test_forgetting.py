@@ -223,7 +223,7 @@ def test_after_a_forget_the_tenant_is_folded_again_behind_the_writes_and_reads_o
         for ref, label in (("person:x", "MARKER-X"), ("person:y", "Yan"), ("memory:tea", "green tea")):
             run(c.RegisterEntity(tenant=tenant, ref=ref, label=label))
     run(c.AssertFact(tenant=T, subject="person:x", relation="likes", object="memory:tea", reason="MARKER-X said"))
-    noumena.application.forget(T, "person:x")
+    noumena.application.forgetting.forget(T, "person:x")
     run(c.AssertFact(tenant="other", subject="person:y", relation="likes", object="memory:tea", reason="other"))
     with noumena.service.reading("other") as state:
         assert state.entities["person:x"].label == "MARKER-X"

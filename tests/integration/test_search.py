@@ -172,7 +172,7 @@ def test_after_a_forget_the_index_read_again_in_the_background_equals_one_seeded
     installed, its answers are those of an index seeded from the log afresh."""
     noumena, searches, facts, clock = served
     assert _ids(searches.search_for(T, "agent:sales", "dog"))[0] == facts["pet"]
-    noumena.application.forget(T, "person:li")
+    noumena.application.forgetting.forget(T, "person:li")
     searches.perspectives.catch_up()  # (applies the forget: the index is dropped and read again)
     _fact(noumena, "person:caroline", "likes", "memory:pet", "walks him in the park every morning")
     searches.perspectives.catch_up()  # (kept beside the seed while it reads, or applied to the installed index)
