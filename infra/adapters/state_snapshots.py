@@ -107,10 +107,11 @@ BUCKET_BITS = 40
 """A record's id: its map's index shifted by this many bits, plus its bucket."""
 DELTA = ".delta"
 """A delta file's name ends so: `<tenant>.snapshot.<after>-<version>.delta`."""
-MERGE_AFTER = 8
-"""The snapshotter merges the deltas into the snapshot once there would be this many..."""
-MERGE_SHARE = 4
-"""...or once they hold a quarter of the snapshot's size (a merge copies the snapshot)."""
+MERGE_AFTER = 16
+"""The snapshotter merges the deltas into the snapshot once there would be this many (a load opens each)..."""
+MERGE_SHARE = 2
+"""...or once they hold half the snapshot's size (a merge copies the snapshot: done rarely, a snapshot beside
+bulk writes lags by what is written meanwhile)."""
 PER_BUCKET = 32
 """About how many entries a bucket holds when a snapshot is written whole (unpickled together: a bucket costs little
 more to read than one entry, and the classes and time zones its entries share are read once)."""
@@ -709,6 +710,7 @@ class FileStateSnapshots:
             self._closed = True
         if self._snapshotter is not None:
             self._snapshotter.close()  # (the process ends with the store)
+            self._remove_stale_temporaries()  # (one it was writing when it was killed)
         for future in pending:
             future.result()
         self._writer.shutdown(wait=True)  # (its thread ends with the store)

@@ -59,8 +59,9 @@ LATEST = 1.0
 stays within about `every` events plus what is written in this time and one fold behind the log."""
 RESTART_AFTER = 60.0
 """Seconds before a snapshotter that died is started again (on the next request)."""
-STOP_SECONDS = 10.0
-"""How long closing waits for the snapshotter to end before it is killed."""
+STOP_SECONDS = 2.0
+"""How long closing waits for the snapshotter to end before it is killed (a snapshotter at a low priority on a busy
+machine may take long to run even its exit; a temporary file a killed one leaves is deleted by the store)."""
 
 
 class SnapshotterProcess:
