@@ -839,3 +839,81 @@ def test_a_process_killed_while_it_writes_a_delta_leaves_the_snapshot_and_earlie
     assert _loaded_version(settings) == 5
     assert _starts_from_snapshot(settings) == (True, 6)  # (the next process folds the tail, and stores its own)
     assert not list((settings.home / "state").glob(".*.tmp"))  # (the dead process's temporary file is deleted)
+
+
+_CHAIN_STEPS = st.lists(st.tuples(st.sampled_from(["write", "process", "snapshotter", "merge", "lose", "tear",
+                                                   "restore"]), st.integers(1, 12)), min_size=1, max_size=12)
+
+
+@hsettings(max_examples=examples(0.1), suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(steps=_CHAIN_STEPS)
+def test_whatever_deltas_are_written_merged_lost_torn_or_put_back_a_load_is_the_fold_of_the_log_up_to_it(
+        tmp_path_factory, steps):
+    """Writers, processes that start from the snapshot and store their changes as deltas, the snapshotter's folds
+    (some merging), deltas lost, torn or put back from earlier: after each step, a state loaded from the files is
+    the fold of the log up to its version, and one caught up from it is the fold of the whole log."""
+    import infra.adapters.state_snapshots as module
+
+    home = tmp_path_factory.mktemp("chain") / "home"
+    settings = Settings(home=home, event_store="sqlite", state_snapshot_every=0)
+    noumena = bootstrap(settings, clock=TickingClock())
+    rng = random.Random(len(steps))
+    kept: dict[str, bytes] = {}
+    written = [0]
+
+    def write(n: int) -> None:
+        for _ in range(n):
+            k = written[0] = written[0] + 1
+            try:
+                noumena.service.execute(c.RegisterEntity(tenant=T, ref=f"thing:{rng.randrange(30)}", label=f"l{k}")
+                                        if rng.random() < 0.4 else
+                                        c.AssertFact(tenant=T, subject=f"thing:{rng.randrange(30)}",
+                                                     relation="likes", object=f"thing:{rng.randrange(30)}",
+                                                     reason=f"r{k}"))
+            except DomainError:
+                continue  # (an entity not registered yet)
+
+    def store() -> FileStateSnapshots:
+        return FileStateSnapshots(home, noumena.log, noumena.log.keys, 1)
+
+    try:
+        noumena.service.execute(c.CreateTenant(tenant=T))
+        write(3)
+        for name, n in steps:
+            deltas = sorted((home / "state").glob(f"{T}.snapshot.*.delta"))
+            kept.update({d.name: d.read_bytes() for d in deltas if d.exists()})
+            if name == "write":
+                write(n)
+            elif name == "process":  # starts from the files, writes, stores its changes (as a stop does)
+                files = store()
+                service = OntologyService(noumena.log, clock=TickingClock(), seal_content=True, snapshots=files)
+                service.execute(c.RegisterEntity(tenant=T, ref=f"thing:p{n}", label=f"p{written[0]}"))
+                state = service.ontology(T)
+                files._store_now(T, state.version, *files._serialized(state))  # noqa: SLF001
+                files.close()
+            elif name in ("snapshotter", "merge"):
+                with pytest.MonkeyPatch.context() as patch:
+                    if name == "merge":
+                        patch.setattr(module, "MERGE_AFTER", 1)
+                    files = store()
+                    files.take_from_log(T)
+                    files.close()
+            elif deltas and name == "lose":
+                rng.choice(deltas).unlink(missing_ok=True)
+            elif deltas and name == "tear":
+                torn = rng.choice(deltas)
+                torn.write_bytes(torn.read_bytes()[: n * 100])
+            elif kept and name == "restore":
+                restored = rng.choice(sorted(kept))
+                (home / "state" / restored).write_bytes(kept[restored])
+            files = store()
+            loaded = files.load(T)
+            files.close()
+            if loaded is not None:
+                assert loaded == _fold_up_to(noumena, T, loaded.version), (name, loaded.version)
+            files = store()
+            caught_up = OntologyService(noumena.log, clock=TickingClock(), seal_content=True, snapshots=files)
+            assert caught_up.ontology(T) == _full_fold(noumena, T), name
+            files.close()
+    finally:
+        noumena.close()
