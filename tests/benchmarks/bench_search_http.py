@@ -5,9 +5,9 @@
    to a thing, with a reason of six words) and as many turns (NOUMENA_BENCH_HTTP_TURNS: messages of twelve words
    spread over the sessions), the words drawn as tests/benchmarks/bench_search.py draws them (Zipf over 20k
    words). Everything goes through the application's ingestor in batches: the path of `POST /v1/events`.
-2. In process, in that home before it is served: `Application.search_for` (what the route calls; k = 10, three
-   words of the same law, each viewpoint a session's agent serving its person, so its turns are searched too)
-   one after another: p50/p95. A current search records its use (mode `looked_up`), as the route's does.
+2. In process, in that home before it is served: the reading service's `search_for` (what the route calls;
+   k = 10, three words of the same law, each viewpoint a session's agent serving its person, so its turns are
+   searched too) one after another: p50/p95. A current search records its use (mode `looked_up`), as the route's does.
 3. `noumena serve` on that home, started as an operator would (its environment: NOUMENA_HOME, an admin key, no
    Kafka); once `/readyz` says ready (caught up, indexes loaded and embedded), POST /v1/search for the same
    viewpoints at NOUMENA_BENCH_HTTP_RATE requests/s (default 200) for NOUMENA_BENCH_HTTP_SECONDS (default 20), open
@@ -141,14 +141,15 @@ def build(home: Path) -> dict[str, Any]:
         ingested = time.perf_counter() - started
         asked = views()
         started = time.perf_counter()
-        noumena.application.search_for(TENANT, asked[0]["agent"], asked[0]["query"], serving=asked[0]["serving"])
+        reading = noumena.application.reading
+        reading.search_for(TENANT, asked[0]["agent"], asked[0]["query"], serving=asked[0]["serving"])
         indexed = time.perf_counter() - started
         for view in asked[:30]:  # warm up
-            noumena.application.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
+            reading.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
         in_process, cpu = [], time.process_time()
         for view in asked:
             t0 = time.perf_counter()
-            noumena.application.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
+            reading.search_for(TENANT, view["agent"], view["query"], serving=view["serving"])
             in_process.append((time.perf_counter() - t0) * 1000)
         cpu_ms = (time.process_time() - cpu) * 1000 / len(asked)
         key = ApiKeyStore(settings.api_keys_path()).create(TENANT, "bench").key
@@ -221,7 +222,7 @@ def main() -> None:
         result = asyncio.run(_load(url, setup["key"], requests, RATE, SECONDS))
         served_cpu = cpu_seconds(server.pid) - served_cpu
         local_ms, http_ms = setup["in_process_ms"], result["latencies_ms"]
-        print(f"  in process (Application.search_for): p50 {pct(local_ms, 50):6.2f} ms   p95"
+        print(f"  in process (reading.search_for):     p50 {pct(local_ms, 50):6.2f} ms   p95"
               f" {pct(local_ms, 95):6.2f} ms   mean {statistics.fmean(local_ms):.2f} ms ({len(local_ms)} searches,"
               " one at a time)")
         print(f"  HTTP at {RATE:g} req/s:                p50 {pct(http_ms, 50):6.2f} ms   p95"
