@@ -32,9 +32,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from infra.runtime.process_tuning import (  # noqa: E402
+    one_thread_per_numeric_call,
+    tune_collector_for_a_long_lived_heap,
+)
+
+one_thread_per_numeric_call()  # as `noumena serve` runs: before numpy is imported
+
 from domain import commands as c  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 T = "bench"
