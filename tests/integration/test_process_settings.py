@@ -4,6 +4,7 @@ that imports `bootstrap`) leaves its interpreter's collector as it was; the `nou
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,20 @@ def test_the_cli_entry_point_tunes_the_collector_for_a_long_lived_heap():
              "print('THRESHOLD', gc.get_threshold())\n")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "THRESHOLD (5000, 10, 100)" in out.stdout, out.stderr
+
+
+def test_the_cli_entry_point_runs_blas_on_one_thread_unless_the_operator_chose():
+    probe = ("import os, sys\n"
+             "import api.cli\n"
+             "assert 'numpy' not in sys.modules, 'numpy loaded before main: the setting would come too late'\n"
+             "sys.argv = ['noumena', '--help']\n"
+             "try:\n    api.cli.main()\n"
+             "except SystemExit:\n    pass\n"
+             "print('THREADS', os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('OMP_NUM_THREADS'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert "THREADS 1 1" in out.stdout, out.stderr
+    chosen = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env=env | {"OPENBLAS_NUM_THREADS": "2"})
+    assert "THREADS 2 1" in chosen.stdout, chosen.stderr
