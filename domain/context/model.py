@@ -73,9 +73,12 @@ class ContextParameters(BaseModel):
     """Up to this many facts recalled by the request's content (search) join the perspective's block, first,
     within its budget. Source: seed 004 (about 8 injected after the system prompt)."""
 
-    max_facts_shown: int = Field(default=15, ge=1)
+    max_facts_shown: int = Field(default=12, ge=1)
     """At most this many facts shown by name in the perspective's block (recalled facts included): the weakest
-    of the perspective's own go first. A main session carries relationships, not a catalogue."""
+    of the perspective's own go first. A main session carries relationships, not a catalogue: about 8 recalled
+    (seed 004) and the perspective's 4 clearest (Cowan 4 +/- 1); when recall brings fewer, the perspective's next
+    fill in (the perspective ranks a source's own facts, so it has a dozen to offer wherever the viewer stands on
+    many)."""
 
     focus_from_live_workers: bool = True
     """What live workers are about is in focus: the main session is managing that work now. Our choice."""
