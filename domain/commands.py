@@ -45,16 +45,6 @@ class CreateTenant(Command):
     display_name: text(0, 200) = ""
 
 
-class RegisterEntity(Command):
-    ref: Ref
-    label: Label
-    aliases: tuple[Label, ...] = ()
-    hub: Flag = False
-    needs_review: Flag = False
-    session_id: Identifier | None = None
-    """The session the entity was named in, if any (its label is then that session's words)."""
-
-
 class DefineRelation(Command):
     name: RelationName
     functional: Flag = False
@@ -79,6 +69,21 @@ class Statement(BaseModel):
 
 
 SCOPE_TEXT = "`org`, `person:<ref>` or `session:<id>`."
+
+
+class EntityNaming(Statement):
+    """An entity named: its ref, what it is called, and whether it is a hub."""
+
+    ref: Ref = Field(description="`kind:identifier`, e.g. `person:li`, `file:quotes/q3.xlsx`.")
+    label: Label
+    aliases: tuple[Label, ...] = ()
+    hub: Flag = Field(default=False, description="Many unrelated parties touch it: reachable, never traversed.")
+
+
+class RegisterEntity(Command, EntityNaming):
+    needs_review: Flag = False
+    session_id: Identifier | None = None
+    """The session the entity was named in, if any (its label is then that session's words)."""
 
 
 class FactStatement(Statement):

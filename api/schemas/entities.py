@@ -7,17 +7,15 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import WritePublic
-from domain.values import Flag, Label, Ref
+from domain.commands import EntityNaming
+from domain.values import Label
 
 
-class EntityCreate(BaseModel):
+class EntityCreate(EntityNaming):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"ref": "person:li", "label": "Li Wei", "aliases": ["Mr. Li", "李总"], "hub": False}]})
 
-    ref: Ref = Field(description="`kind:identifier`, e.g. `person:li`, `file:quotes/q3.xlsx`.")
-    label: Label
-    aliases: list[Label] = Field(default_factory=list, max_length=100)
-    hub: Flag = Field(default=False, description="Many unrelated parties touch it: reachable, never traversed.")
+    aliases: tuple[Label, ...] = Field(default=(), max_length=100)
 
 
 class EntityWritten(WritePublic):

@@ -25,7 +25,6 @@ from domain.errors import InvalidInput
 from domain.recalls import RecallMode
 from domain.sessions import WorkerStatus
 from domain.values import (
-    Flag,
     Identifier,
     Label,
     Ref,
@@ -42,11 +41,7 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class EntityRegisteredV1(Payload):
-    ref: Ref
-    label: Label
-    aliases: list[Label] = []
-    hub: Flag = False
+class EntityRegisteredV1(Payload, c.EntityNaming):
     session_id: Identifier | None = None
     """The session the entity was named in: its label is then that session's words, forgotten with the session
     and the person it serves (docs/forgetting.md)."""
@@ -224,7 +219,7 @@ def to_command(envelope: EnvelopeBase) -> c.Command:
     p = envelope.payload  # type: ignore[attr-defined]
     match p:
         case EntityRegisteredV1():
-            return c.RegisterEntity(**common, ref=p.ref, label=p.label, aliases=tuple(p.aliases), hub=p.hub,
+            return c.RegisterEntity(**common, ref=p.ref, label=p.label, aliases=p.aliases, hub=p.hub,
                                     session_id=p.session_id)
         case FactAssertedV1():
             return fact_command(common, p)

@@ -955,8 +955,11 @@ export interface components {
          *     }
          */
         EntityCreate: {
-            /** Aliases */
-            aliases?: string[];
+            /**
+             * Aliases
+             * @default []
+             */
+            aliases: string[];
             /**
              * Hub
              * @description Many unrelated parties touch it: reachable, never traversed.
@@ -2524,12 +2527,16 @@ export interface components {
             aliases: string[];
             /**
              * Hub
+             * @description Many unrelated parties touch it: reachable, never traversed.
              * @default false
              */
             hub: boolean;
             /** Label */
             label: string;
-            /** Ref */
+            /**
+             * Ref
+             * @description `kind:identifier`, e.g. `person:li`, `file:quotes/q3.xlsx`.
+             */
             ref: string;
             /**
              * Session Id
