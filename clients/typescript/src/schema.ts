@@ -813,7 +813,7 @@ export interface components {
             focus_from_live_workers: boolean;
             /**
              * Max Facts Shown
-             * @default 15
+             * @default 12
              */
             max_facts_shown: number;
             /**
