@@ -82,18 +82,26 @@ class Entities(Model):
     count: int
 
 
-class FactVersion(Model):
+class FactFields(Model):
+    """A fact as recorded: what every answer naming one shows (graph rows, versions, recalled facts)."""
+
     fact_id: str
-    version: int
     subject: str
     relation: str
     object: str
     scope: str
     reason: str | None = None
     confidence: float
-    status: str
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+
+
+class GraphFact(FactFields):
+    status: str
+
+
+class FactVersion(GraphFact):
+    version: int
     recorded_from: datetime
     recorded_to: datetime | None = None
 
@@ -113,17 +121,6 @@ class Fact(Model):
     current: FactVersion
     versions: list[FactVersion]
     changes: list[FactChange]
-
-
-class GraphFact(Model):
-    fact_id: str
-    subject: str
-    relation: str
-    object: str
-    scope: str
-    reason: str | None = None
-    confidence: float
-    status: str
 
 
 class Graph(Model):
@@ -162,15 +159,8 @@ class Explanation(Model):
     outputs: dict[str, Any]
 
 
-class RecalledFact(Model):
+class RecalledFact(FactFields):
     tier: str
-    fact_id: str
-    subject: str
-    relation: str
-    object: str
-    scope: str
-    reason: str | None = None
-    confidence: float
 
 
 class Recall(Model):
