@@ -8,13 +8,13 @@ registers an upcaster from the older version.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 E = TypeVar("E", bound=BaseModel)
 EVENT_TYPES: dict[str, type[DomainEvent]] = {}
-_STORED_TOPICS: dict[type, str] = {}
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
@@ -44,7 +44,14 @@ class DomainEvent(BaseModel):
 
     @classmethod
     def stored_topic(cls) -> str:
-        return _STORED_TOPICS.get(cls) or _STORED_TOPICS.setdefault(cls, f"{cls.topic}.v{cls.version}")
+        """How the log names this class's events at its current version (`fact.asserted.v1`)."""
+        return _stored_topic(cls)
+
+
+@cache
+def _stored_topic(cls: type[DomainEvent]) -> str:
+    """Made once per class: every event written asks for its topic."""
+    return f"{cls.topic}.v{cls.version}"
 
 
 def validated(cls: type[E], fields: dict[str, Any]) -> E:

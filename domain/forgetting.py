@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass, field
+from functools import cache
 from typing import NamedTuple
 
 from domain.entities import EntityRegistered, EntityUpdated
@@ -194,34 +195,27 @@ def _session_owners(state: object, session_id: str, serving: str | None = None, 
 
 
 _NO_KEY, _ENTITY, _ASSERTED, _FACT, _SESSION = range(5)
-_KINDS: dict[type, int] = {}
 
 
-def _kind(cls: type[DomainEvent]) -> int:
-    """Which rule below seals this class of event (decided once per class)."""
-    kind = _KINDS.get(cls)
-    if kind is None:
-        if not cls.content_fields:
-            kind = _NO_KEY
-        elif issubclass(cls, EntityRegistered | EntityUpdated):
-            kind = _ENTITY
-        elif issubclass(cls, FactAsserted):
-            kind = _ASSERTED
-        elif issubclass(cls, FactCorroborated | FactInvalidated | FactCorrected):
-            kind = _FACT
-        elif "session_id" in cls.model_fields:
-            kind = _SESSION
-        else:
-            kind = _NO_KEY
-        _KINDS[cls] = kind
-    return kind
+@cache
+def _sealing_rule(cls: type[DomainEvent]) -> int:
+    """Which rule below seals this class of event (worked out once per class: every event written asks)."""
+    if not cls.content_fields:
+        return _NO_KEY
+    if issubclass(cls, EntityRegistered | EntityUpdated):
+        return _ENTITY
+    if issubclass(cls, FactAsserted):
+        return _ASSERTED
+    if issubclass(cls, FactCorroborated | FactInvalidated | FactCorrected):
+        return _FACT
+    if "session_id" in cls.model_fields:
+        return _SESSION
+    return _NO_KEY
 
 
 def content_key(state: object, event: DomainEvent) -> ContentKey | None:
     """The key that seals this event's content, computed from the ontology as it stands before the event."""
-    kind = _KINDS.get(type(event))
-    if kind is None:
-        kind = _kind(type(event))
+    kind = _sealing_rule(type(event))
     if kind == _NO_KEY:
         return None
     tenant = event.tenant

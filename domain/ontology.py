@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, get_type_hints
+from functools import singledispatch
+from typing import Any
 
 from domain.consolidation import (
     CompactionState,
@@ -56,14 +57,6 @@ from domain.tenants import TenantCreated
 
 FactKey = tuple[str, str, str, str]
 _SET, _POP, _ATTR, _DISCARD, _LISTPOP, _ADD = range(6)
-_APPLIERS: dict[type, Callable[[Any, Any], None]] = {}
-_PENDING_APPLIERS: list[Callable[[Any, Any], None]] = []
-
-
-def _applies(function: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-    """Register a state transition for the event type named in its annotation (resolved after the class)."""
-    _PENDING_APPLIERS.append(function)
-    return function
 
 
 SERVES = "serves"
@@ -314,232 +307,12 @@ class Ontology:
     # ------------------------------------------------------------------ evolving state from events
 
     def apply(self, event: DomainEvent) -> None:
-        handler = _APPLIERS.get(type(event))
-        if handler is None:
-            raise TypeError(f"no rule to apply {type(event).__name__}")
-        handler(self, event)
+        evolve(event, self)
         if self._journal is not None:
             self._journal.append((_ATTR, self, "version", self.version))
         self.version += 1
         if event.event_id is not None:
             self._add(self.seen_event_ids, event.event_id)
-
-    @_applies
-    def _(self, e: TenantCreated) -> None:
-        self._attrs(self, exists=True)
-
-    @_applies
-    def _(self, e: EntityRegistered) -> None:
-        self._set(self.entities, e.ref, EntityState(
-            ref=e.ref, label=e.label, aliases=e.aliases, hub=e.hub, needs_review=e.needs_review,
-            registered_at=e.recorded_at,
-        ))
-
-    @_applies
-    def _(self, e: EntityUpdated) -> None:
-        if e.ref in self.forgotten_people:  # registered anew after it was forgotten
-            self._delete(self.forgotten_people, e.ref)
-        entity = self.entities[e.ref]
-        self._attrs(entity, label=e.label, aliases=e.aliases, hub=e.hub,
-                    needs_review=entity.needs_review if e.needs_review is None else e.needs_review)
-
-    @_applies
-    def _(self, e: EntitiesMerged) -> None:
-        self._attrs(self.entities[e.merged_ref], merged_into=e.into_ref)
-
-    @_applies
-    def _(self, e: RelationTypeDefined) -> None:
-        self._set(self.relation_types, e.name, RelationType(
-            name=e.name, functional=e.functional, symmetric=e.symmetric, weight=e.weight
-        ))
-
-    @_applies
-    def _(self, e: FactAsserted) -> None:
-        fact = FactState(
-            fact_id=e.fact_id, subject=e.subject, relation=e.relation, object=e.object, scope=e.scope,
-            reason=e.reason, confidence=e.confidence, valid_from=e.valid_from, valid_to=e.valid_to,
-            status=FactStatus.CURRENT, asserted_at=e.recorded_at, provenance=[e.provenance],
-            supersedes=e.supersedes, ranges=[(e.valid_from, e.valid_to)],
-        )
-        relation = self.relation(e.relation)
-        key = self.key_for(e.subject, e.relation, e.object, e.scope, relation)
-        self._set(self.facts, e.fact_id, fact)
-        # A value placed before the current one is asserted and then invalidated in the same write: whatever is
-        # current stays so, also when the new fact continues its own value (the remainder of a split).
-        holder = self.current_by_key.get(key)
-        holds_key = holder is None or self.facts[holder].status is not FactStatus.CURRENT
-        if holds_key:
-            self._set(self.current_by_key, key, e.fact_id)
-        self._set(self.generations, key, self.generations.get(key, 0) + 1)
-        if e.scope != "org":  # (nothing asks for the org scope's facts: it would be one record of them all)
-            if e.scope not in self.facts_by_scope:
-                self._set(self.facts_by_scope, e.scope, set())
-            self._add(self.facts_by_scope[e.scope], e.fact_id)
-        slot = (e.subject, e.relation, e.scope)
-        in_slot = self.slots.get(slot)
-        if in_slot is None:
-            self._set(self.slots, slot, [e.fact_id])
-        else:
-            self._append(in_slot, e.fact_id)
-        if relation.functional:  # (rules place values so that one is current per slot: domain/timelines.py)
-            holder = self.functional_current.get(slot)
-            if holder is None or self.facts[holder].status is not FactStatus.CURRENT:
-                self._set(self.functional_current, slot, e.fact_id)
-        if holds_key and e.scope != "org":
-            self._track_person_scope(fact, current=True)
-        self._serves_fact(fact, current=True)
-        if has_own_label_key(e.subject):
-            self._link_entities(e, (e.subject, e.object) if has_own_label_key(e.object) else (e.subject,))
-        elif has_own_label_key(e.object):
-            self._link_entities(e, (e.object,))
-
-    @_applies
-    def _(self, e: FactCorroborated) -> None:
-        fact = self.facts[e.fact_id]
-        self._attr(fact, "confidence", e.confidence)
-        self._append(fact.provenance, e.provenance)
-        self._append(fact.ranges, (e.valid_from, e.valid_to))
-
-    @_applies
-    def _(self, e: FactCorrected) -> None:
-        fact = self.facts[e.fact_id]
-        self._attrs(fact, valid_from=fact.valid_from if e.valid_from is None else e.valid_from,
-                    valid_to=fact.valid_to if e.valid_to is None else e.valid_to,
-                    superseded_by=fact.superseded_by if e.superseded_by is None else e.superseded_by)
-
-    @_applies
-    def _(self, e: FactInvalidated) -> None:
-        fact = self.facts[e.fact_id]
-        self._attrs(fact, status=FactStatus.INVALIDATED, superseded_by=e.superseded_by, ended_reason=e.reason,
-                    valid_to=fact.valid_to if e.valid_to is None else e.valid_to)
-        self._forget_current(fact)
-        self._serves_fact(fact, current=False)
-
-    @_applies
-    def _(self, e: FactArchived) -> None:
-        fact = self.facts[e.fact_id]
-        self._attrs(fact, status=FactStatus.ARCHIVED, ended_reason=e.cause)
-        self._forget_current(fact)
-        self._serves_fact(fact, current=False)
-
-    @_applies
-    def _(self, e: FactRestored) -> None:
-        fact = self.facts[e.fact_id]
-        self._attrs(fact, status=FactStatus.CURRENT, ended_reason=None)
-        self._serves_fact(fact, current=True)
-        self._set(self.current_by_key, self.key_for(*fact.key), fact.fact_id)
-        if self.relation(fact.relation).functional:
-            slot = (fact.subject, fact.relation, fact.scope)
-            holder = self.functional_current.get(slot)
-            if holder is None or self.facts[holder].status is not FactStatus.CURRENT:
-                self._set(self.functional_current, slot, fact.fact_id)
-        self._track_person_scope(fact, current=True)
-
-    @_applies
-    def _(self, e: FactPromoted) -> None:
-        pass  # the promoted fact arrives as its own FactAsserted; this event records why
-
-    @_applies
-    def _(self, e: SessionStarted) -> None:
-        self._set(self.sessions, e.session_id, SessionState(
-            session_id=e.session_id, agent=e.agent, kind=e.kind, serving=e.serving,
-            parent_session_id=e.parent_session_id, task=e.task, started_at=e.recorded_at,
-        ))
-        if e.kind == SessionKind.MAIN and e.serving is not None:
-            self._serve(e.agent, e.serving, f"session:{e.session_id}", serves=True)
-
-    @_applies
-    def _(self, e: MessageAppended) -> None:
-        session = self.sessions[e.session_id]
-        self._set(session.message_ids, e.message_id, (e.event_id, message_fingerprint(e.role, e.content)))
-        self._append(session.turns, (e.message_id, e.role, e.content))
-        if len(session.turns) > MAX_TURNS_KEPT:
-            if self._journal is None:
-                del session.turns[: len(session.turns) - MAX_TURNS_KEPT]
-            else:
-                self._trim_on_commit.append(session.turns)
-
-    @_applies
-    def _(self, e: WorkerDispatched) -> None:
-        main = self.sessions[e.session_id]
-        if e.worker_session_id not in main.workers:
-            self._append(main.workers, e.worker_session_id)
-        worker = self.sessions.get(e.worker_session_id)
-        if worker is None:
-            worker = SessionState(
-                session_id=e.worker_session_id, agent=main.agent, kind=SessionKind.WORKER,
-                serving=main.serving, parent_session_id=main.session_id, task=e.task,
-                started_at=e.recorded_at,
-            )
-            self._set(self.sessions, e.worker_session_id, worker)
-        self._attrs(worker, task=e.task, about=e.about, status=WorkerStatus.DISPATCHED)
-
-    @_applies
-    def _(self, e: WorkerReported) -> None:
-        worker = self.sessions[e.session_id]
-        self._attrs(worker, status=e.status, last_summary=e.summary,
-                    about=tuple(dict.fromkeys(worker.about + e.about)))
-
-    @_applies
-    def _(self, e: SessionCompacted) -> None:
-        session = self.sessions[e.session_id]
-        self._attrs(session, compactions=session.compactions + 1)
-        compaction_id = compaction_id_for(e.session_id, session.compactions)
-        self._set(self.compactions, compaction_id, CompactionState(
-            compaction_id=compaction_id, session_id=e.session_id, through_message_id=e.through_message_id,
-            summary=e.summary, mentions=e.mentions, facts=e.facts, invalidations=e.invalidations,
-            recorded_at=e.recorded_at,
-        ))
-        if e.summary:
-            self._append(session.summaries, (compaction_id, e.summary))
-
-    @_applies
-    def _(self, e: ConsolidationStarted) -> None:
-        compaction = self.compactions[e.compaction_id]
-        self._attrs(compaction, status=ConsolidationStatus.RUNNING, attempts=e.attempt, reason=None)
-
-    @_applies
-    def _(self, e: ConsolidationCompleted) -> None:
-        self._attrs(self.compactions[e.compaction_id], status=ConsolidationStatus.COMPLETED, counts=e.counts)
-
-    @_applies
-    def _(self, e: ConsolidationFailed) -> None:
-        self._attrs(self.compactions[e.compaction_id], status=ConsolidationStatus.FAILED, reason=e.reason)
-
-    @_applies
-    def _(self, e: SessionEnded) -> None:
-        self._attrs(self.sessions[e.session_id], ended=True)
-
-    @_applies
-    def _(self, e: FactsRecalled) -> None:
-        self._attrs(self, recall_count=self.recall_count + 1)
-        for fact_id in e.fact_ids:
-            by_agent = self.recall_uses.get(fact_id)
-            if by_agent is None:
-                by_agent = {}
-                self._set(self.recall_uses, fact_id, by_agent)
-            if e.agent not in by_agent:
-                self._set(by_agent, e.agent, [])
-            self._append(by_agent[e.agent], e.recorded_at)
-
-    @_applies
-    def _(self, e: RecallsCoalesced) -> None:
-        self._attrs(self, recall_count=self.recall_count + 1)
-        for agent, _mode, fact_id, at in e.used():
-            by_agent = self.recall_uses.get(fact_id)
-            if by_agent is None:
-                by_agent = {}
-                self._set(self.recall_uses, fact_id, by_agent)
-            if agent not in by_agent:
-                self._set(by_agent, agent, [])
-            self._append(by_agent[agent], at)
-
-    @_applies
-    def _(self, e: SubjectForgotten) -> None:
-        # the content is gone from the log's point of view; services reload their folded state. A person stays
-        # closed to writes until registered anew.
-        if e.subject.startswith("person:"):
-            self._set(self.forgotten_people, e.subject, e.receipt_id or "")
 
     def _track_person_scope(self, fact: FactState, current: bool) -> None:
         if not fact.scope.startswith("person:"):
@@ -562,5 +335,248 @@ class Ontology:
             self._delete(self.functional_current, fkey)
 
 
-for _function in _PENDING_APPLIERS:
-    _APPLIERS[get_type_hints(_function)["e"]] = _function
+@singledispatch
+def evolve(event: DomainEvent, state: Ontology) -> None:
+    """Change `state` by one event: one function below per event type, as `decide` has one rule per command."""
+    raise TypeError(f"no rule to apply {type(event).__name__}")
+
+
+@evolve.register
+def _(e: TenantCreated, state: Ontology) -> None:
+    state._attrs(state, exists=True)
+
+
+@evolve.register
+def _(e: EntityRegistered, state: Ontology) -> None:
+    state._set(state.entities, e.ref, EntityState(
+        ref=e.ref, label=e.label, aliases=e.aliases, hub=e.hub, needs_review=e.needs_review,
+        registered_at=e.recorded_at,
+    ))
+
+
+@evolve.register
+def _(e: EntityUpdated, state: Ontology) -> None:
+    if e.ref in state.forgotten_people:  # registered anew after it was forgotten
+        state._delete(state.forgotten_people, e.ref)
+    entity = state.entities[e.ref]
+    state._attrs(entity, label=e.label, aliases=e.aliases, hub=e.hub,
+                needs_review=entity.needs_review if e.needs_review is None else e.needs_review)
+
+
+@evolve.register
+def _(e: EntitiesMerged, state: Ontology) -> None:
+    state._attrs(state.entities[e.merged_ref], merged_into=e.into_ref)
+
+
+@evolve.register
+def _(e: RelationTypeDefined, state: Ontology) -> None:
+    state._set(state.relation_types, e.name, RelationType(
+        name=e.name, functional=e.functional, symmetric=e.symmetric, weight=e.weight
+    ))
+
+
+@evolve.register
+def _(e: FactAsserted, state: Ontology) -> None:
+    fact = FactState(
+        fact_id=e.fact_id, subject=e.subject, relation=e.relation, object=e.object, scope=e.scope,
+        reason=e.reason, confidence=e.confidence, valid_from=e.valid_from, valid_to=e.valid_to,
+        status=FactStatus.CURRENT, asserted_at=e.recorded_at, provenance=[e.provenance],
+        supersedes=e.supersedes, ranges=[(e.valid_from, e.valid_to)],
+    )
+    relation = state.relation(e.relation)
+    key = state.key_for(e.subject, e.relation, e.object, e.scope, relation)
+    state._set(state.facts, e.fact_id, fact)
+    # A value placed before the current one is asserted and then invalidated in the same write: whatever is
+    # current stays so, also when the new fact continues its own value (the remainder of a split).
+    holder = state.current_by_key.get(key)
+    holds_key = holder is None or state.facts[holder].status is not FactStatus.CURRENT
+    if holds_key:
+        state._set(state.current_by_key, key, e.fact_id)
+    state._set(state.generations, key, state.generations.get(key, 0) + 1)
+    if e.scope != "org":  # (nothing asks for the org scope's facts: it would be one record of them all)
+        if e.scope not in state.facts_by_scope:
+            state._set(state.facts_by_scope, e.scope, set())
+        state._add(state.facts_by_scope[e.scope], e.fact_id)
+    slot = (e.subject, e.relation, e.scope)
+    in_slot = state.slots.get(slot)
+    if in_slot is None:
+        state._set(state.slots, slot, [e.fact_id])
+    else:
+        state._append(in_slot, e.fact_id)
+    if relation.functional:  # (rules place values so that one is current per slot: domain/timelines.py)
+        holder = state.functional_current.get(slot)
+        if holder is None or state.facts[holder].status is not FactStatus.CURRENT:
+            state._set(state.functional_current, slot, e.fact_id)
+    if holds_key and e.scope != "org":
+        state._track_person_scope(fact, current=True)
+    state._serves_fact(fact, current=True)
+    if has_own_label_key(e.subject):
+        state._link_entities(e, (e.subject, e.object) if has_own_label_key(e.object) else (e.subject,))
+    elif has_own_label_key(e.object):
+        state._link_entities(e, (e.object,))
+
+
+@evolve.register
+def _(e: FactCorroborated, state: Ontology) -> None:
+    fact = state.facts[e.fact_id]
+    state._attr(fact, "confidence", e.confidence)
+    state._append(fact.provenance, e.provenance)
+    state._append(fact.ranges, (e.valid_from, e.valid_to))
+
+
+@evolve.register
+def _(e: FactCorrected, state: Ontology) -> None:
+    fact = state.facts[e.fact_id]
+    state._attrs(fact, valid_from=fact.valid_from if e.valid_from is None else e.valid_from,
+                valid_to=fact.valid_to if e.valid_to is None else e.valid_to,
+                superseded_by=fact.superseded_by if e.superseded_by is None else e.superseded_by)
+
+
+@evolve.register
+def _(e: FactInvalidated, state: Ontology) -> None:
+    fact = state.facts[e.fact_id]
+    state._attrs(fact, status=FactStatus.INVALIDATED, superseded_by=e.superseded_by, ended_reason=e.reason,
+                valid_to=fact.valid_to if e.valid_to is None else e.valid_to)
+    state._forget_current(fact)
+    state._serves_fact(fact, current=False)
+
+
+@evolve.register
+def _(e: FactArchived, state: Ontology) -> None:
+    fact = state.facts[e.fact_id]
+    state._attrs(fact, status=FactStatus.ARCHIVED, ended_reason=e.cause)
+    state._forget_current(fact)
+    state._serves_fact(fact, current=False)
+
+
+@evolve.register
+def _(e: FactRestored, state: Ontology) -> None:
+    fact = state.facts[e.fact_id]
+    state._attrs(fact, status=FactStatus.CURRENT, ended_reason=None)
+    state._serves_fact(fact, current=True)
+    state._set(state.current_by_key, state.key_for(*fact.key), fact.fact_id)
+    if state.relation(fact.relation).functional:
+        slot = (fact.subject, fact.relation, fact.scope)
+        holder = state.functional_current.get(slot)
+        if holder is None or state.facts[holder].status is not FactStatus.CURRENT:
+            state._set(state.functional_current, slot, fact.fact_id)
+    state._track_person_scope(fact, current=True)
+
+
+@evolve.register
+def _(e: FactPromoted, state: Ontology) -> None:
+    pass  # the promoted fact arrives as its own FactAsserted; this event records why
+
+
+@evolve.register
+def _(e: SessionStarted, state: Ontology) -> None:
+    state._set(state.sessions, e.session_id, SessionState(
+        session_id=e.session_id, agent=e.agent, kind=e.kind, serving=e.serving,
+        parent_session_id=e.parent_session_id, task=e.task, started_at=e.recorded_at,
+    ))
+    if e.kind == SessionKind.MAIN and e.serving is not None:
+        state._serve(e.agent, e.serving, f"session:{e.session_id}", serves=True)
+
+
+@evolve.register
+def _(e: MessageAppended, state: Ontology) -> None:
+    session = state.sessions[e.session_id]
+    state._set(session.message_ids, e.message_id, (e.event_id, message_fingerprint(e.role, e.content)))
+    state._append(session.turns, (e.message_id, e.role, e.content))
+    if len(session.turns) > MAX_TURNS_KEPT:
+        if state._journal is None:
+            del session.turns[: len(session.turns) - MAX_TURNS_KEPT]
+        else:
+            state._trim_on_commit.append(session.turns)
+
+
+@evolve.register
+def _(e: WorkerDispatched, state: Ontology) -> None:
+    main = state.sessions[e.session_id]
+    if e.worker_session_id not in main.workers:
+        state._append(main.workers, e.worker_session_id)
+    worker = state.sessions.get(e.worker_session_id)
+    if worker is None:
+        worker = SessionState(
+            session_id=e.worker_session_id, agent=main.agent, kind=SessionKind.WORKER,
+            serving=main.serving, parent_session_id=main.session_id, task=e.task,
+            started_at=e.recorded_at,
+        )
+        state._set(state.sessions, e.worker_session_id, worker)
+    state._attrs(worker, task=e.task, about=e.about, status=WorkerStatus.DISPATCHED)
+
+
+@evolve.register
+def _(e: WorkerReported, state: Ontology) -> None:
+    worker = state.sessions[e.session_id]
+    state._attrs(worker, status=e.status, last_summary=e.summary,
+                about=tuple(dict.fromkeys(worker.about + e.about)))
+
+
+@evolve.register
+def _(e: SessionCompacted, state: Ontology) -> None:
+    session = state.sessions[e.session_id]
+    state._attrs(session, compactions=session.compactions + 1)
+    compaction_id = compaction_id_for(e.session_id, session.compactions)
+    state._set(state.compactions, compaction_id, CompactionState(
+        compaction_id=compaction_id, session_id=e.session_id, through_message_id=e.through_message_id,
+        summary=e.summary, mentions=e.mentions, facts=e.facts, invalidations=e.invalidations,
+        recorded_at=e.recorded_at,
+    ))
+    if e.summary:
+        state._append(session.summaries, (compaction_id, e.summary))
+
+
+@evolve.register
+def _(e: ConsolidationStarted, state: Ontology) -> None:
+    compaction = state.compactions[e.compaction_id]
+    state._attrs(compaction, status=ConsolidationStatus.RUNNING, attempts=e.attempt, reason=None)
+
+
+@evolve.register
+def _(e: ConsolidationCompleted, state: Ontology) -> None:
+    state._attrs(state.compactions[e.compaction_id], status=ConsolidationStatus.COMPLETED, counts=e.counts)
+
+
+@evolve.register
+def _(e: ConsolidationFailed, state: Ontology) -> None:
+    state._attrs(state.compactions[e.compaction_id], status=ConsolidationStatus.FAILED, reason=e.reason)
+
+
+@evolve.register
+def _(e: SessionEnded, state: Ontology) -> None:
+    state._attrs(state.sessions[e.session_id], ended=True)
+
+
+@evolve.register
+def _(e: FactsRecalled, state: Ontology) -> None:
+    state._attrs(state, recall_count=state.recall_count + 1)
+    for fact_id in e.fact_ids:
+        by_agent = state.recall_uses.get(fact_id)
+        if by_agent is None:
+            by_agent = {}
+            state._set(state.recall_uses, fact_id, by_agent)
+        if e.agent not in by_agent:
+            state._set(by_agent, e.agent, [])
+        state._append(by_agent[e.agent], e.recorded_at)
+
+
+@evolve.register
+def _(e: RecallsCoalesced, state: Ontology) -> None:
+    state._attrs(state, recall_count=state.recall_count + 1)
+    for agent, _mode, fact_id, at in e.used():
+        by_agent = state.recall_uses.get(fact_id)
+        if by_agent is None:
+            by_agent = {}
+            state._set(state.recall_uses, fact_id, by_agent)
+        if agent not in by_agent:
+            state._set(by_agent, agent, [])
+        state._append(by_agent[agent], at)
+
+
+@evolve.register
+def _(e: SubjectForgotten, state: Ontology) -> None:
+    # the content is gone from the log's point of view; services reload their folded state. A person stays
+    # closed to writes until registered anew.
+    if e.subject.startswith("person:"):
+        state._set(state.forgotten_people, e.subject, e.receipt_id or "")

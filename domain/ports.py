@@ -135,6 +135,13 @@ class StateSnapshots(Protocol):
         ...
 
 
+class WriteRetries(Protocol):
+    """How a write that lost the race to another writer (it raised `VersionConflict`) is tried again: how often and
+    after what pauses (a policy of the composition root). When the policy gives up, the last conflict propagates."""
+
+    def __call__(self, write: Callable[[], BatchResult]) -> BatchResult: ...
+
+
 class TenantWriteLocks(Protocol):
     """Serializes the writers of one tenant across processes (a PostgreSQL advisory lock per tenant): a writer
     holding a tenant's lock decides on the log as it is and appends without a version conflict, and writers that

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from consumers.ports import ConsumerPorts
 from domain.application.application import Application
@@ -26,7 +26,7 @@ from domain.application.ontology_service import OntologyService
 from domain.application.recall_buffer import RecallBuffer
 from domain.application.use_cases.core import ApplicationSettings
 from domain.consolidation import CompositeExtractor, Extractor, StructuredPayloadExtractor
-from domain.ports import PerspectiveEngine
+from domain.ports import BatchResult, PerspectiveEngine, VersionConflict
 from infra.adapters.eventlog import EventsourcingLog
 from infra.adapters.evidence import EvidenceStore
 from infra.adapters.state_snapshots import FileStateSnapshots
@@ -132,8 +132,8 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     snapshots = FileStateSnapshots(settings.home, log, keys, settings.state_snapshot_every,
                                    snapshotter=None if settings.event_store == "popo" else  # (no one else reads it)
                                    partial(SnapshotterProcess, snapshotter_settings))
-    service = OntologyService(log, clock=clock, seal_content=keys is not None, backoff=_backoff, snapshots=snapshots,
-                              writer_locks=settings.tenant_write_locks())
+    service = OntologyService(log, clock=clock, seal_content=keys is not None, retries=retry_conflicts,
+                              snapshots=snapshots, writer_locks=settings.tenant_write_locks())
     consolidation = ConsolidationWorker(service, extractor_from(settings), log.tenants)
     perspectives = build_perspective_engine(log, settings.home, clock)
     recalls = RecallBuffer(service, settings.recall_flush_seconds)
@@ -258,8 +258,14 @@ def _embedder(settings: Settings) -> Any:
     return embedder_from(settings)
 
 
-def _backoff(attempt: int) -> None:
-    """After a version conflict: retry at once the first time, then after a random pause that grows with each
-    attempt (up to about 50 ms), so two processes writing one tenant in tight loops both make progress."""
-    if attempt:
-        time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** attempt)))
+WRITE_ATTEMPTS = 20
+"""How many times a write that lost the race to another writer is tried again before it is refused."""
+
+
+def retry_conflicts(write: Callable[[], BatchResult]) -> BatchResult:
+    """The write retry policy (`WriteRetries`): after a write lost the race to another writer, try again at once,
+    then after random pauses that grow with each attempt (to 50 ms), so two processes writing one tenant in tight
+    loops both make progress."""
+    retrying = Retrying(retry=retry_if_exception_type(VersionConflict), stop=stop_after_attempt(WRITE_ATTEMPTS),
+                        wait=wait_random_exponential(multiplier=0.002, max=0.05), reraise=True)
+    return retrying(write)

@@ -4,7 +4,8 @@ It holds one folded `Ontology` per tenant, kept current by reading only the even
 command costs one short read and one append. Rules run under one lock per process. Across processes, writers of
 one tenant take turns when the log has writer locks (`TenantWriteLocks`, on PostgreSQL): a writer holds its
 tenant's lock from reading the log's tail to its append, so it never conflicts and never starves; without them
-(SQLite), a conflict on the tenant stream version is retried after a random pause. The states are live (writes
+(SQLite), a write that conflicts on the tenant stream version is tried again as the composition root's policy says
+(`WriteRetries`). The states are live (writes
 apply in place), so the rest of the process reads one only inside `reading(tenant)`, which holds that lock while it
 reads.
 
@@ -24,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 
 from domain.commands import Command
 from domain.errors import ConcurrencyError, DomainError
@@ -40,14 +42,14 @@ from domain.ports import (
     TenantWriteLocks,
     TrackingPosition,
     VersionConflict,
+    WriteRetries,
 )
 from domain.rules import decide
 
-MAX_RETRIES = 20
 SETTLE_SECONDS = 20.0
 """How long a process that stops waits for its snapshotter to bring its tenants' snapshots to their states."""
 
-__all__ = ["MAX_RETRIES", "BatchResult", "OntologyService", "Outcome"]
+__all__ = ["BatchResult", "OntologyService", "Outcome"]
 
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ class OntologyService:
     """Runs commands through the rules (domain/rules.py) and appends their events: the one writer of the log."""
 
     def __init__(self, log: EventLog, clock: Callable[[], datetime], seal_content: bool = True,
-                 backoff: Callable[[int], None] | None = None, snapshots: StateSnapshots | None = None,
+                 retries: WriteRetries | None = None, snapshots: StateSnapshots | None = None,
                  writer_locks: TenantWriteLocks | None = None) -> None:
         self._log = log
         self._writer_locks = writer_locks
@@ -73,9 +75,9 @@ class OntologyService:
         self._closed = False
         self._seal = seal_content
         self._clock = clock
-        self._backoff = backoff
-        """Called with the attempt number after a version conflict (e.g. a short random sleep, so that a writer
-        that keeps losing the race to another process's tight loop gets its turn); None: retry at once."""
+        self._retries = retries
+        """Runs a write again after a version conflict (e.g. after short random pauses, so that a writer that keeps
+        losing the race to another process's tight loop gets its turn); None: a conflict is refused at once."""
         self._states: dict[str, Ontology] = {}
         self._refolds: dict[str, threading.Event] = {}
         self._stopping = False
@@ -205,70 +207,85 @@ class OntologyService:
         """
         self._wait_refolded([cmd.tenant for cmd in commands])
         with self.serialized(*(cmd.tenant for cmd in commands)) as serialized, self._held():
-            for _attempt in range(MAX_RETRIES):
-                if tracking is not None:
-                    stored = self._log.tracked_position(tracking.name)
-                    if stored is not None and stored >= tracking.position:
-                        return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
-                # The first attempt decides on the state as this service last left it, without reading the log
-                # (one query less per batch for a process that is the only writer). If another writer appended
-                # meanwhile, whatever this batch writes conflicts on the stream version and the retry catches up;
-                # what it would not write (a rejection, a no-op) is decided again on the caught-up state. A batch
-                # that holds its tenants' writer locks reads the tail: other processes write between its turns.
-                tenants = dict.fromkeys(cmd.tenant for cmd in commands)
-                unread = not serialized and not _attempt and all(tenant in self._states for tenant in tenants)
-                states = {tenant: self._states[tenant] if unread else self._caught_up(tenant) for tenant in tenants}
-                for state in states.values():
-                    state.begin()
-                try:
-                    outcomes, pending = self._decide_all(commands, states)
-                    if unread and any(o.error is not None or not o.events for o in outcomes):
-                        self._rollback(states)
-                        continue
-                    if then is not None:
-                        final = then(outcomes)
-                        if final.tenant not in states:
-                            states[final.tenant] = self._caught_up(final.tenant)
-                            states[final.tenant].begin()
-                        more, more_pending = self._decide_all([final], states)
-                        outcomes, pending = outcomes + more, pending + more_pending
-                except SnapshotDamaged:  # (a record read on demand did not read: fold afresh, decide again)
-                    self._rollback(states)
-                    damaged = [t for t, state in states.items() if self._snapshots and self._snapshots.damaged(state)]
-                    if not damaged:
-                        raise
-                    for tenant in damaged:
-                        self._drop(tenant)
-                    continue
-                if all_or_nothing and any(not o.ok for o in outcomes):
-                    self._rollback(states)
-                    return BatchResult(outcomes, [])
-                try:
-                    positions = self._log.append(pending, tracking) if pending or tracking else []
-                except VersionConflict:
-                    self._rollback(states)
-                    if self._backoff is not None:
-                        self._backoff(_attempt)
-                    continue
-                except AlreadyTracked:
-                    self._rollback(states)
-                    return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
-                except BaseException:
-                    self._rollback(states)
-                    raise
-                for state in states.values():
-                    state.commit()
-                if self._snapshots is not None:
-                    self._snapshots.wrote()
-                    self._forgot.update(p.tenant for p in pending if isinstance(p.event, SubjectForgotten))
-                    for state in states.values():
-                        self._ask_for_snapshot(state, self._snapshots.every)
-                if positions:
-                    self.last_position = positions[-1]
-                    for item, position in zip(pending, positions, strict=False):
-                        self._written[item.tenant] = position
-                return BatchResult(outcomes, positions)
-            raise ConcurrencyError(f"gave up after {MAX_RETRIES} version conflicts with other writers")
+            write = partial(self._write, commands, all_or_nothing, tracking, then)
+            try:
+                return write(trust_states=not serialized)
+            except VersionConflict:
+                if self._retries is None:
+                    raise ConcurrencyError("another writer appended to the tenant while this write was decided"
+                                           ) from None
+            try:
+                return self._retries(lambda: write(trust_states=False))
+            except VersionConflict:
+                raise ConcurrencyError("gave up after repeated version conflicts with other writers") from None
+
+    def _write(self, commands: Sequence[Command], all_or_nothing: bool, tracking: TrackingPosition | None,
+               then: Callable[[list[Outcome]], Command] | None, trust_states: bool) -> BatchResult:
+        """One attempt at `execute_batch`: decide, append, and commit the states (or roll them back). Raises
+        VersionConflict, having changed nothing, when another writer appended after the log was read.
+
+        With `trust_states`, the batch is decided on the states as this service last left them, without reading
+        the log (one query less per batch for a process that is the only writer). If another writer appended
+        meanwhile, the append conflicts on the stream version; that, and what would not be written (a rejection,
+        a no-op), is decided again at once on the log's tail. A batch that holds its tenants' writer locks reads
+        the tail: other processes write between its turns."""
+        if tracking is not None:
+            stored = self._log.tracked_position(tracking.name)
+            if stored is not None and stored >= tracking.position:
+                return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
+        tenants = dict.fromkeys(cmd.tenant for cmd in commands)
+        unread = trust_states and all(tenant in self._states for tenant in tenants)
+        states = {tenant: self._states[tenant] if unread else self._caught_up(tenant) for tenant in tenants}
+        for state in states.values():
+            state.begin()
+        try:
+            outcomes, pending = self._decide_all(commands, states)
+            if unread and any(o.error is not None or not o.events for o in outcomes):
+                self._rollback(states)
+                return self._write(commands, all_or_nothing, tracking, then, trust_states=False)
+            if then is not None:
+                final = then(outcomes)
+                if final.tenant not in states:
+                    states[final.tenant] = self._caught_up(final.tenant)
+                    states[final.tenant].begin()
+                more, more_pending = self._decide_all([final], states)
+                outcomes, pending = outcomes + more, pending + more_pending
+        except SnapshotDamaged:  # (a record read on demand did not read: fold afresh, decide again)
+            self._rollback(states)
+            damaged = [t for t, state in states.items() if self._snapshots and self._snapshots.damaged(state)]
+            if not damaged:
+                raise
+            for tenant in damaged:
+                self._drop(tenant)
+            return self._write(commands, all_or_nothing, tracking, then, trust_states=False)
+        if all_or_nothing and any(not o.ok for o in outcomes):
+            self._rollback(states)
+            return BatchResult(outcomes, [])
+        try:
+            positions = self._log.append(pending, tracking) if pending or tracking else []
+        except VersionConflict:
+            self._rollback(states)
+            if unread:  # (the states were behind the log, not necessarily a race: decide on the tail at once)
+                return self._write(commands, all_or_nothing, tracking, then, trust_states=False)
+            raise
+        except AlreadyTracked:
+            self._rollback(states)
+            return BatchResult([Outcome(cmd) for cmd in commands], [], already_tracked=True)
+        except BaseException:
+            self._rollback(states)
+            raise
+        for state in states.values():
+            state.commit()
+        if self._snapshots is not None:
+            self._snapshots.wrote()
+            self._forgot.update(p.tenant for p in pending if isinstance(p.event, SubjectForgotten))
+            for state in states.values():
+                self._ask_for_snapshot(state, self._snapshots.every)
+        if positions:
+            self.last_position = positions[-1]
+            for item, position in zip(pending, positions, strict=False):
+                self._written[item.tenant] = position
+        return BatchResult(outcomes, positions)
 
     def _decide_all(
         self, commands: Sequence[Command], states: dict[str, Ontology]
