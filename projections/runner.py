@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+
 from projections.files import ProjectionFiles
 from projections.projector import ProjectionError, ProjectionLocked, Projector, connect
 from projections.replay import replay
@@ -50,11 +52,7 @@ def publish_now(log: RawLog, settings: ProjectorSettings, timeout: float = 60.0)
         projector = Projector(log, files.live, batch_size=settings.projection_batch_size)
     except ProjectionLocked:
         files.snapshot_request.touch()
-        deadline = time.monotonic() + timeout
-        while files.snapshot_request.exists():
-            if time.monotonic() > deadline:
-                raise ProjectionError(f"the running projector did not publish within {timeout:.0f} s") from None
-            time.sleep(0.05)
+        _wait_until_taken(files.snapshot_request, timeout)
         return None
     with projector:
         projector.catch_up()
@@ -130,3 +128,11 @@ class _Until:
 
     def max_position(self) -> int:
         return min(self._position, self._log.max_position())
+
+
+def _wait_until_taken(request: Path, timeout: float) -> None:
+    """Wait while the request file exists (the running projector takes it away once it has published)."""
+    waiting = Retrying(retry=retry_if_result(bool), stop=stop_after_delay(timeout), wait=wait_fixed(0.05),
+                       retry_error_callback=lambda _: True)
+    if waiting(request.exists):
+        raise ProjectionError(f"the running projector did not publish within {timeout:.0f} s") from None

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
 from domain.forgetting import ContentKey, ForgetPlan, own_owners
 from domain.ports import KeysForgotten
@@ -53,7 +54,7 @@ PAGE = 20_000
 """Keys read and written per page when a store of an earlier layout is converted."""
 KEK_READS = 50
 KEK_READ_PAUSE = 0.05
-"""A KEK not found is looked for again this many times, this many seconds apart (a rotation being finished)."""
+"""A KEK not found is read this many times in all, this many seconds apart (a rotation being finished)."""
 
 
 def bucket_of(key_id: str, owners: Iterable[str]) -> int:
@@ -199,16 +200,18 @@ class PostgresKeyStore:
             return kek
         # Another process may be finishing the rotation to this KEK: its bytes are being written over the old
         # file's in place and the next file wiped, so a read can catch neither; read again for a moment.
-        for attempt in range(KEK_READS):
-            for kek in self.kek_file.candidates():
-                if kek.kek_id == kek_id:
-                    self._keks = {kek_id: kek}
-                    return kek
-            if attempt + 1 < KEK_READS:
-                time.sleep(KEK_READ_PAUSE)
+        reads = Retrying(retry=retry_if_result(lambda found: found is None), stop=stop_after_attempt(KEK_READS),
+                         wait=wait_fixed(KEK_READ_PAUSE), retry_error_callback=lambda _: None)
+        kek = reads(self._kek_in_file, kek_id)
+        if kek is not None:
+            self._keks = {kek_id: kek}
+            return kek
         raise KekMissing(f"the data keys in schema {self._schema!r} are wrapped under KEK {kek_id}, which "
                          f"{self.kek_file.path} does not hold (NOUMENA_KEK_FILE must name the file every process "
                          "of this store shares)")
+
+    def _kek_in_file(self, kek_id: str) -> Kek | None:
+        return next((kek for kek in self.kek_file.candidates() if kek.kek_id == kek_id), None)
 
     def _bucket_cipher(self, bucket: int, wrapped: bytes, kek_id: str) -> AESGCM:
         """The cipher of a bucket's key, from its wrapped bytes as read in the same statement as the KEK id."""

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+
 from domain.forgetting import ContentKey, ForgetPlan
 from domain.ports import KeysForgotten
 from infra.adapters.keys.cache import NO_OWNERS, KeyCache
@@ -215,13 +217,13 @@ class SQLiteKeyStore:
     def _wait_for_record(self) -> None:
         """Before a batch's keys: wait (holding nothing) while another process's forget logs its event, so the
         batch is not turned back at its commit and decided again and again meanwhile."""
-        waited = 0.0
-        while waited < UNRECORDED_LIMIT:
-            with self._lock:
-                if not self._unrecorded():
-                    return
-            time.sleep(0.005)
-            waited += 0.005
+        waiting = Retrying(retry=retry_if_result(bool), stop=stop_after_delay(UNRECORDED_LIMIT), wait=wait_fixed(0.005),
+                           retry_error_callback=lambda _: None)
+        waiting(self._unrecorded_now)
+
+    def _unrecorded_now(self) -> bool:
+        with self._lock:
+            return self._unrecorded()
 
     def _let_go(self) -> None:
         try:
