@@ -72,8 +72,8 @@ class SearchParameters(BaseModel):
     are too many to scan them all: see `exact_semantic_limit`)."""
     exact_semantic_limit: int = Field(default=10_000, ge=0)
     """While the tenant holds up to this many current facts, every one the viewer may see is compared with the
-    query's embedding (exact, numpy: about 3 ms per 10,000 on this 2-core machine under load); beyond it, the lexical
-    candidates, the viewer's own tiers and the facts its perspective reaches are."""
+    query's embedding (an exact scan, with numpy); beyond it, the lexical candidates, the viewer's own tiers and the
+    facts its perspective reaches are."""
     entity_weight: float = Field(default=0.2, ge=0)
     """What touching an entity the query names adds (a fact with it as subject or object)."""
     time_weight: float = Field(default=0.25, ge=0)
@@ -97,7 +97,7 @@ class SearchParameters(BaseModel):
     """What a candidate's neighbourhood adds (a turn beside a matching turn, a fact one hop from a match)."""
     bm25_k1: float = Field(default=1.2, gt=0)
     turn_bm25_b: float = Field(default=0.3, ge=0, le=1)
-    """BM25's length normalisation for turns (their own statistics): as for facts; 0 and 0.6 measured no better."""
+    """BM25's length normalisation for turns (their own statistics): weak, as for facts."""
     bm25_b: float = Field(default=0.3, ge=0, le=1)
     """BM25's length normalisation: weak, because a fact's document is its statement plus the messages it came
     from, and a longer source conversation is not less relevant."""

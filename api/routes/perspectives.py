@@ -26,7 +26,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {"text/markdown":
 def _answer(perspective: Perspective, format: str) -> Response:
     """The engine's output is checked already: send its JSON as is (validating it again against
     PerspectivePublic, the documented shape, would double the serving cost of the hot path), serialized once by
-    pydantic's own encoder (not a dict, then `json.dumps`: 4x the time)."""
+    pydantic's own encoder (not a dict, then `json.dumps`, which takes longer)."""
     if format == "markdown":
         return PlainTextResponse(perspective.context, media_type="text/markdown; charset=utf-8",
                                  headers={"X-Perspective-Id": perspective.perspective_id})

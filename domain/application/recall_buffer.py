@@ -10,8 +10,8 @@ When: a flush runs when the oldest held use is `flush_seconds` old (checked on e
 timer), and on `close()` (a clean shutdown). A crash loses only the uses not flushed yet: activation hints,
 never a fact; the next reads record their uses again.
 
-`flush_seconds == 0` turns coalescing off: each read records its own `facts.recalled` event at once (as before;
-the benchmark's same-run baseline).
+`flush_seconds == 0` turns coalescing off: each read records its own `facts.recalled` event at once (what the
+benchmark compares coalescing with, in the same run).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class SealedFieldCorrupted(Exception):
 
 class _Layout(NamedTuple):
     """How the content fields of one class of event (or one subset of them) are sealed: their names as a set (for
-    pydantic's `exclude` and `include`: a set is the type it documents; a frozenset costs about 1 us more a call),
+    pydantic's `exclude` and `include`: a set is the type it documents; a frozenset costs more a call),
     as the v3 header records them, and the one field when there is only one (it is read once, and sealed as its
     UTF-8 when it is a text)."""
 

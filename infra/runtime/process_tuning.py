@@ -14,8 +14,8 @@ def tune_collector_for_a_long_lived_heap() -> None:
     """A folded ontology is a large, long-lived heap of small objects. With the default thresholds a growing heap
     is scanned whole after every few tens of thousands of surviving allocations; with these, only after millions.
     The young generations stay small, because every collection holds the interpreter lock while requests wait: a
-    young generation of 5,000 objects is collected in about a millisecond, ten times that pauses requests
-    visibly (docs/operations.md)."""
+    young generation of 5,000 objects is collected without a pause a request would notice; ten times that is not
+    (docs/operations.md)."""
     gc.set_threshold(5_000, 10, 100)
 
 

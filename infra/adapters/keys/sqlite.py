@@ -56,8 +56,8 @@ class SQLiteKeyStore:
         self._db.execute("PRAGMA secure_delete=ON")
         # Rows are appended in rowid order; the only index is on a 16-byte hash of the key id. A batch of new,
         # random key ids then dirties few pages: the index entries are small, so many share a page (a key_id
-        # TEXT primary key, the layout of stores created before, dirtied about twice as many; those keep
-        # working unchanged). Forgetting scans the table, which is rare.
+        # TEXT primary key, the layout of stores created before, dirtied more; those keep working
+        # unchanged). Forgetting scans the table, which is rare.
         self._db.execute("CREATE TABLE IF NOT EXISTS data_keys (key_hash BLOB PRIMARY KEY, key_id TEXT NOT NULL, "
                          "key BLOB NOT NULL, owners TEXT NOT NULL)")
         columns = [row[1] for row in self._db.execute("PRAGMA table_info(data_keys)")]
