@@ -141,7 +141,7 @@ def test_marking_facts_used_and_recalling_by_tier(acme: Tenant, story: dict) -> 
     assert [f["fact_id"] for f in episodic["data"]] == [contract] and episodic["position"] > used.json()["position"]
     semantic = acme.client.post("/v1/memory/recall", json={"agent": "agent:assistant",
                                                            "subject": "person:customer"}).json()
-    assert semantic["answered_by"] in ("semantic", None)
+    assert semantic["answered_by"] == "semantic" and {f["scope"] for f in semantic["data"]} == {"org"}
     assert contract not in {f["fact_id"] for f in semantic["data"]}  # episodic facts need the person served
     assert_problem(acme.client.post("/v1/memory/recall", json={"agent": "agent:assistant", "subject": "person:nope"}),
                    422, "subject")

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import base64
 import json
+import sqlite3
 import subprocess
 import uuid
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -160,27 +162,35 @@ def _pg_data_dir() -> Path:
     return Path(status.split("(data ", 1)[1].split(")", 1)[0])
 
 
+def _auditor_rows(noumena, statement: str, params: tuple = ()) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """Rows of the key store's tables as an auditor holding the database reads them: a connection of its own to
+    PostgreSQL (`{schema}` in `statement` names the store's schema) or to the SQLite file in the home."""
+    settings = noumena.settings
+    if settings.event_store == "postgres":
+        import psycopg
+
+        with psycopg.connect(**settings.pg_connect_kwargs()) as db:
+            return db.execute(statement.format(schema=f'"{settings.pg_schema}"'), params).fetchall()
+    with closing(sqlite3.connect(Path(settings.home) / "keys.sqlite")) as db:
+        return db.execute(statement, params).fetchall()
+
+
 def _all_keys(noumena) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+    table = "{schema}.noumena_data_keys" if noumena.settings.event_store == "postgres" else "data_keys"
     keys = noumena.log.keys
-    if hasattr(keys, "_keys") and isinstance(keys._keys, str):  # PostgreSQL  # noqa: SLF001
-        names = [r[0] for r in keys._db.execute(f"SELECT key_id FROM {keys._keys}")]  # noqa: SLF001
-    else:
-        names = [r[0] for r in keys._db.execute("SELECT key_id FROM data_keys")]  # noqa: SLF001
-    return {name: keys.get(name) for name in names}
+    return {name: keys.get(name) for (name,) in _auditor_rows(noumena, f"SELECT key_id FROM {table}")}
 
 
 def _buckets_of(noumena) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    keys = noumena.log.keys
-    return dict(keys._db.execute(f"SELECT key_id, bucket FROM {keys._keys}").fetchall())  # noqa: SLF001
+    return dict(_auditor_rows(noumena, "SELECT key_id, bucket FROM {schema}.noumena_data_keys"))  # type: ignore[arg-type]
 
 
 def _bucket_keys(noumena, keks: list[bytes], numbers: list[int]) -> dict[int, bytes]:  # type: ignore[no-untyped-def]
     """On PostgreSQL, what an auditor holding the database and the KEK file opens: the current keys of these
     buckets, each bucket row unwrapped with every KEK found."""
-    keys = noumena.log.keys
     found: dict[int, bytes] = {}
-    for bucket, wrapped in keys._db.execute(f"SELECT bucket, key FROM {keys._buckets} "  # noqa: SLF001
-                                            "WHERE bucket = ANY(%s)", (numbers,)):
+    for bucket, wrapped in _auditor_rows(noumena, "SELECT bucket, key FROM {schema}.noumena_key_buckets "
+                                                  "WHERE bucket = ANY(%s)", (numbers,)):
         blob = bytes(wrapped)
         for kek in keks:
             try:

@@ -6,7 +6,9 @@ PostgreSQL and in memory (one key per fact), which must agree."""
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from infra.bootstrap import bootstrap
 from infra.settings import Settings
 from tests.conftest import TickingClock, postgres_settings
 from tests.properties import examples
+from tests.race_support import wait_until
 
 T = "acme"
 PEOPLE = ["person:p0", "person:p1", "person:p2"]
@@ -142,11 +145,10 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
                          reason=f"Li reads {obj}"))
     keys = app.log.keys
     assert isinstance(keys, SQLiteKeyStore)
-    group_key_id = keys._db.execute("SELECT key_id FROM key_groups WHERE group_id = ?",  # noqa: SLF001
-                                    (f"{T}/facts/person:li",)).fetchone()[0]
+    (group_key_id,) = _stored(tmp_path, "SELECT key_id FROM key_groups WHERE group_id = ?", f"{T}/facts/person:li")
     group_key = keys.get(group_key_id)
     assert group_key is not None and group_key in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
-    rows_before = keys._db.execute("SELECT count(*) FROM data_keys").fetchone()[0]  # noqa: SLF001
+    (rows_before,) = _stored(tmp_path, "SELECT count(*) FROM data_keys")
 
     state = app.service.ontology(T)
     (doomed,) = [f for f in state.facts.values() if f.object == "file:b"]
@@ -154,7 +156,7 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
     assert report.keys_deleted == 1  # the group's key; the other two members' keys are now stored on their own
     # only the forgotten fact's event: its siblings' events were sealed with the same group, but their keys stay
     assert report.receipt is not None and report.receipt.events_affected == 1
-    assert keys._db.execute("SELECT count(*) FROM data_keys").fetchone()[0] == rows_before + 1  # noqa: SLF001
+    assert _stored(tmp_path, "SELECT count(*) FROM data_keys") == (rows_before + 1,)
     assert group_key not in (tmp_path / "keys.sqlite").read_bytes() + _wal(tmp_path)
     reasons = {f.object: f.reason for f in app.service.ontology(T).facts.values()}
     assert reasons == {"file:a": "Li reads file:a", "file:b": FORGOTTEN, "file:c": "Li reads file:c"}
@@ -173,6 +175,12 @@ def test_forgetting_one_fact_stores_its_siblings_keys_and_deletes_the_group_key_
     again = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
     assert {f.reason for f in again.service.ontology(T).facts.values()} == {FORGOTTEN}
     again.close()
+
+
+def _stored(home: Path, statement: str, *params: str) -> tuple:
+    """One row of the key store's SQLite file, read as anyone holding the file would (a connection of its own)."""
+    with closing(sqlite3.connect(home / "keys.sqlite")) as db:
+        return tuple(db.execute(statement, params).fetchone())
 
 
 def _wal(home: Path) -> bytes:
@@ -219,9 +227,10 @@ def test_a_forget_in_one_process_never_erases_facts_another_process_writes_meanw
             writer.kill()
             raise AssertionError("the writer process did not finish its 300 facts within 300 s")
         facts = sorted(app.service.ontology(T).facts)
-        app.application.forgetting.forget(T, f"fact:{facts[len(facts) // 2]}")
+        receipt = app.application.forgetting.forget(T, f"fact:{facts[len(facts) // 2]}").receipt
         forgotten += 1
-        time.sleep(0.01)
+        wait_until(lambda at=receipt.position: writer.poll() is not None or app.log.max_position() > at, 300,
+                   "the writer wrote nothing after a forget")  # (so that every forget races writes)
     assert writer.wait() == 0
     assert forgotten >= 3
     app.close()

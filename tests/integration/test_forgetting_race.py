@@ -19,6 +19,7 @@ from domain.forgetting import FORGOTTEN, SubjectForgotten
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
 from tests.conftest import TickingClock, postgres_settings
+from tests.race_support import wait_until
 
 T = "acme"
 PEOPLE = [f"person:p{n}" for n in range(6)]
@@ -68,9 +69,10 @@ def test_nothing_written_before_a_forget_event_stays_readable_while_three_writer
             assert time.monotonic() < deadline, f"writer {name} wrote no 20 facts within 120 s"
             time.sleep(0.05)
     receipts = {}
-    for person in PEOPLE:
-        receipts[person] = app.application.forgetting.forget(T, person).receipt
-        time.sleep(0.2)
+    for person in PEOPLE:  # (each forget races writes: the next one waits until the writers wrote after it)
+        receipts[person] = receipt = app.application.forgetting.forget(T, person).receipt
+        wait_until(lambda at=receipt.position: app.log.max_position() > at
+                   or all(w.poll() is not None for w in writers), 120, f"no writer wrote after the forget of {person}")
     assert all(writer.wait(300) == 0 for writer in writers)
     app.close()
 

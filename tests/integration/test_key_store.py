@@ -191,8 +191,8 @@ def test_the_key_cache_starts_over_past_its_limit_and_every_key_stays_the_same(b
     first = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}") for i in range(40)])
     generation = store.generation
     second = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}", "person:li") for i in range(30, 80)])
-    assert len(store._cache.keys) <= 90 and store.generation == generation  # 40 + 50 new: not over yet
+    assert store.cached_keys <= 90 and store.generation == generation  # 40 + 50 new: not over yet
     third = store.keys_for([_key(f"t/fact/f{i}", f"fact:f{i}", "person:li") for i in range(0, 80, 3)])
-    assert store.generation > generation and len(store._cache.keys) <= 50  # started over
+    assert store.generation > generation and store.cached_keys <= 50  # started over
     assert all(third[k] == {**first, **second}[k] for k in third)  # read back, never made anew
     assert store.forget("t", "person:li") == 50 + sum(1 for i in range(0, 30, 3))  # owners kept across the restart

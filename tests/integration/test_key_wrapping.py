@@ -27,16 +27,22 @@ def _open(home: Path, schema: str | None = None) -> tuple[PostgresKeyStore, str]
     return PostgresKeyStore(connect, settings.pg_schema, home / "keys.kek"), settings.pg_schema
 
 
-def _rows(store: PostgresKeyStore) -> dict[str, bytes]:
-    return {r[0]: bytes(r[1]) for r in store._db.execute(f"SELECT key_id, key FROM {store._keys}")}  # noqa: SLF001
+def _select(home: Path, schema: str, statement: str, params: tuple = ()) -> list[tuple]:
+    """What an auditor holding the database reads, on a connection of its own (`{schema}`: the store's schema)."""
+    with psycopg.connect(**postgres_settings(home, schema).pg_connect_kwargs()) as db:
+        return db.execute(statement.format(schema=f'"{schema}"'), params).fetchall()
+
+
+def _rows(home: Path, schema: str) -> dict[str, bytes]:
+    return {r[0]: bytes(r[1]) for r in _select(home, schema, "SELECT key_id, key FROM {schema}.noumena_data_keys")}
 
 
 def _key(n: int, owner: str) -> ContentKey:
     return ContentKey(f"{T}/entity/memory:{n}", frozenset((owner,)))
 
 
-def _bucket_rows(store: PostgresKeyStore) -> dict[int, bytes]:
-    return {r[0]: bytes(r[1]) for r in store._db.execute(f"SELECT bucket, key FROM {store._buckets}")}  # noqa: SLF001
+def _bucket_rows(home: Path, schema: str) -> dict[int, bytes]:
+    return {r[0]: bytes(r[1]) for r in _select(home, schema, "SELECT bucket, key FROM {schema}.noumena_key_buckets")}
 
 
 def _neighbour(of: str) -> str:
@@ -50,7 +56,7 @@ def test_no_data_key_is_stored_in_plaintext_and_a_forget_rekeys_the_subjects_buc
     neighbour = _neighbour("person:x")
     owner = {n: "person:x" if n < 3 else neighbour if n < 5 else "person:y" for n in range(10)}
     keys = store.keys_for([_key(n, owner[n]) for n in range(10)])
-    rows, buckets = _rows(store), _bucket_rows(store)
+    rows, buckets = _rows(tmp_path, schema), _bucket_rows(tmp_path, schema)
     assert len(rows) == 10 and all(is_wrapped(stored) for stored in rows.values())
     assert len(buckets) == BUCKETS and all(is_wrapped(stored) for stored in buckets.values())
     assert not any(key in stored for key in keys.values() for stored in rows.values())
@@ -64,7 +70,7 @@ def test_no_data_key_is_stored_in_plaintext_and_a_forget_rekeys_the_subjects_buc
     assert old_kek.key not in (tmp_path / "keys.kek").read_bytes()
     assert old_kek.key.hex().encode() not in (tmp_path / "keys.kek").read_bytes()
     assert not (tmp_path / "keys.kek.next").exists()
-    after, buckets_after = _rows(store), _bucket_rows(store)
+    after, buckets_after = _rows(tmp_path, schema), _bucket_rows(tmp_path, schema)
     assert len(after) == 7 and all(buckets_after[b] != buckets[b] for b in buckets)  # every bucket key re-wrapped
     name = f"{T}/entity/memory:{{}}".format
     assert all(after[name(n)] != rows[name(n)] for n in (3, 4))  # the bucket that held X's keys: a new key
@@ -118,10 +124,10 @@ def test_a_store_of_an_earlier_layout_is_converted_when_opened(tmp_path):
             conn.execute(f'INSERT INTO "{schema}".noumena_key_owners VALUES (%s, %s)', (key_id, owner))
     reopened, _ = _open(tmp_path, schema)
     assert reopened.converted == 3
-    stored = _rows(reopened)
+    stored = _rows(tmp_path, schema)
     assert all(is_wrapped(key) for key in stored.values()) and plain not in stored[f"{T}/entity/person:old"]
-    assert [r[0] for r in reopened._db.execute(  # noqa: SLF001
-        f"SELECT bucket FROM {reopened._keys} WHERE key_id = %s", (odd,))] == [bucket_of(odd, ["person:keep"])]
+    assert [r[0] for r in _select(tmp_path, schema, "SELECT bucket FROM {schema}.noumena_data_keys WHERE key_id = %s",
+                                  (odd,))] == [bucket_of(odd, ["person:keep"])]
     assert reopened.get(f"{T}/entity/person:old") == plain and reopened.get(odd) == wrapped
     reopened.close()
     again, _ = _open(tmp_path, schema)  # converted once

@@ -30,7 +30,7 @@ def _merged_org() -> tuple[Org, dict[str, str]]:
     }
     org.advance(1)
     # what `merge_entities` writes: the merge, then each current fact of li2 ended and asserted on li
-    org._record("entity.merged", merged_ref="person:li2", into_ref="person:li", reason="reviewed: same entity")
+    org.record("entity.merged", merged_ref="person:li2", into_ref="person:li", reason="reviewed: same entity")
     org.invalidate(facts["moved"])
     facts["moved_again"] = org.fact("person:li", "prefers", "thing:x")
     org.advance(1)

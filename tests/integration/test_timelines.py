@@ -34,8 +34,14 @@ def day(n: int) -> datetime:
 
 
 @pytest.fixture
-def app(tmp_path: Path):  # type: ignore[no-untyped-def]
-    noumena = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite"), clock=ManualClock(day(100)))
+def clock() -> ManualClock:
+    """Transaction time of `app`, moved by hand."""
+    return ManualClock(day(100))
+
+
+@pytest.fixture
+def app(tmp_path: Path, clock: ManualClock):  # type: ignore[no-untyped-def]
+    noumena = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite"), clock=clock)
     noumena.service.execute(c.CreateTenant(tenant=T))
     for ref in (K, "stage:draft", "stage:review", "stage:signed", "stage:suspended", "person:a", "person:b",
                 "person:c", "ticket:t", "status:open", "status:done"):
@@ -124,8 +130,7 @@ def test_a_value_asserted_again_inside_its_past_interval_corroborates_that_fact(
     assert len(timeline(app.service.ontology(T))) == 2
 
 
-def test_as_of_a_transaction_time_before_an_insertion_the_old_timeline_is_what_was_believed(app, tmp_path) -> None:
-    clock = app.service._clock  # the ManualClock the fixture built
+def test_as_of_a_transaction_time_before_an_insertion_the_old_timeline_is_what_was_believed(app, clock, tmp_path):
     stage(app, "draft", day(1))
     stage(app, "signed", day(30))
     before = clock.now

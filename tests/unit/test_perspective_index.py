@@ -241,8 +241,7 @@ def test_applying_records_one_by_one_equals_the_bulk_fold_and_the_frames():
 def test_the_delta_tail_and_a_compaction_give_the_same_walk():
     org = _random_org(5, facts=200)
     index = org.index()  # compacted
-    extra = Org()
-    extra.records, extra.now, extra._generations = list(org.records), org.now, dict(org._generations)
+    extra = org.copy()
     for k in range(30):
         extra.fact("person:0", "rel", f"thing:{k}")
     for position, topic, data in extra.records[len(org.records):]:

@@ -571,6 +571,11 @@ class PostgresKeyStore:
     def generation(self) -> int:
         return self._cache.generation
 
+    @property
+    def cached_keys(self) -> int:
+        """How many keys this process holds in memory (it starts over past `CACHE_LIMIT`)."""
+        return len(self._cache.keys)
+
     def evict_cache(self) -> None:
         with self._lock:
             self._clear()

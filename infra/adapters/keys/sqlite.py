@@ -489,6 +489,11 @@ class SQLiteKeyStore:
     def generation(self) -> int:
         return self._cache.generation
 
+    @property
+    def cached_keys(self) -> int:
+        """How many keys this process holds in memory (it starts over past `CACHE_LIMIT`)."""
+        return len(self._cache.keys)
+
     def evict_cache(self) -> None:
         """Forget cached keys (another process may have deleted some)."""
         with self._lock:
