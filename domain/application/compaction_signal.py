@@ -19,14 +19,10 @@ log = logging.getLogger(__name__)
 Handler = Callable[[CompactSession], None]
 
 
-def no_consolidation(command: CompactSession) -> None:
-    """The default handler: consolidation (its own issue) is not wired yet."""
-
-
 class CompactionSignal:
     """An `Ingestor.on_stored` callback: hands stored `session.compacted` commands to a background handler."""
 
-    def __init__(self, handler: Handler = no_consolidation, capacity: int = 10_000) -> None:
+    def __init__(self, handler: Handler, capacity: int = 10_000) -> None:
         self._handler = handler
         self._queue: queue.Queue[CompactSession | None] = queue.Queue(maxsize=capacity)
         self.signalled = 0
