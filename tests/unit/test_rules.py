@@ -170,3 +170,18 @@ def test_the_entities_a_person_takes_along_are_those_a_scan_of_every_fact_finds(
                                                                 for other in state.facts.values()
                                                                 if ref in (other.subject, other.object)))})
         assert linked_entities(state, person) == scanned
+
+
+def test_every_event_type_changes_the_folded_state_by_a_function_of_its_own_and_an_unknown_one_is_refused() -> None:
+    import domain.event_catalog  # noqa: F401  (every event class registers its topic)
+    from domain.events import EVENT_TYPES
+    from domain.ontology import evolve
+
+    fallback = evolve.dispatch(DomainEvent)
+    assert sorted(topic for topic, cls in EVENT_TYPES.items() if evolve.dispatch(cls) is fallback) == []
+
+    class Unfolded(DomainEvent):  # (no topic: not registered in the catalogue)
+        pass
+
+    with pytest.raises(TypeError, match="no rule to apply Unfolded"):
+        Ontology(tenant=T).apply(Unfolded(tenant=T, recorded_at=NOW))
