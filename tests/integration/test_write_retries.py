@@ -15,8 +15,8 @@ from domain import commands as c
 from domain.application.ontology_service import OntologyService
 from domain.errors import ConcurrencyError
 from domain.ports import BatchResult, Outcome, WriteRetries
+from infra.adapters.eventlog import EventsourcingLog
 from infra.bootstrap import WRITE_ATTEMPTS, retry_conflicts
-from infra.eventlog import EventsourcingLog
 from infra.settings import Settings
 from tests.conftest import TickingClock
 
