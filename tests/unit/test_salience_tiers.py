@@ -43,7 +43,7 @@ def _clinic() -> tuple[Org, str]:
 def test_an_org_fact_two_hops_away_and_three_months_old_never_used_stays_in_view():
     org, allergy = _clinic()
     _index, _walked, rows = _view(org, Viewpoint("agent:clinic", serving="person:zhou"))
-    assert rows[allergy][0] is Tier.FULL  # among the four strongest the walk reaches
+    assert rows[allergy][0] is Tier.GIST  # in view: 10th of what the walk reaches, past the 4 full, among the 7 gist
     assert rows[allergy][1] == 0.0  # its assertion weighs 1 at any age: B = ln 1
     # the calendar model (weeks since the assertion) had forgotten it
     _index, _walked, by_calendar = _view(org, Viewpoint("agent:clinic", serving="person:zhou"), CALENDAR)
