@@ -87,7 +87,7 @@ class ActivationParameters(BaseModel):
     a source's strongest facts stay clear at any fan while the rest fade as they would at a node of fan r, and
     B still decides (a faded fact falls below tau at rank 1). Source: ACT-R's S - ln(f) read per associate
     (S - ln(r)); the seed (从自己的位置出发: what the viewer stands on is seen first). "fan": min(1, e^S / f)
-    like every other node (before; a source with more than ~22 facts then showed none of them). The spread
+    like every other node (a source with many facts then shows none of them). The spread
     passed on across those facts keeps the fan share either way: a large fan still stops the walk beyond it."""
 
     salience: Literal["tiers", "calendar"] = "tiers"

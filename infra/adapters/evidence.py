@@ -5,10 +5,10 @@ Two modes (`NOUMENA_EVIDENCE`):
 
 - `reproducible` (the default): a perspective keeps only what reproduces it from the log: the request (agent,
   serving, focus, as-of, depth, budget) and the parameters, stored once per distinct request, and per served
-  perspective its id, the log position its index stood at, the moment and the recall's position: about 40
-  bytes. `explain` computes the answer again from the log as it stood (the same computation as `--reproduce`),
+  perspective its id, the log position its index stood at, the moment and the recall's position: a few
+  dozen bytes. `explain` computes the answer again from the log as it stood (the same computation as `--reproduce`),
   so a forget reaches it through the log: the evidence holds refs, never labels or reasons.
-- `full`: every perspective's whole answer as served (JSON, ~9 KB), as contexts and searches always are (their
+- `full`: every perspective's whole answer as served (JSON, kilobytes), as contexts and searches always are (their
   message or query is part of the request, and their inputs span the session and the search index).
 
 Bounds: rows older than `NOUMENA_EVIDENCE_MAX_AGE_DAYS` and, beyond `NOUMENA_EVIDENCE_MAX_BYTES` of live pages,

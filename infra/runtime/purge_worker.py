@@ -8,7 +8,7 @@ the file to write), replays the log into `out`, republishes the snapshot and rew
 prints `{"position": N}`.
 
 The priority is lowered before anything else runs: the imports of the stores and projections (numpy, DuckDB,
-polars, pydantic: about 0.6 s of CPU) come after it, so not even the worker's start competes with the requests.
+polars, pydantic: costly to import) come after it, so not even the worker's start competes with the requests.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 process that writes never pays for them.
 
 A snapshot is the tenant's folded state written to `<home>/state/<tenant>.snapshot` (infra/adapters/state_snapshots.py).
-Serializing a state costs about 10 µs per event of state; in the writing process it ran under the write lock, and a
-thread of its own would not help (the interpreter lock). The snapshotter instead folds the log itself: the log is
+Serializing a state takes time in proportion to its size; in the writing process it would run under the write lock,
+and a thread of its own would not help (the interpreter lock). The snapshotter instead folds the log itself: the log is
 append-only, so from the last snapshot (opened on demand) it folds only the events after it and writes only the
 buckets they changed, as a delta file after that snapshot (the whole state when there is none: a first snapshot,
 or one after a forget; its deltas merged into a copy of it once they have grown). It competes with the writers for
@@ -52,8 +52,7 @@ NICENESS = 10
 """The snapshotter runs at a lower CPU priority than the writers: on a busy machine the writes come first."""
 PAUSE = 1.0
 """Seconds without a write before the snapshotter is handed a request: it works while the writers pause (on a
-shared machine a fold beside a busy writer slows it: measured, a niced process spinning beside bench_event_log's
-writes took ~20% off their rate at load 2)."""
+shared machine a fold beside a busy writer slows the writes, niced or not)."""
 LATEST = 1.0
 """...but no later than this many seconds after the request, if the writes never pause: the snapshot on disk then
 stays within about `every` events plus what is written in this time and one fold behind the log."""
