@@ -33,8 +33,7 @@ from api.routes import (
 )
 from domain.application.wire import envelope_schema
 from domain.ports import PerspectiveEngine
-from infra.adapters.api_keys import ApiKeyStore
-from infra.bootstrap import Noumena, serve
+from infra.bootstrap import Noumena, api_keys, serve
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ def create_app(noumena: Noumena, *, start_projector: bool = True, start_kafka: b
                   openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None,
                   generate_unique_id_function=operation_id)
     app.state.settings = noumena.settings
-    app.state.keys = ApiKeyStore(noumena.settings.api_keys_path())
+    app.state.keys = api_keys(noumena.settings)
     app.add_middleware(RequestEdge, limit=noumena.settings.api_max_body_bytes,
                        body_timeout=noumena.settings.api_body_timeout_seconds)
     app.add_middleware(_Measured)

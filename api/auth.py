@@ -13,9 +13,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.problems import ApiProblem
-from domain.access import Caller
+from domain.access import Caller, admin_key_matches
 from domain.application.application import Application
-from infra.adapters.api_keys import ApiKeyStore, admin_key_matches
+from domain.ports import ApiKeys
 from infra.settings import Settings
 
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer nk_...` (a tenant's API key) or the"
@@ -29,8 +29,8 @@ async def get_memory(request: Request) -> Application:
     return memory
 
 
-async def get_keys(request: Request) -> ApiKeyStore:
-    keys: ApiKeyStore = request.app.state.keys
+async def get_keys(request: Request) -> ApiKeys:
+    keys: ApiKeys = request.app.state.keys
     return keys
 
 
@@ -40,7 +40,7 @@ async def get_settings(request: Request) -> Settings:
 
 
 MemoryDep = Annotated[Application, Depends(get_memory)]
-KeysDep = Annotated[ApiKeyStore, Depends(get_keys)]
+KeysDep = Annotated[ApiKeys, Depends(get_keys)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 

@@ -11,8 +11,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from api.cli_support import application, console, errors
+from api.process_tuning import one_thread_per_numeric_call, tune_collector_for_a_long_lived_heap
 from domain.errors import NoumenaError
-from infra.runtime.process_tuning import one_thread_per_numeric_call, tune_collector_for_a_long_lived_heap
 
 app = typer.Typer(help="noumena: event-sourced memory for AI agents.", no_args_is_help=True,
                   pretty_exceptions_enable=False)

@@ -37,9 +37,9 @@ def serve(
     if not settings.admin_key.get_secret_value():
         errors.print("[yellow]warning:[/] no NOUMENA_ADMIN_KEY: the /v1/admin routes refuse every request"
                      " (development mode); create keys with `noumena keys create --tenant T`")
-    from infra.adapters.embedders import embedder_from
+    from infra.bootstrap import embedder
 
-    embedder_from(settings)  # a broken embedder setting is refused now, naming the setting, not at the first search
+    embedder(settings)  # a broken embedder setting is refused now, naming the setting, not at the first search
     noumena = bootstrap(settings)
     try:
         uvicorn.run(create_app(noumena), host=host or settings.api_host,
@@ -62,14 +62,13 @@ def keys_create(
     for name in agent or []:
         if not (name.startswith("agent:") and REF_PATTERN.fullmatch(name)):
             _fail(f"--agent {name!r} is not an agent ref (agent:<id>)")
-    from infra.adapters.api_keys import ApiKeyStore
-    from infra.bootstrap import bootstrap
+    from infra.bootstrap import api_keys, bootstrap
 
     noumena = bootstrap()
     try:
         if not noumena.application.tenants.tenant_exists(tenant):
             _fail(f"tenant {tenant!r} does not exist: `noumena tenant create {tenant}` first")
-        issued = ApiKeyStore(noumena.settings.api_keys_path()).create(tenant, label, tuple(agent or ()))
+        issued = api_keys(noumena.settings).create(tenant, label, tuple(agent or ()))
     finally:
         noumena.close()
     errors.print(f"key {issued.record.key_id} for tenant [bold]{tenant}[/] (shown once; only its hash is stored):")
@@ -80,11 +79,11 @@ def keys_create(
 def keys_list(tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None
               ) -> None:
     """The keys issued: ids, tenants, labels (never the keys)."""
-    from infra.adapters.api_keys import ApiKeyStore
+    from infra.bootstrap import api_keys
     from infra.settings import Settings
 
     table = Table("key id", "tenant", "label", "created", "acts as")
-    for record in ApiKeyStore(Settings().api_keys_path()).list(tenant):
+    for record in api_keys(Settings()).list(tenant):
         table.add_row(record.key_id, record.tenant, record.label, record.created_at,
                       ", ".join(record.agents) or "the whole tenant")
     console.print(table)
@@ -93,11 +92,12 @@ def keys_list(tenant: Annotated[str | None, typer.Option("--tenant", help="Only 
 @keys_app.command("revoke")
 def keys_revoke(key_id: str) -> None:
     """Revoke a key: a running server refuses it from its next request."""
-    from infra.adapters.api_keys import ApiKeyStore, UnknownApiKey
+    from domain.errors import UnknownApiKey
+    from infra.bootstrap import api_keys
     from infra.settings import Settings
 
     try:
-        record = ApiKeyStore(Settings().api_keys_path()).revoke(key_id)
+        record = api_keys(Settings()).revoke(key_id)
     except UnknownApiKey as error:
         _fail(str(error))
         return

@@ -26,8 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.problems import ApiProblem, FieldError, problem_response
+from domain.access import admin_key_matches
 from domain.values import lone_surrogate_path
-from infra.adapters.api_keys import admin_key_matches
 
 PARSED_JSON = "noumena.json"
 """Where the edge leaves the parsed body in the ASGI scope for the route."""

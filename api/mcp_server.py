@@ -370,12 +370,11 @@ def run_stdio(key: str) -> None:
     """Serve MCP over stdin/stdout for the tenant of `key`."""
     import sys
 
-    from infra.adapters.api_keys import ApiKeyStore
-    from infra.bootstrap import bootstrap
+    from infra.bootstrap import api_keys, bootstrap
 
     noumena = bootstrap()
     try:
-        keys = ApiKeyStore(noumena.settings.api_keys_path())
+        keys = api_keys(noumena.settings)
         tenant = keys.tenant_for(key)
         if tenant is None:
             print("error: unknown or revoked API key (NOUMENA_API_KEY / --key)", file=sys.stderr)

@@ -29,10 +29,10 @@ from domain.errors import (
     SessionConflict,
     SubjectWasForgotten,
     TenantAlreadyExists,
+    UnknownApiKey,
     UnknownFact,
     UnknownPerspective,
 )
-from infra.adapters.api_keys import UnknownApiKey
 
 log = logging.getLogger(__name__)
 PROBLEM_TYPE = "https://noumena.dev/problems/"

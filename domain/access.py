@@ -13,6 +13,7 @@ Pure rules over the folded ontology; the use cases (`domain/application/use_case
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -218,3 +219,8 @@ def check_may_use(state: Ontology, agents: Collection[str], fact_ids: Sequence[s
         except NotPermitted:
             raise NotPermitted(f"fact {fact_id!r} is not visible to this key's agents", field=f"{field}[{index}]"
                                ) from None
+
+
+def admin_key_matches(configured: str, presented: str) -> bool:
+    """Constant-time check of the admin key; an unset admin key matches nothing."""
+    return bool(configured) and hmac.compare_digest(configured.encode(), presented.encode())

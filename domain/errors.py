@@ -153,3 +153,7 @@ class UnknownContext(UnknownServed):
 
 class UnknownSearch(UnknownServed):
     what = "search"
+
+
+class UnknownApiKey(NoumenaError):
+    """No key with that id is stored."""

@@ -389,3 +389,37 @@ class CommandRunner(Protocol):
 
     def execute_batch(self, commands: Sequence[Command], *, all_or_nothing: bool = False,
                       tracking: TrackingPosition | None = None) -> BatchResult: ...
+
+
+@dataclass(frozen=True)
+class ApiKeyRecord:
+    key_id: str
+    tenant: str
+    sha256: str
+    label: str
+    created_at: str
+    agents: tuple[str, ...] = ()
+    """The agents the key acts as (domain/access.py); empty: a tenant-wide key, for services."""
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """A newly created key: `key` is the only copy of the secret there will ever be."""
+
+    record: ApiKeyRecord
+    key: str
+
+
+class ApiKeys(Protocol):
+    """The API keys, each bound to one tenant (infra/adapters/api_keys.py): what authentication resolves a
+    presented key with, and what the admin routes and `noumena keys` manage."""
+
+    def create(self, tenant: str, label: str = "", agents: tuple[str, ...] = ()) -> IssuedKey: ...
+
+    def list(self, tenant: str | None = None) -> list[ApiKeyRecord]: ...
+
+    def revoke(self, key_id: str) -> ApiKeyRecord: ...
+
+    def tenant_for(self, key: str) -> str | None: ...
+
+    def record_for(self, key: str) -> ApiKeyRecord | None: ...

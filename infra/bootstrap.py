@@ -26,7 +26,7 @@ from domain.application.ontology_service import OntologyService
 from domain.application.recall_buffer import RecallBuffer
 from domain.application.use_cases.core import ApplicationSettings
 from domain.consolidation import CompositeExtractor, Extractor, StructuredPayloadExtractor
-from domain.ports import BatchResult, PerspectiveEngine, VersionConflict
+from domain.ports import ApiKeys, BatchResult, PerspectiveEngine, VersionConflict
 from infra.adapters.eventlog import EventsourcingLog
 from infra.adapters.evidence import EvidenceStore
 from infra.adapters.state_snapshots import FileStateSnapshots
@@ -140,7 +140,7 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     evidence = EvidenceStore(settings.home / "evidence.sqlite", mode=settings.evidence,
                              max_bytes=settings.evidence_max_bytes, max_age_days=settings.evidence_max_age_days,
                              clock=clock)
-    engines = read_side(perspectives, service, log, clock, lambda: _embedder(settings),
+    engines = read_side(perspectives, service, log, clock, lambda: embedder(settings),
                         settings.api_read_wait_seconds)
     application = _application(settings, log, service, consolidation, engines, recalls, evidence)
     return Noumena(settings=settings, log=log, service=service, consolidation=consolidation,
@@ -175,7 +175,7 @@ def _reading(noumena: Noumena, follower: ProjectionFollower | None, perspectives
     if perspectives is None:
         perspectives = build_perspective_engine(noumena.log, noumena.settings.home, noumena.clock, follower)
     engines = read_side(perspectives, noumena.service, noumena.log, noumena.clock,
-                        lambda: _embedder(noumena.settings), noumena.settings.api_read_wait_seconds)
+                        lambda: embedder(noumena.settings), noumena.settings.api_read_wait_seconds)
     application = _application(noumena.settings, noumena.log, noumena.service, noumena.consolidation, engines,
                                noumena.recalls, noumena.evidence,
                                FollowedReadModel(follower, noumena.settings.api_read_wait_seconds)
@@ -252,10 +252,19 @@ def extractor_from(settings: Settings) -> Extractor:
     return StructuredPayloadExtractor()
 
 
-def _embedder(settings: Settings) -> Any:
+def embedder(settings: Settings) -> Any:
+    """The embedder `settings` configure (None: lexical search only); refuses, naming the setting, a configuration
+    that cannot work (`noumena serve` asks at start)."""
     from infra.adapters.embedders import embedder_from
 
     return embedder_from(settings)
+
+
+def api_keys(settings: Settings) -> ApiKeys:
+    """The API keys of `settings`' home (or NOUMENA_API_KEYS_FILE): what authentication and `noumena keys` use."""
+    from infra.adapters.api_keys import ApiKeyStore
+
+    return ApiKeyStore(settings.api_keys_path())
 
 
 WRITE_ATTEMPTS = 20

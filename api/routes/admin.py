@@ -10,8 +10,8 @@ from api.auth import AdminDep, KeysDep, MemoryDep
 from api.edge import EdgeRoute
 from api.problems import not_found
 from api.schemas.admin import KeyCreate, KeyIssued, KeyPublic, KeysPublic, TenantCreate, TenantWritten
+from domain.ports import ApiKeyRecord
 from domain.values import TenantName
-from infra.adapters.api_keys import ApiKeyRecord
 
 router = APIRouter(prefix="/admin", tags=["admin"], route_class=EdgeRoute)
 

@@ -14,36 +14,14 @@ import json
 import os
 import secrets
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from domain.errors import NoumenaError
+from domain.errors import UnknownApiKey
+from domain.ports import ApiKeyRecord, IssuedKey
 
 KEY_PREFIX = "nk_"
-
-
-class UnknownApiKey(NoumenaError):
-    """No key with that id is stored."""
-
-
-@dataclass(frozen=True)
-class ApiKeyRecord:
-    key_id: str
-    tenant: str
-    sha256: str
-    label: str
-    created_at: str
-    agents: tuple[str, ...] = ()
-    """The agents the key acts as (domain/access.py); empty: a tenant-wide key, for services."""
-
-
-@dataclass(frozen=True)
-class IssuedKey:
-    """A newly created key: `key` is the only copy of the secret there will ever be."""
-
-    record: ApiKeyRecord
-    key: str
 
 
 def hash_key(key: str) -> str:
@@ -51,7 +29,7 @@ def hash_key(key: str) -> str:
 
 
 class ApiKeyStore:
-    """The keys file: create, list, revoke, and resolve a presented key to its tenant."""
+    """The keys file (the `ApiKeys` port): create, list, revoke, and resolve a presented key to its tenant."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -123,8 +101,3 @@ class ApiKeyStore:
         if record is None or not hmac.compare_digest(record.sha256, hash_key(key)):
             return None
         return record
-
-
-def admin_key_matches(configured: str, presented: str) -> bool:
-    """Constant-time check of the admin key; an unset admin key matches nothing."""
-    return bool(configured) and hmac.compare_digest(configured.encode(), presented.encode())

@@ -33,6 +33,7 @@ os.environ["NOUMENA_BENCH_FACTS"] = os.environ.get("NOUMENA_BENCH_CONTEXT_FACTS"
 import bench_perspective as org  # noqa: E402
 import numpy as np  # noqa: E402
 
+from api.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from domain.commands import (  # noqa: E402
     AppendMessage,
     AssertFact,
@@ -48,7 +49,6 @@ from domain.sessions import SessionKind, SessionStarted  # noqa: E402
 from domain.tenants import TenantCreated  # noqa: E402
 from domain.values import Provenance  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.contexts import Contexts  # noqa: E402
 from projections.perspectives import Perspectives  # noqa: E402

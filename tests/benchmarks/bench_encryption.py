@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from api.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from domain import commands as c  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 EVENTS = int(os.environ.get("NOUMENA_BENCH_EVENTS", "20000"))

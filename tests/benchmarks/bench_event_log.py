@@ -32,10 +32,10 @@ from eventsourcing.persistence import (  # noqa: E402
 )
 from eventsourcing.utils import Environment  # noqa: E402
 
+from api.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from domain import commands as c  # noqa: E402
 from infra.adapters.eventlog import EventsourcingLog  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 FACTS = int(os.environ.get("NOUMENA_BENCH_FACTS", "30000"))

@@ -39,8 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from api.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.bootstrap import Noumena, bootstrap  # noqa: E402
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from tests.kafka_support import (  # noqa: E402

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import duckdb  # noqa: E402
 from eventsourcing.persistence import StoredEvent  # noqa: E402
 
+from api.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from domain import commands as c  # noqa: E402
 from domain.entities import EntityRegistered  # noqa: E402
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated  # noqa: E402
@@ -39,7 +40,6 @@ from domain.tenants import TenantCreated  # noqa: E402
 from infra.adapters.eventlog import EventsourcingLog  # noqa: E402
 from infra.adapters.mapper import stream_id  # noqa: E402
 from infra.bootstrap import bootstrap  # noqa: E402
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.replay import replay  # noqa: E402

@@ -30,7 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
+from api.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 
 AGENTS = int(os.environ.get("NOUMENA_BENCH_GROWTH_AGENTS", "10"))
 PERSONS = 5

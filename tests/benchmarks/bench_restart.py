@@ -47,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from api.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from domain.entities import EntityRegistered  # noqa: E402
 from domain.facts import FactAsserted, FactCorroborated, FactInvalidated  # noqa: E402
 from domain.forgetting import content_key  # noqa: E402
@@ -55,7 +56,6 @@ from domain.ports import Pending  # noqa: E402
 from domain.recalls import FactsRecalled, RecallMode  # noqa: E402
 from domain.tenants import TenantCreated  # noqa: E402
 from domain.values import Provenance  # noqa: E402
-from infra.runtime.process_tuning import tune_collector_for_a_long_lived_heap  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 SIZES = [int(n) for n in os.environ.get("NOUMENA_BENCH_RESTART_EVENTS", "100000,1000000").split(",")]

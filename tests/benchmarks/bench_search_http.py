@@ -244,7 +244,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from infra.runtime.process_tuning import one_thread_per_numeric_call, tune_collector_for_a_long_lived_heap
+    from api.process_tuning import one_thread_per_numeric_call, tune_collector_for_a_long_lived_heap
 
     one_thread_per_numeric_call()  # in process as `noumena serve` runs (before numpy is imported)
     tune_collector_for_a_long_lived_heap()

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from infra.runtime.process_tuning import (  # noqa: E402
+from api.process_tuning import (  # noqa: E402
     one_thread_per_numeric_call,
     tune_collector_for_a_long_lived_heap,
 )
