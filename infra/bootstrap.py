@@ -62,6 +62,8 @@ class Noumena:
     evidence: EvidenceStore
     engines: ReadSide
     """The engines `application` serves its reads from."""
+    snapshots: FileStateSnapshots
+    """The tenants' state snapshots (what is stored, the snapshotter process): for tests, benchmarks, operators."""
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
 
     def projection_source(self) -> RawLog:
@@ -143,7 +145,7 @@ def bootstrap(settings: Settings | None = None, clock: Callable[[], datetime] = 
     engines = read_side(perspectives, service, log, clock, lambda: embedder(settings),
                         settings.api_read_wait_seconds)
     application = _application(settings, log, service, consolidation, engines, recalls, evidence)
-    return Noumena(settings=settings, log=log, service=service, consolidation=consolidation,
+    return Noumena(settings=settings, log=log, service=service, consolidation=consolidation, snapshots=snapshots,
                    application=application, recalls=recalls, evidence=evidence, engines=engines, clock=clock)
 
 
@@ -192,6 +194,8 @@ class Served:
     application: Application
     engines: ReadSide
     """The engines `application` serves its reads from."""
+    snapshots: FileStateSnapshots
+    """The tenants' state snapshots (what is stored, the snapshotter process): for tests, benchmarks, operators."""
     follower: ProjectionFollower | None
     kafka: KafkaFollower | None
     warmup: Warmup | None = None

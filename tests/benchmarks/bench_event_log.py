@@ -73,7 +73,7 @@ def ours(home: Path, commands: list[c.AssertFact], snapshots: bool = True) -> tu
         events.extend(e for o in result.outcomes for e in o.events)
     elapsed = time.perf_counter() - started
     if snapshots:  # (how many were in place as the writes ended, and once the snapshotter is done: untimed)
-        store = app.service._snapshots  # noqa: SLF001
+        store = app.snapshots
         during = len(store.stored)  # type: ignore[union-attr]
         store.wait(120)  # type: ignore[union-attr]
         SNAPSHOTS_DURING.append((during, len(store.stored)))  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ T = "bulk"
 def test_a_request_made_again_while_the_first_waits_for_a_pause_is_taken_at_once_while_writes_go_on(tmp_path):
     settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=10**6)  # (asked by hand)
     noumena = bootstrap(settings, clock=TickingClock())
-    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    store = noumena.snapshots
     assert store.snapshotter is not None
     store.snapshotter.pause, store.snapshotter.latest = 30.0, 120.0  # (neither comes within this test)
     run = noumena.service.execute
@@ -44,7 +44,7 @@ def test_a_request_made_again_while_the_first_waits_for_a_pause_is_taken_at_once
 def test_a_writer_asks_for_a_snapshot_every_interval_not_only_when_its_state_doubles(tmp_path):
     settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=50)
     noumena = bootstrap(settings, clock=TickingClock())
-    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    store = noumena.snapshots
     assert store.snapshotter is not None
     store.snapshotter.pause = 0.05
     asked: list[str] = []

@@ -177,7 +177,7 @@ def _starts_from_snapshot(settings: Settings) -> tuple[bool, int]:
     """Whether a new process loads the snapshot (True) or folds the whole log, and the state's version."""
     noumena = bootstrap(settings.model_copy(update={"state_snapshot_every": 1}), clock=TickingClock())
     try:
-        loaded = noumena.service._snapshots.load(T)  # type: ignore[union-attr]  # noqa: SLF001
+        loaded = noumena.snapshots.load(T)
         state = noumena.service.ontology(T)
         assert state == _full_fold(noumena, T)
         return loaded is not None, state.version
@@ -363,7 +363,7 @@ def test_a_restarted_process_stores_only_its_changes_and_the_next_one_starts_fro
                                     if step else c.RegisterEntity(tenant=T, ref="thing:0", label="zero"))
         finally:
             noumena.close()
-        assert noumena.service._snapshots.stored == [(T, 5 + step, "changes")]  # type: ignore[union-attr]  # noqa: SLF001
+        assert noumena.snapshots.stored == [(T, 5 + step, "changes")]
         assert _header(path)["lineage"] == lineage
     assert _starts_from_snapshot(settings) == (True, 6)
 
@@ -377,12 +377,12 @@ def test_changes_are_not_written_over_a_snapshot_another_process_replaced_meanwh
         second = bootstrap(settings, clock=TickingClock())  # folds the whole log, stores the snapshot whole
         second.service.execute(c.RegisterEntity(tenant=T, ref="thing:b", label="b"))
         second.close()
-        stored = second.service._snapshots.stored  # type: ignore[union-attr]  # noqa: SLF001
+        stored = second.snapshots.stored
         assert stored[-1] == (T, 6, "whole") and {kind for _, _, kind in stored} == {"whole"}
         first.service.execute(c.RegisterEntity(tenant=T, ref="thing:c", label="c"))
     finally:
         first.close()
-    assert first.service._snapshots.stored == []  # type: ignore[union-attr]  # noqa: SLF001
+    assert first.snapshots.stored == []
     assert _header(path)["version"] == 6
     assert _starts_from_snapshot(settings) == (True, 7)
 
@@ -445,7 +445,7 @@ def test_a_forget_deletes_the_snapshot_key_so_no_copy_of_an_older_snapshot_opens
         noumena.application.forgetting.forget(T, "person:x")
         assert noumena.log.keys.get(f"{T}/state-snapshot") is None or not path.exists()  # type: ignore[union-attr]
         shutil.copy(copy, path)  # the old snapshot put back (from a backup, or another replica's home)
-        assert noumena.service._snapshots.load(T) is None  # type: ignore[union-attr]  # noqa: SLF001
+        assert noumena.snapshots.load(T) is None
         assert noumena.service.ontology(T).entities["person:x"].label != "Xu SNAPMARKER"
     finally:
         noumena.close()
@@ -462,8 +462,8 @@ def test_a_snapshot_taken_before_another_process_forgets_is_never_stored(snapsho
         before = late.service.ontology(T) if state == "loaded from the snapshot" else _full_fold(late, T)
         path.unlink()
         forgetting.application.forgetting.forget(T, "person:x")
-        late.service._snapshots.save(T, before)  # type: ignore[union-attr]  # noqa: SLF001
-        late.service._snapshots.close()  # type: ignore[union-attr]  # noqa: SLF001
+        late.snapshots.save(T, before)
+        late.snapshots.close()
         assert not path.exists()
     finally:
         forgetting.close()
@@ -513,7 +513,7 @@ def test_a_closed_process_leaves_no_snapshot_thread_or_snapshotter_process_runni
                         clock=TickingClock())
     noumena.application.tenants.create_tenant(T)
     noumena.application.facts.register_entity(T, "person:x", "X")
-    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    store = noumena.snapshots
     assert store.wait(60)
     pid = store.snapshotter_pid
     assert pid is not None and any(line.startswith(f"{pid} ") for line in _snapshotters())
@@ -544,7 +544,7 @@ def _check_snapshotter_races_writes(tmp_path: Path, backend: str, seed: int, ste
     schema_of: dict[str, Settings] = {}
     workload = Workload(rng)
     noumena = _process(tmp_path / "home", backend, 2, schema_of)  # (asked for at 2, 4, 8, 16, ... events)
-    store = noumena.service._snapshots  # noqa: SLF001
+    store = noumena.snapshots
     assert isinstance(store, FileStateSnapshots) and store.snapshotter is not None
     store.snapshotter.pause = 0.0  # (handed over at once, not when the writes pause: they race it)
     seen: dict[str, int] = {}
@@ -613,7 +613,7 @@ def test_on_postgresql_the_snapshotter_process_takes_snapshots_equal_to_the_fold
 def test_a_killed_snapshotter_never_holds_writes_up_they_go_on_with_the_snapshot_on_disk(snapshotted, caplog):
     path, settings = snapshotted
     noumena = bootstrap(settings, clock=TickingClock())
-    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    store = noumena.snapshots
     try:
         run = noumena.service.execute
         for i in range(4):  # (from version 4 to 8: the state doubled, a snapshot is asked for)
@@ -655,7 +655,7 @@ def test_a_stop_while_the_snapshotter_folds_leaves_no_process_no_temporary_file_
     writer.close()
     settings = settings.model_copy(update={"state_snapshot_every": 1000})
     noumena = bootstrap(settings, clock=TickingClock())
-    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    store = noumena.snapshots
     noumena.service.ontology(T)  # (3,001 events folded: a snapshot asked for)
     for _ in range(200):
         if store.snapshotter_pid is not None:
@@ -672,7 +672,7 @@ def test_a_stop_while_the_snapshotter_folds_leaves_no_process_no_temporary_file_
 def test_the_snapshotter_starts_when_the_writes_pause_or_at_the_latest_while_they_go_on(tmp_path):
     settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=10**6)  # (asked by hand)
     noumena = bootstrap(settings, clock=TickingClock())
-    store = noumena.service._snapshots  # type: ignore[union-attr]  # noqa: SLF001
+    store = noumena.snapshots
     assert store.snapshotter is not None
     store.snapshotter.pause, store.snapshotter.latest = 0.4, 1.5
     run = noumena.service.execute
