@@ -501,11 +501,6 @@ class ProjectionFollower:
         """Something was written: look at the log now rather than after the poll interval."""
         self._wake.set()
 
-    def run_once(self) -> int:
-        """Project one batch now, in this thread, and return how many records it applied: for a caller that drives
-        the projector itself instead of `start`ing its thread (a test that interleaves commits with reads)."""
-        return self._projector.run_once()
-
     def wait_for(self, position: int, timeout: float) -> bool:
         """Wait until the projection has applied `position`; False when `timeout` seconds pass first."""
         if self.position >= position:

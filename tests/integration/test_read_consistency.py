@@ -30,7 +30,7 @@ class CommitsBetweenStatements:
         self.batches = 0
 
     def _commit_one(self) -> None:
-        self.batches += bool(self._follower.run_once())
+        self.batches += bool(self._follower._projector.run_once())
 
     def sql(self, *args: Any, **kwargs: Any) -> Any:
         self._commit_one()
@@ -55,7 +55,7 @@ def test_an_index_loaded_while_the_projector_commits_holds_every_row_up_to_its_p
                                        "payload": {"session_id": f"s{i}", "agent": "agent:companion",
                                                    "serving": f"person:p{i}"}}])
             app.facts.assert_fact(TENANT, subject=f"person:p{i}", relation="knows", object="agent:companion")
-        follower.run_once()  # the first batch only: the rest is committed while the index loads
+        follower._projector.run_once()  # the first batch only: the rest is committed while the index loads
         with follower.reader() as con:
             interleaved = CommitsBetweenStatements(con, follower)
             loaded = from_duckdb(interleaved, TENANT)  # type: ignore[arg-type]
