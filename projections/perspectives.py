@@ -73,6 +73,12 @@ class Perspectives:
         """Held while following the log or walking: a follower's query holds it too."""
         return self._lock
 
+    @property
+    def tenants(self) -> list[str]:
+        """The tenants whose index this holds (loaded from a read model, or folded so far), in order."""
+        with self._lock:
+            return sorted(self._indexes)
+
     # ------------------------------------------------------------------------------------------ indexes
 
     def start_from(self, indexes: dict[str, PerspectiveIndex], position: int) -> None:

@@ -97,7 +97,7 @@ def test_the_service_starts_from_the_published_snapshot_and_follows_the_log_afte
                                        object="ticket:legal/118", reason="after the snapshot"))
         started = Perspectives(app.log, clock)
         assert started.start_from_read_model(files.snapshot)
-        assert set(started._indexes) == {TENANT, "other"}
+        assert started.tenants == sorted([TENANT, "other"])
         folded = Perspectives(app.log, clock)
         a = started.perspective_for(TENANT, "agent:sales")
         b = folded.perspective_for(TENANT, "agent:sales")
