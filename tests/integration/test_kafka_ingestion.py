@@ -325,8 +325,8 @@ def test_a_crash_after_dead_lettering_and_before_the_write_repeats_dead_letters_
     s = story(tenants=1, per_tenant=60, bad_every=10, duplicate_every=7, partitions=1)
     s.messages = [Message(m.value.replace(b'"t00', b'"acme').replace(b"t00-", b"acme-"), m.key, m.good,
                           m.event_id and m.event_id.replace("t00", "acme"), 0) for m in s.messages]
-    producer = DeadLetterSink.connect(dlq_producer_options(kafka_settings), kafka_settings.kafka_dlq_topic)
-    sink = SinkThatCrashesAfterTheLastFlush(producer._producer, kafka_settings.kafka_dlq_topic)
+    sink = SinkThatCrashesAfterTheLastFlush.connect(dlq_producer_options(kafka_settings),
+                                                    kafka_settings.kafka_dlq_topic)
     processor = BatchProcessor(noumena.application.ingestor, sink, tracked_position=noumena.log.tracked_position)
     items = [Incoming(m.value, SourceCoordinates(kafka_settings.kafka_topic, 0, i), position=i)
              for i, m in enumerate(s.messages)]
