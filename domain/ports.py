@@ -291,8 +291,9 @@ class ReadModel(Protocol):
         ...
 
     def forgotten(self, tenant: str, position: int | None, sealed: list[int]) -> None:
-        """The forget announced by `expect_forget` was recorded at `position` (None: it failed) and made the events
-        at log positions `sealed` unreadable: the read model blanks their texts without searching the log."""
+        """The forget announced by `expect_forget` was recorded at `position` and made the events at log positions
+        `sealed` unreadable: the read model blanks their texts without searching the log. None: it failed, or what
+        it erased is not known (the read model then searches the log for it)."""
         ...
 
     def wait_cleaned(self, tenant: str, position: int, timeout: float) -> bool:

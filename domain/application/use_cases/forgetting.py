@@ -64,12 +64,14 @@ class Forgetting:
             read_model.expect_forget(tenant)
         sealed: list[int] = []
         report: ForgetReport | None = None
+        told: int | None = None  # (the forget's position once the events it erased are known: else searched for)
         try:
             report = forget(core.service, self._keys, tenant, subject)
             report.events_affected, sealed = self._copies.events_affected(tenant)
+            told = report.position
         finally:
             if read_model is not None:
-                read_model.forgotten(tenant, report.position if report is not None else None, sealed)
+                read_model.forgotten(tenant, told, sealed)
         assert report is not None
         report.files_rewritten = self._copies.erase(tenant, (subject, *report.erased_with))
         purged_at = None
