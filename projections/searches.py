@@ -92,6 +92,8 @@ class Searches:
         self._parties: dict[tuple[int, int, int], tuple[tuple[int, int, int], np.ndarray]] = {}
         self._seeding: dict[str, _Seed] = {}
         """Tenants refolded after a forget whose search index is being read from the log in the background."""
+        self._unseeded: set[str] = set()
+        """Tenants refolded after a forget whose search index is read again only when next needed."""
         perspectives.followers.append(self)
 
     # ------------------------------------------------------------------------------------------ following
@@ -111,23 +113,25 @@ class Searches:
                 seed.later.append((position, topic, data))
                 if self._installed(pindex) is not None:
                     return  # (the record is among those it was built from)
+            elif pindex.tenant in self._unseeded:
+                return  # (read from the log with the rest when the tenant's index is next needed)
             index = self._indexes[pindex.tenant] = self._seeded(pindex)
         index.apply(pindex, position, topic, data)
 
     def refolded(self, tenant: str) -> None:
         """The perspective service folded `tenant` again (after a forget): drop what this index derived from
-        content; it is built again from the log (which now reads `[forgotten]`) on next use. The analyzer's word
-        caches go too (they are shared by the tenants: the others' words come back as they are used).
+        content; it is built again from the log (which now reads `[forgotten]`) when next needed. The analyzer's
+        word caches go too (they are shared by the tenants: the others' words come back as they are used).
 
-        The pass over the log that seeds it again (every event opened) runs now in a thread of its own, holding no
-        lock: done inline under the perspective service's lock, as for a tenant's first seeding, it held every
-        tenant's perspectives, searches and contexts back for as long as it read (seconds per 100,000 events).
-        Records the service applies meanwhile wait beside it; the tenant's searches and contexts wait for it
-        (`wait_seeded`) before they take the lock."""
+        The pass over the log that seeds it again (every event opened) then runs in a thread of its own, holding no
+        lock (`wait_seeded`, which a search or context of the tenant calls first): done inline under the perspective
+        service's lock, as for a tenant's first seeding, it held every tenant's perspectives, searches and contexts
+        back for as long as it read (seconds per 100,000 events). Records the service applies meanwhile are kept
+        beside it."""
         self._indexes.pop(tenant, None)
+        self._seeding.pop(tenant, None)
+        self._unseeded.add(tenant)
         self.analyzer.forget_cached()
-        seed = self._seeding[tenant] = _Seed(self.perspectives.position)
-        threading.Thread(target=self._read_seed, args=(tenant, seed), name="noumena-search-seed", daemon=True).start()
 
     def _read_seed(self, tenant: str, seed: _Seed) -> None:
         try:
@@ -142,8 +146,16 @@ class Searches:
             seed.done.set()
 
     def wait_seeded(self, tenant: str, timeout: float) -> bool:
-        """Wait (holding no lock) until the tenant's search index, dropped by a forget, is read again from the log;
-        False when `timeout` seconds pass first."""
+        """Before taking the lock every tenant's reads share: when a forget dropped the tenant's search index, read
+        it again from the log now in a thread of its own, and wait for it (holding no lock); False when `timeout`
+        seconds pass first."""
+        if tenant in self._unseeded:
+            with self.perspectives.lock:  # (briefly: what it applies from now on is kept beside the seed)
+                self._unseeded.discard(tenant)
+                if tenant and tenant not in self._indexes:
+                    seed = self._seeding[tenant] = _Seed(self.perspectives.position)
+                    threading.Thread(target=self._read_seed, args=(tenant, seed), name="noumena-search-seed",
+                                     daemon=True).start()
         seed = self._seeding.get(tenant)
         return seed is None or seed.done.wait(timeout)
 
@@ -175,6 +187,7 @@ class Searches:
             index = self._installed(pindex)
         if index is None:
             self._seeding.pop(tenant, None)  # (still reading: seeded here, as it was before the background seed)
+            self._unseeded.discard(tenant)
             index = self._indexes[tenant] = self._seeded(pindex)
         index.sync(pindex)
         index.flush()

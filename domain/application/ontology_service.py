@@ -80,8 +80,11 @@ class OntologyService:
         losing the race to another process's tight loop gets its turn); None: a conflict is refused at once."""
         self._states: dict[str, Ontology] = {}
         self._refolds: dict[str, threading.Event] = {}
+        """Tenants dropped by a forget, to be folded afresh from the log before their next use (set once done)."""
+        self._folding: set[str] = set()
+        """Those of `_refolds` being folded now."""
         self._stopping = False
-        """Tenants folded afresh from the log in the background (after a forget), set once installed."""
+        """Closing: a fold cut short by the stores closing is not an error worth logging."""
         self._lock = threading.RLock()
         self._last_now: datetime | None = None
         self.last_position: int | None = None
@@ -98,12 +101,17 @@ class OntologyService:
     """How long a use of a tenant waits for its background fold before folding under the lock itself."""
 
     def _wait_refolded(self, tenants: Iterator[str] | Sequence[str]) -> None:
-        """Before taking the lock: wait for the tenants folded afresh in the background. (A thread inside a block
-        already holds the lock: it folds what it needs itself.)"""
+        """Before taking the lock: a tenant dropped by a forget is folded again now, in a thread of its own holding
+        no lock, and waited for. (A thread inside a block already holds the lock: it folds what it needs itself.)"""
         if getattr(self._holders, "depth", 0) or not self._refolds:
             return
         for tenant in tenants:
-            done = self._refolds.get(tenant)
+            with self._lock:
+                done = self._refolds.get(tenant)
+                if done is not None and tenant not in self._folding:
+                    self._folding.add(tenant)
+                    threading.Thread(target=self._refold, args=(tenant, done), name="noumena-refold",
+                                     daemon=True).start()
             if done is not None:
                 done.wait(self.REFOLD_WAIT_SECONDS)
 
@@ -317,10 +325,10 @@ class OntologyService:
             state.rollback()
 
     def reload(self, tenant: str) -> None:
-        """Drop the folded state of a tenant (e.g. after a forget: it may hold content that no longer exists) and
-        fold it again from the log in a thread of its own, holding no lock: folded under the lock on its next use,
-        a large tenant (seconds per 100,000 events) held back every write of the process and every read through
-        `reading`, of every tenant. The tenant's own uses wait for it (`_wait_refolded`)."""
+        """Drop the folded state of a tenant (e.g. after a forget: it may hold content that no longer exists); its
+        next use folds it again from the log in a thread of its own, holding no lock, and waits for it
+        (`_wait_refolded`): folded under the lock, a large tenant (seconds per 100,000 events) held back every write
+        of the process and every read through `reading`, of every tenant. A tenant no one uses is not folded."""
         done = threading.Event()
         with self._lock:
             self._states.pop(tenant, None)
@@ -329,7 +337,6 @@ class OntologyService:
                 self._snapshots.discard(tenant)
                 self._snapshotted.pop(tenant, None)
             self._refolds[tenant] = done
-        threading.Thread(target=self._refold, args=(tenant, done), name="noumena-refold", daemon=True).start()
 
     def _refold(self, tenant: str, done: threading.Event) -> None:
         try:
@@ -351,6 +358,7 @@ class OntologyService:
             with self._lock:
                 if self._refolds.get(tenant) is done:
                     del self._refolds[tenant]
+                    self._folding.discard(tenant)
             done.set()
 
     def close(self) -> None:
@@ -403,6 +411,10 @@ class OntologyService:
             self._drop(tenant)
             state = None
         if state is None:
+            pending = self._refolds.pop(tenant, None)  # (folded here, under the lock: no thread needs to)
+            if pending is not None and tenant not in self._folding:
+                pending.set()
+            self._folding.discard(tenant)
             state = self._snapshots.load(tenant) if self._snapshots is not None else None
             if state is None:
                 state = Ontology(tenant=tenant)

@@ -114,7 +114,7 @@ def test_a_tenant_forgetting_thousands_of_facts_never_stalls_healthz_or_another_
         started = time.monotonic()
         first = threading.Thread(target=run_forget)
         first.start()
-        time.sleep(0.3)
+        time.sleep(0.1)  # (the forget answers once the live file is redacted: a second or less when quiet)
         second = alpha.client.post("/v1/forget", json={"subject": "person:p1"})
         second_while_running = first.is_alive()
         first.join(300)
@@ -135,7 +135,7 @@ def test_a_tenant_forgetting_thousands_of_facts_never_stalls_healthz_or_another_
         assert any(line.startswith("projections: cleaned in the live read model")
                    for line in receipt["files_rewritten"]), receipt["files_rewritten"]
         assert ended < deadline, "the rebuilt read model never came in"
-        assert second_while_running, "the first forget ended within 0.3 s: the second proves nothing"
+        assert second_while_running, "the first forget ended within 0.1 s: the second proves nothing"
         assert second.status_code == 409, second.text
         assert "person:li" in second.json()["detail"] and second.json()["field"] == "subject"
         after = alpha.client.get("/v1/entities/person:li")

@@ -210,8 +210,9 @@ def test_a_folded_state_dropped_after_a_forget_is_not_kept_alive_by_the_session_
 
 
 def test_after_a_forget_the_tenant_is_folded_again_behind_the_writes_and_reads_of_everyone(make_noumena, backend):
-    """A forget drops the tenant's folded state and folds it again from the log in a thread of its own, holding no
-    lock (folded under the lock on its next use, a large tenant held every writer and reader of the process back).
+    """A forget drops the tenant's folded state; its next use folds it again from the log in a thread of its own,
+    holding no lock, and waits for it (folded under the lock, a large tenant held every writer and reader of the
+    process back).
     Another tenant writes and reads meanwhile; the tenant's own next write waits for the fold and lands on it;
     afterwards its state is a fresh fold of the log, the forgotten person's content read `[forgotten]`."""
     from domain.ontology import Ontology

@@ -173,12 +173,15 @@ def test_after_a_forget_the_index_read_again_in_the_background_equals_one_seeded
     noumena, searches, facts, clock = served
     assert _ids(searches.search_for(T, "agent:sales", "dog"))[0] == facts["pet"]
     noumena.application.forgetting.forget(T, "person:li")
-    searches.perspectives.catch_up()  # (applies the forget: the index is dropped and read again)
+    searches.perspectives.catch_up()  # (applies the forget: the index is dropped, read again when next needed)
+    _fact(noumena, "person:zhang", "asked_for", "memory:ship", "before the holidays")
+    searches.perspectives.catch_up()  # (not applied to a dropped index: read from the log with the rest)
+    searches.wait_seeded(T, 0)  # (what a search does first: the log is read again, in the background)
     _fact(noumena, "person:caroline", "likes", "memory:pet", "walks him in the park every morning")
     searches.perspectives.catch_up()  # (kept beside the seed while it reads, or applied to the installed index)
     assert searches.wait_seeded(T, 60)
     fresh = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
-    for query in ("park every morning", "monthly settlement", "dog", "发货", "customer service"):
+    for query in ("park every morning", "holidays", "monthly settlement", "dog", "发货", "customer service"):
         again = searches.search_for(T, "agent:sales", query)
         assert [(i.fact_id, i.score) for i in again.items] == [
             (i.fact_id, i.score) for i in fresh.search_for(T, "agent:sales", query).items], query
