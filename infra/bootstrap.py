@@ -232,7 +232,7 @@ def serve(noumena: Noumena, *, projector: bool = True, kafka: bool = True,
     if kafka and noumena.settings.kafka_bootstrap:
         consumer = KafkaFollower(session_event_consumer(noumena))
         consumer.start()
-    return Served(application, engines, follower, consumer, warmup)
+    return Served(application, engines, noumena.snapshots, follower, consumer, warmup)
 
 
 def session_event_consumer(noumena: Noumena, **options: Any) -> Any:

@@ -582,10 +582,6 @@ class FollowedReadModel:
     def purging(self) -> list[str]:
         return sorted(self.follower.purging())
 
-    def wait_clean(self, tenant: str) -> None:
-        """Before a read of `tenant`: wait (bounded) while it purges a forget."""
-        self.follower.wait_clean(tenant, self.wait_seconds)
-
     def _query(self, query: Callable[..., Any], tenant: str, *args: Any) -> Any:
         self.follower.wait_file_clean(tenant, self.wait_seconds)
         with self.follower.reader() as con:
