@@ -771,8 +771,8 @@ def _merge(settings: Settings) -> None:
         assert store.take_from_log(T) is not None and store.stored[-1][2] == "merged"
 
 
-@pytest.mark.parametrize("damage", ["torn", "flipped byte", "of another lineage", "header and name disagree",
-                                    "older than the snapshot", "after a gap"])
+@pytest.mark.parametrize("damage", ["torn", "flipped byte", "its list of records edited", "of another lineage",
+                                    "header and name disagree", "older than the snapshot", "after a gap"])
 def test_a_delta_that_does_not_fit_is_skipped_and_the_state_is_the_fold_of_the_log(snapshotted, damage, caplog):
     path, settings = snapshotted
     quiet = settings.model_copy(update={"state_snapshot_every": 0})  # (writes that take no snapshot)
@@ -786,6 +786,10 @@ def test_a_delta_that_does_not_fit_is_skipped_and_the_state_is_the_fold_of_the_l
         with closing(sqlite3.connect(delta)) as db:
             core = db.execute("SELECT value FROM meta WHERE name = 'core'").fetchone()[0]
         _edit(delta, ("UPDATE meta SET value = ? WHERE name = 'core'", (_flipped(core),)))
+    elif damage == "its list of records edited":  # (sealed with its header: a record left out would read stale)
+        with closing(sqlite3.connect(delta)) as db:
+            ids = db.execute("SELECT value FROM meta WHERE name = 'ids'").fetchone()[0]
+        _edit(delta, ("UPDATE meta SET value = ? WHERE name = 'ids'", (_flipped(ids),)))
     elif damage == "of another lineage":  # a delta kept from before the snapshot was written whole again
         kept = delta.read_bytes()
         path.unlink()
@@ -812,7 +816,8 @@ def test_a_delta_that_does_not_fit_is_skipped_and_the_state_is_the_fold_of_the_l
     with caplog.at_level(logging.WARNING, logger="infra.adapters.state_snapshots"):
         version = _loaded_version(settings)
     assert version == {"of another lineage": 5, "older than the snapshot": 6}.get(damage, 4)
-    if damage in ("torn", "flipped byte", "of another lineage", "header and name disagree"):
+    if damage in ("torn", "flipped byte", "its list of records edited", "of another lineage",
+                  "header and name disagree"):
         assert any("delta" in r.getMessage() and "ignored" in r.getMessage() for r in caplog.records), caplog.text
     assert _starts_from_snapshot(settings)[0] is True  # (a process starting there decides on the fold)
 
