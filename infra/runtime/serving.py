@@ -5,19 +5,20 @@ Read-your-writes: a write returns its log position; a read that names one waits 
 has applied it. Writers nudge the follower so that wait is usually one DuckDB transaction, not a poll interval.
 
 Forgetting: when the projector applies a `subject.forgotten` event (written by this process or any other), the
-tenant it names is *purging*. Its reads (read model, perspectives, searches, contexts) wait only until the live
-file is *redacted*: a thread finds the events that now read `[forgotten]`, this thread blanks every text
-of the tenant that came from them in the live file (projections/purge.py `redact_in_place`) and the perspective
-indexes reload the tenant from it; then its reads go on, never showing the forgotten content. Meanwhile a worker
-process (infra/runtime/purge_worker.py; a thread for the in-memory store) replays the log (which now reads `[forgotten]`
-for the subject's content) into a new DuckDB file, republishes the snapshot and rewrites the exports from it:
-the live file's freed blocks may still hold the old text until then, so no snapshot is published from it and the
-forget answers once the rebuilt file is in. This thread keeps projecting new events into the old file, so other
-tenants' reads and `min_position` waits go on. When the build is done, this thread catches the new file up and
-swaps it in (readers wait only for the swap) and the perspective indexes reload the purged tenants from it. A
-forget recorded after a build started is not covered by it: the next build starts at once, and its tenant's reads
-wait again until the swapped-in file is redacted too. A purge a crash cut short is redacted and redone at the next
-start.
+tenant it names is *purging*. Its reads wait only until the live file is *redacted*: the events that now read
+`[forgotten]` are told by the forget itself when this process made it (found by key name in the store), else a
+thread searches the log for them; this thread blanks every text of the tenant that came from them in the live
+file (projections/purge.py `redact_in_place`) and drops its name index, then its reads by query go on; the
+perspective indexes reload the tenant from the file, then its perspectives, searches and contexts go on, never
+showing the forgotten content. The forget answers then. Meanwhile a worker process (infra/runtime/purge_worker.py;
+a thread for the in-memory store) replays the log (which now reads `[forgotten]` for the subject's content) into a
+new DuckDB file, republishes the snapshot and rewrites the exports from it: the live file's freed blocks may still
+hold the old text until then, so no snapshot is published from it, and the tenant stays listed as purging. This
+thread keeps projecting new events into the old file, so other tenants' reads and `min_position` waits go on. When
+the build is done, this thread catches the new file up and swaps it in (readers wait only for the swap) and the
+perspective indexes reload the purged tenants from it. A forget recorded after a build started is not covered by
+it: the next build starts at once, and its tenant's reads wait again until the swapped-in file is redacted too. A
+purge a crash cut short is redacted and redone at the next start.
 """
 
 from __future__ import annotations
