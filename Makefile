@@ -88,6 +88,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python tests/check_entry_points.py
+	$(BIN)/python tests/check_class_size.py
 
 clean:
 	rm -rf $(VENV) .noumena .infra ui/node_modules $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(VENDOR) site

@@ -88,11 +88,12 @@ class Org:
     def recall(self, agent: str, fact_ids: list[str], mode: str = "used") -> None:
         self.record("facts.recalled", agent=agent, fact_ids=fact_ids, mode=mode, perspective_id=None)
 
-    def index(self, until: datetime | None = None) -> PerspectiveIndex:
-        return fold(self.tenant, self.records, until=until.timestamp() if until else None)
-
-    def incremental(self) -> PerspectiveIndex:
-        """Applied one record at a time, never compacted: the follower's path."""
+    def index(self, until: datetime | None = None, one_by_one: bool = False) -> PerspectiveIndex:
+        """The records folded in bulk, or (`one_by_one`) applied one record at a time and never compacted: the
+        follower's path."""
+        if not one_by_one:
+            return fold(self.tenant, self.records, until=until.timestamp() if until else None)
+        assert until is None, "the follower's path applies every record"
         index = PerspectiveIndex(self.tenant)
         for position, topic, data in self.records:
             index.apply(position, topic, data)

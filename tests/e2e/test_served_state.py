@@ -46,6 +46,48 @@ STEPS = ("serve", "serve", "import", "used", "snapshotter", "restart", "kill", "
          "stale_delta", "gap_delta")
 
 
+class SnapshotFiles:
+    """The tenant's snapshot files, damaged as a crash or an operator could; the served process is then killed or
+    restarted by the world, so that it reads them."""
+
+    def __init__(self, folder: Path, chance: random.Random) -> None:
+        self.folder = folder
+        self.random = chance
+        self.kept: dict[str, bytes] = {}
+        """Delta files seen, by name (put back later, once merged into the snapshot)."""
+
+    def deltas(self) -> list[Path]:
+        found = sorted(self.folder.glob(f"{TENANT}.snapshot.*.delta"))
+        for delta in found:
+            try:
+                self.kept.setdefault(delta.name, delta.read_bytes())
+            except FileNotFoundError:
+                continue  # (merged meanwhile)
+        return found
+
+    def tear(self) -> None:
+        """The newest delta torn (a disk that lost its end)."""
+        found = self.deltas()
+        if found:
+            data = found[-1].read_bytes()
+            found[-1].write_bytes(data[: self.random.randrange(len(data))])
+
+    def put_back_stale(self) -> None:
+        """A delta seen before put back (from a backup): older than the snapshot once it was merged into it, or of
+        an earlier lineage."""
+        if self.kept:
+            name = self.random.choice(sorted(self.kept))
+            (self.folder / name).write_bytes(self.kept[name])
+
+    def move_past_a_gap(self) -> None:
+        """A delta renamed as if written by a state at a version no chain reaches (newer than the snapshot, after a
+        gap)."""
+        found = self.deltas()
+        if found:
+            _, _, version = found[-1].name.split(".")[-2].partition("-")
+            found[-1].rename(found[-1].with_name(f"{TENANT}.snapshot.{int(version) + 1}-{int(version) + 9}.delta"))
+
+
 class World:
     """The served process, its home and log, what was written, and the steps."""
 
@@ -61,11 +103,10 @@ class World:
         self.settings = Settings(home=self.home, event_store=backend, state_snapshot_every=0,  # (a fresh fold)
                                  **({"pg_schema": self.env["NOUMENA_PG_SCHEMA"]} if backend == "postgres" else {}))
         self.sent: dict[str, dict[str, Any]] = {}
-        self.kept: dict[str, bytes] = {}
-        """Delta files seen, by name (put back later, once merged into the snapshot)."""
         """Every envelope acknowledged, by event id."""
         self.rounds = 0
         self.random = random.Random(7)
+        self.files = SnapshotFiles(self.home / "state", self.random)
         self.cli("tenant", "create", TENANT)
         self.key = self.cli("keys", "create", "--tenant", TENANT)
         self.import_envelopes(history(TENANT, 600, seed=3))
@@ -96,7 +137,7 @@ class World:
     # ------------------------------------------------------------------ steps
 
     def step(self, name: str) -> None:
-        getattr(self, f"step_{name}")()
+        getattr(self, f"_step_{name}")()
         self.check()
 
     def new_round(self, prefix: str) -> tuple[str, list[dict[str, Any]]]:
@@ -116,7 +157,7 @@ class World:
         ]
         return session, [{"event_id": f"{session}-{i}", "tenant": TENANT, **e} for i, e in enumerate(envelopes)]
 
-    def step_serve(self) -> None:
+    def _step_serve(self) -> None:
         """Writes through the served process, each read back at once: the session's context (with a message, so
         the indexes are asked too), the entity, a search that must find the fact."""
         with self.client() as c:
@@ -135,18 +176,18 @@ class World:
                 assert found.status_code == 200 and [i["object"] for i in found.json()["items"]] == [memory], \
                     found.text
 
-    def step_import(self) -> None:
+    def _step_import(self) -> None:
         """A CLI import beside the server: new rounds, and repeats of envelopes stored before."""
         envelopes = [e for _ in range(self.random.randint(1, 4)) for e in self.new_round("i")[1]]
         envelopes += self.random.sample(sorted(self.sent.values(), key=lambda e: e["event_id"]), 5)
         self.import_envelopes(envelopes)
 
-    def step_used(self) -> None:
+    def _step_used(self) -> None:
         """A CLI writer beside the server: `noumena used` on facts of the log."""
         facts = sorted(self.fold()["facts"])
         self.cli("used", "--tenant", TENANT, "--agent", AGENT, *self.random.sample(facts, min(3, len(facts))))
 
-    def step_snapshotter(self) -> None:
+    def _step_snapshotter(self) -> None:
         """Another process folds the log and stores the tenant's state snapshot (what the snapshotter does)."""
         code = ("import sys; from infra.bootstrap import bootstrap; from infra.settings import Settings; "
                 "from infra.adapters.state_snapshots import FileStateSnapshots\n"
@@ -159,16 +200,7 @@ class World:
                               timeout=300)
         assert done.returncode == 0, done.stderr
 
-    def deltas(self) -> list[Path]:
-        found = sorted((self.home / "state").glob(f"{TENANT}.snapshot.*.delta"))
-        for delta in found:
-            try:
-                self.kept.setdefault(delta.name, delta.read_bytes())
-            except FileNotFoundError:
-                continue  # (merged meanwhile)
-        return found
-
-    def step_kill_snapshotter(self) -> None:
+    def _step_kill_snapshotter(self) -> None:
         """The served process's snapshotter killed (SIGKILL) wherever it is: folding, or writing a delta or a
         merge. A request beside a stream of writes starts it; it is killed a moment after."""
         with self.client() as c:
@@ -185,37 +217,23 @@ class World:
                 subprocess.run(["sleep", str(time_to_kill)], check=True)
                 os.kill(int(line.split()[0]), signal.SIGKILL)
 
-    def step_tear_delta(self) -> None:
-        """The newest delta torn (a disk that lost its end); the served process then killed, so that its restart
-        reads the snapshot's files."""
-        found = self.deltas()
-        if found:
-            data = found[-1].read_bytes()
-            found[-1].write_bytes(data[: self.random.randrange(len(data))])
-        self.step_kill()
+    def _step_tear_delta(self) -> None:
+        self.files.tear()
+        self._step_kill()
 
-    def step_stale_delta(self) -> None:
-        """A delta seen before put back (from a backup): older than the snapshot once it was merged into it, or of
-        an earlier lineage; then a restart."""
-        if self.kept:
-            name = self.random.choice(sorted(self.kept))
-            (self.home / "state" / name).write_bytes(self.kept[name])
-        self.step_restart()
+    def _step_stale_delta(self) -> None:
+        self.files.put_back_stale()
+        self._step_restart()
 
-    def step_gap_delta(self) -> None:
-        """A delta renamed as if written by a state at a version no chain reaches (newer than the snapshot, after a
-        gap); then a kill and a restart."""
-        found = self.deltas()
-        if found:
-            after, _, version = found[-1].name.split(".")[-2].partition("-")
-            found[-1].rename(found[-1].with_name(f"{TENANT}.snapshot.{int(version) + 1}-{int(version) + 9}.delta"))
-        self.step_kill()
+    def _step_gap_delta(self) -> None:
+        self.files.move_past_a_gap()
+        self._step_kill()
 
-    def step_restart(self) -> None:
+    def _step_restart(self) -> None:
         stop_server(self.server)
         self.server = self.start()
 
-    def step_kill(self) -> None:
+    def _step_kill(self) -> None:
         self.server.process.send_signal(signal.SIGKILL)
         self.server.process.wait()
         self.server = self.start()

@@ -68,7 +68,7 @@ def _frames(index: PerspectiveIndex, merged: dict[str, str]) -> PerspectiveIndex
 def test_a_merged_person_is_served_as_the_one_it_was_merged_into():
     org, f = _merged_org()
     now = org.now.timestamp()
-    folded, incremental = org.index(), org.incremental()
+    folded, incremental = org.index(), org.index(one_by_one=True)
     bulk = _frames(folded, {"person:li2": "person:li"})
     view = Viewpoint("agent:a", serving="person:li")
     seen = _seen(folded, view, now)

@@ -210,7 +210,7 @@ def _same(left: Walked, right: Walked, li: PerspectiveIndex, ri: PerspectiveInde
 
 def test_applying_records_one_by_one_equals_the_bulk_fold_and_the_frames():
     org = _random_org(3)
-    folded, incremental = org.index(), org.incremental()
+    folded, incremental = org.index(), org.index(one_by_one=True)
     assert incremental.adjacency.facts == 0 and folded.adjacency.facts == folded.fact_count  # the delta path vs the CSR
     view = Viewpoint("person:0", serving="person:1", focus=("thing:3",))
     now = org.now.timestamp()

@@ -272,7 +272,7 @@ def walked(org: Org, view: Viewpoint, p: ActivationParameters, incremental: bool
            index: PerspectiveIndex | None = None, at: datetime | None = None
            ) -> dict[str, tuple[float, int, str, str]]:
     if index is None:
-        index = org.incremental() if incremental else org.index()
+        index = org.index(one_by_one=True) if incremental else org.index()
     w = index.walk(view, p, (at or org.now).timestamp())
     tiers = {code: tier.value for tier, code in TIER_CODES.items()}
     return {index.fact_ids.at(int(f)): (float(a), int(h), index.refs[int(v)], tiers[int(t)])
