@@ -196,7 +196,7 @@ def test_the_consumer_reconnects_after_a_broker_restart_and_finishes(noumena_for
     first_ends = end_offsets(bootstrap, topic)
     wait_until(lambda: stored_total(observer, topic, first_ends) > half // 4, 60, "a quarter of the first half")
 
-    restart = subprocess.run([str(REPO / "infra" / "kafka.sh"), "restart"], capture_output=True, text=True,
+    restart = subprocess.run([str(REPO / "infra" / "scripts" / "kafka.sh"), "restart"], capture_output=True, text=True,
                              timeout=180)
     assert restart.returncode == 0, restart.stderr
     assert child.poll() is None, "the consumer exited when the broker restarted"
