@@ -15,8 +15,9 @@ router = APIRouter(prefix="/forget", tags=["forget"], route_class=EdgeRoute)
 def forget(request: ForgetCreate, caller: CallerDep, memory: MemoryDep) -> ForgetWritten:
     """Really delete what is known about a subject (`person:<ref>`, `memory:<ref>`, `session:<id>`,
     `fact:<id>`): its data keys are deleted, so every copy of its content in the log reads `[forgotten]`; the
-    read model and the perspective indexes are purged before this answers. Structure (ids, refs, relations,
-    times) stays. The answer is the forget's receipt (its id is recorded in the log). 422 when the subject is
+    live read model is cleaned of it before this answers, and the rebuilt read model follows (`/readyz` lists the
+    tenant under `purging` until it is swapped in: poll it when no copy may stay on disk). Structure (ids, refs,
+    relations, times) stays. The answer is the forget's receipt (its id is recorded in the log). 422 when the subject is
     unknown or content is not encrypted here. Afterwards, writes about a forgotten person answer 409 until the
     person is registered anew."""
     written = memory.forgetting.forget(caller, request.subject)
