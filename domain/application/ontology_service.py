@@ -85,6 +85,9 @@ class OntologyService:
         """Tenants dropped by a forget, to be folded afresh from the log before their next use (set once done)."""
         self._folding: set[str] = set()
         """Those of `_refolds` being folded now."""
+        self._folders: set[threading.Thread] = set()
+        """The threads folding them: closing waits for them, since they read the log (a thread still reading a
+        store closed under it can take the interpreter down inside SQLite)."""
         self._stopping = False
         """Closing: a fold cut short by the stores closing is not an error worth logging."""
         self._lock = threading.RLock()
@@ -112,8 +115,10 @@ class OntologyService:
                 done = self._refolds.get(tenant)
                 if done is not None and tenant not in self._folding:
                     self._folding.add(tenant)
-                    threading.Thread(target=self._refold, args=(tenant, done), name="noumena-refold",
-                                     daemon=True).start()
+                    folder = threading.Thread(target=self._refold, args=(tenant, done), name="noumena-refold",
+                                              daemon=True)
+                    self._folders.add(folder)
+                    folder.start()
             if done is not None:
                 done.wait(self.REFOLD_WAIT_SECONDS)
 
@@ -344,6 +349,8 @@ class OntologyService:
         try:
             state = Ontology(tenant=tenant)
             for event in self._log.read_stream(tenant):
+                if self._stopping:  # (the stores are about to close: close() waits for this thread to end)
+                    return
                 state.apply(event)
             with self._lock:
                 if self._refolds.get(tenant) is done and tenant not in self._states:
@@ -361,6 +368,7 @@ class OntologyService:
                 if self._refolds.get(tenant) is done:
                     del self._refolds[tenant]
                     self._folding.discard(tenant)
+                self._folders.discard(threading.current_thread())
             done.set()
 
     def close(self) -> None:
@@ -369,6 +377,10 @@ class OntologyService:
         `every` events ahead of the snapshot on disk (no write waits any more), stop taking snapshots from the log,
         and wait until the snapshots are stored (a process that stops gracefully restarts from them)."""
         self._stopping = True
+        with self._lock:
+            folders = list(self._folders)
+        for folder in folders:
+            folder.join(self.REFOLD_WAIT_SECONDS)
         if self._writer_locks is not None:
             self._writer_locks.close()
         if self._snapshots is None:
