@@ -32,7 +32,7 @@ import polars as pl
 
 from projections.perspective_columns import Column, Texts
 from projections.perspective_fact_ids import FactIds
-from projections.perspective_index import STATUS_CODES, PerspectiveIndex, provenance_text
+from projections.perspective_index import STATUS_CODES, PerspectiveIndex
 from projections.perspective_uses import CORRECTIONS, CORROBORATIONS
 from projections.schema import PROJECTION_NAME
 
@@ -159,6 +159,21 @@ def _epoch(column: str) -> str:
     return f"epoch_us({column}) / 1e6"
 
 
+def provenance_line() -> pl.Expr:
+    """`provenance_text` as a column expression: a tenant's facts are turned into lines by polars, off the
+    interpreter lock (a loop over their Python values held it, and every other request of the process, for as long
+    as it took)."""
+    def given(column: str) -> pl.Expr:
+        return pl.col(column).fill_null("") != ""
+
+    return pl.concat_str([
+        pl.when(given("session_id")).then(pl.lit("session ") + pl.col("session_id")),
+        pl.when(pl.col("message_ids").list.len().fill_null(0) > 0).then(
+            pl.lit("messages ") + pl.col("message_ids").list.join(", ")),
+        pl.when(given("actor")).then(pl.lit("by ") + pl.col("actor")),
+    ], separator="; ", ignore_nulls=True)
+
+
 def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | None = None) -> PerspectiveIndex:
     """Build a tenant's index from the projections' DuckDB tables (see the module docstring).
 
@@ -189,11 +204,7 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | N
                    FROM fact_changes WHERE tenant = $1 AND change = 'asserted' AND {changes} GROUP BY fact_id) AS c
           ON c.fact_id = f.fact_id
         WHERE f.tenant = $1 ORDER BY f.asserted_at, f.fact_id""")
-    provenance = [provenance_text({"session_id": s, "message_ids": m or [], "actor": a})
-                  for s, m, a in zip(facts["session_id"].to_list(), facts["message_ids"].to_list(),
-                                     facts["actor"].to_list(), strict=True)]
-    facts = facts.drop("session_id", "message_ids", "actor").with_columns(
-        pl.Series("provenance", provenance, dtype=pl.String))
+    facts = facts.with_columns(provenance_line().alias("provenance")).drop("session_id", "message_ids", "actor")
     sessions = frame("SELECT session_id, agent, serving FROM sessions WHERE tenant = $1"
                      + ("" if at is None else " AND $2 IS NOT NULL"))
     relations = frame("SELECT name, weight FROM relation_types WHERE tenant = $1"

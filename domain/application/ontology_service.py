@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -338,12 +339,14 @@ class OntologyService:
         of the process and every read through `reading`, of every tenant. A tenant no one uses is not folded."""
         done = threading.Event()
         with self._lock:
-            self._states.pop(tenant, None)
+            dropped = self._states.pop(tenant, None)
             self._forgot.discard(tenant)
             if self._snapshots is not None:
                 self._snapshots.discard(tenant)
                 self._snapshotted.pop(tenant, None)
             self._refolds[tenant] = done
+        if dropped is not None:
+            threading.Thread(target=_take_apart, args=(dropped,), name="noumena-release", daemon=True).start()
 
     def _refold(self, tenant: str, done: threading.Event) -> None:
         try:
@@ -457,3 +460,23 @@ class OntologyService:
             now = self._last_now
         self._last_now = now
         return now
+
+
+TAKE_APART_STEP = 1_000
+"""Entries a dropped state frees between two turns given to the process's other threads."""
+
+
+def _take_apart(state: Ontology) -> None:
+    """Free a dropped state entry by entry. Its last reference going at once frees every entry of a large tenant in
+    one cascade of deallocations, which holds the interpreter lock throughout (every request of the process waits);
+    emptied entry by entry from Python, it lets other threads run between entries. Only the maps folded in memory
+    are emptied (one read from a snapshot on demand holds little, and would read the snapshot to be emptied). No one
+    reads a dropped state: `reload` took it out under the lock, and every read takes it from `_states`."""
+    for value in vars(state).values():
+        if type(value) is dict or type(value) is set:
+            take = value.popitem if type(value) is dict else value.pop
+            while value:
+                for _ in range(min(len(value), TAKE_APART_STEP)):
+                    take()
+                time.sleep(0)  # (requests first: the memory is no one's hurry)
+

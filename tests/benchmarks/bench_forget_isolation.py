@@ -182,7 +182,12 @@ def _summary(name: str, ms: list[float], health: list[float], elapsed: float, st
 
 def serve(port: int, home: Path) -> None:
     """The served process: `noumena serve`'s app (its projector, the real routes), perspectives recording no
-    recall unless NOUMENA_BENCH_RECORD=1."""
+    recall unless NOUMENA_BENCH_RECORD=1. Tuned as `noumena serve` is (api/cli.py's main): the collector's
+    thresholds and one BLAS thread, set before numpy loads."""
+    from api.process_tuning import one_thread_per_numeric_call, tune_collector_for_a_long_lived_heap
+
+    one_thread_per_numeric_call()
+    tune_collector_for_a_long_lived_heap()
     import uvicorn
 
     from api.app import create_app
