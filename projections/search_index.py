@@ -275,3 +275,13 @@ def _readable_from(pindex: PerspectiveIndex, doc: int, session_id: str) -> bool:
             return True
         return agent != -1 and (int(scopes.agent.data[code]), int(scopes.serving.data[code])) == (agent, serving)
     return False
+
+
+def owned_containers(index: SearchIndex) -> list[Any]:
+    """The index's own large containers, per fact, turn or term (what a dropped index hands to
+    `domain.release`): never the analyzer or embedder it shares with the other tenants' indexes, nor the
+    perspective index's session map its turns keep a reference to (`TurnIndex.session_owners`)."""
+    turns, messages = index.turns, index.messages
+    return [index.vocabulary, index.postings, index.message_ids, index.sessions, index.names, index.aliases,
+            turns.vocabulary, turns.postings, turns.message_ids, turns.session_ids, turns.session_turns, turns.roles,
+            turns.session_codes, messages._row, messages._sessions, messages._session_codes]

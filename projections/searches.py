@@ -23,6 +23,7 @@ import numpy as np
 from domain.errors import EmbedderUnavailable, InvalidInput, UnknownEntity, UnknownSession
 from domain.perspective import new_served_id
 from domain.ports import Embedder
+from domain.release import release_in_background
 from domain.search import (
     DEFAULT_SEARCH_PARAMETERS,
     Candidate,
@@ -43,7 +44,7 @@ from projections.perspective_scopes import SCOPE_ORG, SCOPE_PERSON, SCOPE_SESSIO
 from projections.perspective_walk import fact_base_levels
 from projections.perspectives import Perspectives
 from projections.search_documents import Documents
-from projections.search_index import SearchIndex
+from projections.search_index import SearchIndex, owned_containers
 from projections.search_text import Analyzer
 from projections.search_turns import TurnIndex
 
@@ -127,8 +128,11 @@ class Searches:
         lock (`wait_seeded`, which a search or context of the tenant calls first): done inline under the perspective
         service's lock, as for a tenant's first seeding, it held every tenant's perspectives, searches and contexts
         back for as long as it read (seconds per 100,000 events). Records the service applies meanwhile are kept
-        beside it."""
-        self._indexes.pop(tenant, None)
+        beside it. The dropped index is taken apart in a thread of its own (domain/release.py): every search
+        reads an index under the service's lock, which this runs under, so no one reads it any more."""
+        dropped = self._indexes.pop(tenant, None)
+        if dropped is not None:
+            release_in_background(owned_containers(dropped))
         self._seeding.pop(tenant, None)
         self._unseeded.add(tenant)
         self.analyzer.forget_cached()

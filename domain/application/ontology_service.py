@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -45,6 +44,7 @@ from domain.ports import (
     VersionConflict,
     WriteRetries,
 )
+from domain.release import release_in_background
 from domain.rules import decide
 
 SETTLE_SECONDS = 120.0
@@ -345,8 +345,8 @@ class OntologyService:
                 self._snapshots.discard(tenant)
                 self._snapshotted.pop(tenant, None)
             self._refolds[tenant] = done
-        if dropped is not None:
-            threading.Thread(target=_take_apart, args=(dropped,), name="noumena-release", daemon=True).start()
+        if dropped is not None:  # (no read has it: each takes the state from `_states` under the lock; all its own)
+            release_in_background(vars(dropped).values())
 
     def _refold(self, tenant: str, done: threading.Event) -> None:
         try:
@@ -460,23 +460,3 @@ class OntologyService:
             now = self._last_now
         self._last_now = now
         return now
-
-
-TAKE_APART_STEP = 1_000
-"""Entries a dropped state frees between two turns given to the process's other threads."""
-
-
-def _take_apart(state: Ontology) -> None:
-    """Free a dropped state entry by entry. Its last reference going at once frees every entry of a large tenant in
-    one cascade of deallocations, which holds the interpreter lock throughout (every request of the process waits);
-    emptied entry by entry from Python, it lets other threads run between entries. Only the maps folded in memory
-    are emptied (one read from a snapshot on demand holds little, and would read the snapshot to be emptied). No one
-    reads a dropped state: `reload` took it out under the lock, and every read takes it from `_states`."""
-    for value in vars(state).values():
-        if type(value) is dict or type(value) is set:
-            take = value.popitem if type(value) is dict else value.pop
-            while value:
-                for _ in range(min(len(value), TAKE_APART_STEP)):
-                    take()
-                time.sleep(0)  # (requests first: the memory is no one's hurry)
-
