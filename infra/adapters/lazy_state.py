@@ -8,6 +8,13 @@ deletion is remembered (a tombstone), so a bucket read later never brings the en
 whole map reads every bucket of it once. So a write that looks up a few keys costs a few buckets, whatever the size
 of the state.
 
+A snapshot of the state's changes writes only the buckets that changed (`changed_buckets`): those holding a key set
+or deleted, or whose value was handed out by a lookup (the rules change values such as a fact in place, so a value
+handed out may have changed; one of a type that cannot change in place, such as a fact id, leaves its bucket as it
+was), every bucket of a map whose values were handed out whole (`values()`, `items()`). `stored()` starts the count
+again once those are stored: a state kept after its snapshot (the snapshotter's) then writes only what changed
+since.
+
 Loaded values are kept for the life of the state (never evicted): the rules change them in place and journal the
 changes, so there is one object per key. Reads may run on other threads than the writer's (`OntologyService`'s
 readers hold its lock, but tests and tools may not): a bucket is read and kept, and every change made, under one
@@ -27,8 +34,10 @@ BucketOf = Callable[[int, object], int]
 """(map index, key) -> the bucket of the snapshot that holds the key, if it holds it."""
 BucketReader = Callable[[int, int], dict[Any, Any]]
 """(map index, bucket) -> the entries the snapshot holds in that bucket."""
-AllReader = Callable[[int], Iterator[dict[Any, Any]]]
-"""map index -> the entries of every bucket of that map, bucket by bucket."""
+AllReader = Callable[[int], Iterator[tuple[int, dict[Any, Any]]]]
+"""map index -> (bucket, its entries) for every bucket of that map."""
+UNCHANGEABLE = frozenset({str, int, float, bool, bytes, type(None)})
+"""Types of values that cannot change in place: handing one out leaves its bucket as it was."""
 
 
 class RecordSource:
@@ -63,13 +72,13 @@ class RecordSource:
         self.buckets_read += 1
         return entries
 
-    def read_all(self, index: int) -> Iterator[dict[Any, Any]]:
+    def read_all(self, index: int) -> Iterator[tuple[int, dict[Any, Any]]]:
         self._check()
         try:
-            for entries in self._read_all(index):
+            for bucket, entries in self._read_all(index):
                 self.loaded += len(entries)
                 self.buckets_read += 1
-                yield entries
+                yield bucket, entries
         except SnapshotDamaged as error:
             self.damaged = str(error)
             raise
@@ -77,18 +86,23 @@ class RecordSource:
 
 class _OnDemand:
     """What a map and a set read on demand share: what was read (`_mem`), what was deleted since the snapshot
-    (`_gone`), which buckets were read; reading a key's bucket on a miss, every bucket the first time the whole is
-    asked for (an iteration, a length), and the buckets a snapshot of changes must write. `_take` adds one bucket's
-    entries to `_mem`."""
+    (`_gone`), which buckets were read and the keys each holds; reading a key's bucket on a miss, every bucket the
+    first time the whole is asked for (an iteration, a length), and the buckets a snapshot of changes must write.
+    `_take` adds one bucket's entries to `_mem`."""
 
-    __slots__ = ("_mem", "_gone", "_buckets", "source", "index", "complete")
+    __slots__ = ("_mem", "_gone", "_buckets", "_changed", "_all_changed", "source", "index", "complete")
     _mem: Any
 
     def __init__(self, source: RecordSource, index: int) -> None:
         self._gone: set[Any] = set()
         """Keys deleted since the snapshot: never read from it again."""
-        self._buckets: set[int] = set()
-        """The snapshot's buckets read (every key of theirs not in memory is absent or deleted)."""
+        self._buckets: dict[int, list[Any]] = {}
+        """The snapshot's buckets read (every key of theirs not in memory is absent or deleted), each with the keys
+        it holds: those read, and those set since that a snapshot of changes wrote there."""
+        self._changed: set[Any] = set()
+        """Keys set, deleted or whose value was handed out since the last `stored()`: their buckets have changed."""
+        self._all_changed = False
+        """The values were handed out whole since the last `stored()`: any bucket may have changed."""
         self.source = source
         self.index = index
         self.complete = False
@@ -97,14 +111,17 @@ class _OnDemand:
     def _take(self, entries: dict[Any, Any]) -> None:
         raise NotImplementedError
 
+    def _took(self, bucket: int, entries: dict[Any, Any]) -> None:
+        self._take(entries)
+        self._buckets[bucket] = list(entries)
+
     def _read_bucket_of(self, key: object) -> None:
         """Read the bucket that would hold `key`, unless it is in memory, deleted, or its bucket was read. Under
         the source's lock."""
         if key not in self._mem and key not in self._gone:
             bucket = self.source.bucket_of(self.index, key)
             if bucket not in self._buckets:
-                self._take(self.source.read(self.index, bucket))
-                self._buckets.add(bucket)
+                self._took(bucket, self.source.read(self.index, bucket))
 
     def load_all(self) -> None:
         if self.complete:
@@ -112,8 +129,10 @@ class _OnDemand:
         with self.source.lock:
             if self.complete:
                 return
-            for entries in self.source.read_all(self.index):
-                self._take(entries)
+            for bucket, entries in self.source.read_all(self.index):
+                if bucket in self._buckets:  # (read already: its entries in memory are as new or newer)
+                    continue
+                self._took(bucket, entries)
             self.complete = True
 
     def __iter__(self) -> Iterator[Any]:
@@ -125,23 +144,26 @@ class _OnDemand:
         return len(self._mem)
 
     def changed_buckets(self) -> dict[int, dict[Any, Any]]:
-        """What a snapshot of this state must write over the one it was loaded from: every bucket with an entry
-        read, changed, added or deleted, whole (a bucket not read yet is read first). Under the source's lock."""
-        bucket_of, index, mem = self.source.bucket_of, self.index, self._mem
-        of_key = {key: bucket_of(index, key) for key in mem}
-        touched = set(of_key.values()) | {bucket_of(index, key) for key in self._gone}
-        if not self.complete:
-            for bucket in touched - self._buckets:
-                entries = self.source.read(index, bucket)
-                self._take(entries)
-                self._buckets.add(bucket)
-                of_key.update((key, bucket) for key in entries if key in mem)
-        buckets: dict[int, dict[Any, Any]] = {bucket: {} for bucket in touched}
+        """What a snapshot of this state's changes must write over the last one stored (the snapshot it was
+        loaded from, until `stored()`): every bucket changed since, whole (a bucket not read yet is read first).
+        Under the source's lock."""
+        bucket_of, index, mem, members = self.source.bucket_of, self.index, self._mem, self._buckets
+        touched = set(members) if self._all_changed else set()
+        for key in tuple(self._changed):  # (a copy: a lookup on another thread may add to it)
+            bucket = bucket_of(index, key)
+            if bucket not in members:
+                self._took(bucket, self.source.read(index, bucket))
+            keys = members[bucket]
+            if key not in keys:  # (set since the bucket was read: it is written there from now on)
+                keys.append(key)
+            touched.add(bucket)
         values = mem if isinstance(mem, dict) else dict.fromkeys(mem)
-        for key, bucket in of_key.items():
-            if key in values:
-                buckets[bucket][key] = values[key]
-        return buckets
+        return {bucket: {key: values[key] for key in members[bucket] if key in values} for bucket in touched}
+
+    def stored(self) -> None:
+        """The buckets `changed_buckets` gave are stored: from now on only changes made after count."""
+        self._changed.clear()
+        self._all_changed = False
 
 
 class LazyMap(_OnDemand, MutableMapping[Any, Any]):
@@ -171,20 +193,26 @@ class LazyMap(_OnDemand, MutableMapping[Any, Any]):
 
     def __getitem__(self, key: object) -> Any:
         try:
-            return self._mem[key]
+            value = self._mem[key]
         except KeyError:
-            pass
-        found, value = self._fetch(key)
-        if not found:
-            raise KeyError(key)
+            found, value = self._fetch(key)
+            if not found:
+                raise KeyError(key) from None
+        if type(value) not in UNCHANGEABLE:  # (handed out: the caller may change it in place)
+            self._changed.add(key)
         return value
 
     def get(self, key: object, default: Any = None) -> Any:
         mem = self._mem
         if key in mem:
-            return mem[key]
-        found, value = self._fetch(key)
-        return value if found else default
+            value = mem[key]
+        else:
+            found, value = self._fetch(key)
+            if not found:
+                return default
+        if type(value) not in UNCHANGEABLE:
+            self._changed.add(key)
+        return value
 
     def __contains__(self, key: object) -> bool:
         return key in self._mem or self._fetch(key)[0]
@@ -193,6 +221,7 @@ class LazyMap(_OnDemand, MutableMapping[Any, Any]):
         with self.source.lock:
             self._mem[key] = value
             self._gone.discard(key)
+            self._changed.add(key)
 
     def __delitem__(self, key: object) -> None:
         with self.source.lock:
@@ -200,6 +229,7 @@ class LazyMap(_OnDemand, MutableMapping[Any, Any]):
                 raise KeyError(key)
             del self._mem[key]
             self._gone.add(key)
+            self._changed.add(key)
 
     def keys(self) -> KeysView[Any]:
         self.load_all()
@@ -207,17 +237,22 @@ class LazyMap(_OnDemand, MutableMapping[Any, Any]):
 
     def values(self) -> ValuesView[Any]:
         self.load_all()
+        self._all_changed = True  # (handed out whole: any may be changed in place)
         return self._mem.values()
 
     def items(self) -> ItemsView[Any, Any]:
         self.load_all()
+        self._all_changed = True
         return self._mem.items()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):
             return NotImplemented
         self.load_all()
-        return self._mem == (dict(other.items()) if isinstance(other, LazyMap) else other)
+        if isinstance(other, LazyMap):
+            other.load_all()
+            return self._mem == other._mem
+        return self._mem == other
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -225,7 +260,8 @@ class LazyMap(_OnDemand, MutableMapping[Any, Any]):
         return f"LazyMap({self._mem!r}, complete={self.complete})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return dict, (dict(self.items()),)  # (pickled whole, as the dict it stands for)
+        self.load_all()
+        return dict, (dict(self._mem),)  # (pickled whole, as the dict it stands for)
 
 class LazySet(_OnDemand, MutableSet[Any]):
     """A set whose members are looked up in a snapshot on first use (see the module's docstring)."""
@@ -253,11 +289,13 @@ class LazySet(_OnDemand, MutableSet[Any]):
         with self.source.lock:
             self._mem.add(item)
             self._gone.discard(item)
+            self._changed.add(item)
 
     def discard(self, item: Any) -> None:
         with self.source.lock:
             self._mem.discard(item)
             self._gone.add(item)
+            self._changed.add(item)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, (set, frozenset, LazySet)):

@@ -48,6 +48,7 @@ Anything unusable (missing, other format or code, corrupt, not of this log, key 
 from __future__ import annotations
 
 import array
+import copy
 import fcntl
 import glob
 import hashlib
@@ -201,6 +202,9 @@ class FileStateSnapshots:
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._kept: dict[str, tuple[Any, RecordSource]] = {}
+        """In the snapshotter process: by tenant, the service holding the state its last snapshot of changes was
+        taken of, and the snapshot that state reads from (`take_from_log`)."""
         self.stored: list[tuple[str, int, str]] = []
         """(tenant, version, "whole" or "changes") of each snapshot this process stored, or its snapshotter did,
         in order (tests and the benchmark read it)."""
@@ -487,9 +491,19 @@ class FileStateSnapshots:
 
     def take_from_log(self, tenant: str) -> tuple[int, str] | None:
         """In the snapshotter process: fold the tenant's log from its snapshot (or from the start, if it has no
-        usable one) and store the result: only the buckets the events since changed, over a copy of that snapshot
-        (or the whole state). Returns (version, "whole" or "changes") if it stored one; None if the snapshot is
-        current, or another snapshotter is taking this tenant's, or a forget ran meanwhile.
+        usable one) and store the result: only the buckets the events since changed, as a delta after that
+        snapshot or merged into a copy of it (or the whole state). Returns (version, "whole", "changes" or
+        "merged") if it stored one; None if the snapshot is current, or another snapshotter is taking this
+        tenant's, or a forget ran meanwhile.
+
+        The state is kept from one request to the next once a snapshot of its changes is stored: the next request
+        folds only the events after it, reading no bucket it holds already, and writes only the buckets those
+        events changed, as a delta after the last (so the cost of a request follows the events written since, not
+        the size of the state or how far it is from the snapshot it was loaded from). It is dropped, and the next
+        request loads the files again, whenever it may no longer be the fold of the log or its changes would not
+        follow the files on disk: a forget ran (the snapshot key it was sealed under is gone: every forget deletes
+        it), the files are of another lineage or no longer lead to its version, nothing was stored, or the state
+        was written whole (a state folded from the log, not read from a snapshot).
 
         The key store's forget fence is taken first and the cached keys dropped before the log is read: the
         content a forget that ran before deleted the keys of folds as forgotten (no key is read from a cache that
@@ -504,12 +518,18 @@ class FileStateSnapshots:
                 log.info("state snapshot of tenant %s not taken here: another snapshotter is taking it", tenant)
                 return None
             fence = self._keys.keys_pending([state_snapshot_key(tenant)]) if self._keys is not None else None
+            kept = self._kept.pop(tenant, None)
+            if kept is not None and not self._leads_to(tenant, kept[1].base, fence):
+                kept = None
             self._log.mapper.evict()
-            service = OntologyService(self._log, clock=lambda: datetime.now(UTC), seal_content=self._keys is not None,
-                                      snapshots=self)
+            service = kept[0] if kept is not None else OntologyService(
+                self._log, clock=lambda: datetime.now(UTC), seal_content=self._keys is not None, snapshots=self)
             state = service.ontology(tenant)
-            source = getattr(state.facts, "source", None)
-            if not state.version or (isinstance(source, RecordSource) and source.base.version == state.version):
+            source = _source_of(state)
+            if not state.version:
+                return None
+            if source is not None and source.base.version == state.version:
+                self._kept[tenant] = (service, source)
                 return None  # (the fence holds nothing until its `ready` is called)
             try:
                 serialized = self._serialized(state)
@@ -517,7 +537,30 @@ class FileStateSnapshots:
                 self.discard(tenant)
                 return None
             kind = self._store_now(tenant, state.version, *serialized, fence=fence, merge=True)
-            return (state.version, kind) if kind is not None else None
+            if kind is None:
+                return None
+            if source is not None:  # (a state folded from the log, written whole: the next request loads it)
+                for name in LAZY:
+                    getattr(state, name).stored()
+                source.base = source.base.at(state.version)
+                self._kept[tenant] = (service, source)
+            return state.version, kind
+
+    def _leads_to(self, tenant: str, base: _Base, fence: Fence | None) -> bool:
+        """Whether a state kept since its last snapshot (`base`) may still write its changes after it: no forget
+        ran since (the snapshot key is the one it was sealed under), and the snapshot on disk is of its lineage
+        and reaches its version, itself or through a delta that ends there."""
+        if fence is not None and fence[0][state_snapshot_key(tenant).key_id][0] != base.key_id:
+            return False
+        try:
+            header = _header_of(self.path(tenant))
+        except (OSError, sqlite3.Error, ValueError, TypeError):
+            return False
+        if not isinstance(header, dict) or (header.get("lineage"), header.get("key")) != (base.lineage, base.key_id):
+            return False
+        version = header.get("version")
+        return isinstance(version, int) and (version >= base.version or
+                                             any(end == base.version for _, end, _ in self._delta_files(tenant)))
 
     def _serialized(self, state: Ontology) -> tuple[bytes, list[tuple[int, bytes]], _Base | None, str, _Layout]:
         """What a snapshot of `state` stores: its core, its rows (every bucket, or those it changed over the
@@ -525,9 +568,9 @@ class FileStateSnapshots:
         dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
         core = dumps({name: getattr(state, name) for name in CORE}, protocol=protocol)
         maps = [getattr(state, name) for name in LAZY]
-        source = getattr(state.facts, "source", None)
+        source = _source_of(state)
         rows: list[tuple[int, bytes]] = []
-        if isinstance(source, RecordSource) and all(getattr(m, "source", None) is source for m in maps):
+        if source is not None:
             base: _Base | None = source.base
             with source.lock:  # (readers on other threads may be reading buckets meanwhile)
                 for index, held in enumerate(maps):
@@ -590,8 +633,13 @@ class FileStateSnapshots:
             kind, target = "changes", self._delta_path(tenant, base.version, version)
             if merge and self._deltas_grown(tenant, on_disk["version"], path):
                 chain = self._chain(tenant, on_disk, seal, upto=version)
-                if (chain[-1].version if chain else on_disk["version"]) >= base.version:
-                    kind, target = "merged", path  # (these changes apply over the chain's end: see `_chain`)
+                if (chain[-1].version if chain else on_disk["version"]) < base.version:
+                    for delta in chain:
+                        delta.db.close()
+                    log.info("state snapshot of tenant %s at version %s not stored: the files on disk no longer "
+                             "lead to version %s, which its changes follow", tenant, version, base.version)
+                    return None
+                kind, target = "merged", path  # (these changes apply over the chain's end: see `_chain`)
         header: dict[str, Any] = {"format": FORMAT, "code": code_fingerprint(), "tenant": tenant,
                                   "version": version, "anchor": self._anchor(tenant, version), "key": key_id,
                                   "lineage": lineage, "salt": layout.salt.hex(), "buckets": layout.buckets}
@@ -728,6 +776,12 @@ class _Base:
         self.key_id: str | None = header["key"]
         self.layout = _Layout(bytes.fromhex(header["salt"]), list(header["buckets"]))
 
+    def at(self, version: int) -> _Base:
+        """This base brought forward to `version`: a state's changes up to it are stored after it."""
+        moved = copy.copy(self)
+        moved.version = version
+        return moved
+
     def why_not_over(self, header: dict[str, Any], version: int) -> str | None:
         """Why the changes of a state loaded from this base, now at `version`, cannot follow the snapshot in place
         (`header`; None: they can). They hold every bucket changed since the base's version: they bring any state
@@ -789,7 +843,7 @@ class _FileSource:
         except _READ_ERRORS as error:
             raise self._damaged(index, error) from error
 
-    def _read_all(self, index: int) -> Iterator[dict[Any, Any]]:
+    def _read_all(self, index: int) -> Iterator[tuple[int, dict[Any, Any]]]:
         first = index << BUCKET_BITS
         query = "SELECT id, value FROM records WHERE id >= ? AND id < ?", (first, first + self._buckets[index])
         try:
@@ -800,12 +854,13 @@ class _FileSource:
                 bodies.update(delta.db.execute(*query).fetchall())
         except _READ_ERRORS as error:
             raise self._damaged(index, error) from error
+        mask = (1 << BUCKET_BITS) - 1
         for record_id, body in bodies.items():
             try:
                 entries = self._open(index, record_id, body)
             except _READ_ERRORS as error:
                 raise self._damaged(index, error) from error
-            yield entries
+            yield record_id & mask, entries
 
 
 _READ_ERRORS = (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
@@ -831,6 +886,16 @@ def _exclusively(path: Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+def _source_of(state: Ontology) -> RecordSource | None:
+    """The snapshot every big map of `state` reads from (None: a state folded from the log, or one with a map
+    made afresh)."""
+    source = getattr(state.facts, "source", None)
+    if isinstance(source, RecordSource) and all(getattr(getattr(state, name), "source", None) is source
+                                                for name in LAZY):
+        return source
+    return None
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:

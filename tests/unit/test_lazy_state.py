@@ -33,7 +33,7 @@ def _source(stored: dict, reads: list) -> RecordSource:  # type: ignore[type-arg
 
     def read_all(index: int):  # type: ignore[no-untyped-def]
         for bucket in range(BUCKETS):
-            yield {k: v for k, v in stored.items() if _bucket_of(index, k) == bucket}
+            yield bucket, {k: v for k, v in stored.items() if _bucket_of(index, k) == bucket}
 
     return RecordSource(_bucket_of, read, read_all, "a stored dict")
 
