@@ -847,8 +847,8 @@ def test_a_process_killed_while_it_writes_a_delta_leaves_the_snapshot_and_earlie
     assert not list((settings.home / "state").glob(".*.tmp"))  # (the dead process's temporary file is deleted)
 
 
-_CHAIN_STEPS = st.lists(st.tuples(st.sampled_from(["write", "process", "snapshotter", "merge", "lose", "tear",
-                                                   "restore"]), st.integers(1, 12)), min_size=1, max_size=12)
+_CHAIN_STEPS = st.lists(st.tuples(st.sampled_from(["write", "process", "snapshotter", "kept", "merge", "lose",
+                                                   "tear", "restore"]), st.integers(1, 12)), min_size=1, max_size=12)
 
 
 @hsettings(max_examples=examples(0.1), suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
@@ -856,8 +856,9 @@ _CHAIN_STEPS = st.lists(st.tuples(st.sampled_from(["write", "process", "snapshot
 def test_whatever_deltas_are_written_merged_lost_torn_or_put_back_a_load_is_the_fold_of_the_log_up_to_it(
         tmp_path_factory, steps):
     """Writers, processes that start from the snapshot and store their changes as deltas, the snapshotter's folds
-    (some merging), deltas lost, torn or put back from earlier: after each step, a state loaded from the files is
-    the fold of the log up to its version, and one caught up from it is the fold of the whole log."""
+    (some merging; `kept`: one snapshotter that keeps its state from one step to the next), deltas lost, torn or
+    put back from earlier: after each step, a state loaded from the files is the fold of the log up to its
+    version, and one caught up from it is the fold of the whole log."""
     import infra.adapters.state_snapshots as module
 
     home = tmp_path_factory.mktemp("chain") / "home"
@@ -882,6 +883,7 @@ def test_whatever_deltas_are_written_merged_lost_torn_or_put_back_a_load_is_the_
     def store() -> FileStateSnapshots:
         return FileStateSnapshots(home, noumena.log, noumena.log.keys, 1)
 
+    kept_store = store()
     try:
         noumena.service.execute(c.CreateTenant(tenant=T))
         noumena.service.execute_batch([c.RegisterEntity(tenant=T, ref=f"thing:{i}", label="new") for i in range(30)])
@@ -901,6 +903,8 @@ def test_whatever_deltas_are_written_merged_lost_torn_or_put_back_a_load_is_the_
                 state = service.ontology(T)
                 files._store_now(T, state.version, *files._serialized(state))  # noqa: SLF001
                 files.close()
+            elif name == "kept":
+                kept_store.take_from_log(T)
             elif name in ("snapshotter", "merge"):
                 with pytest.MonkeyPatch.context() as patch:
                     if name == "merge":
@@ -933,4 +937,5 @@ def test_whatever_deltas_are_written_merged_lost_torn_or_put_back_a_load_is_the_
             assert caught_up.ontology(T) == _full_fold(noumena, T), name
             files.close()
     finally:
+        kept_store.close()
         noumena.close()

@@ -101,3 +101,62 @@ def test_a_read_through_set_answers_every_operation_as_the_set_it_stands_for(sto
             assert lazy == plain and plain == lazy
     assert set(_written_over(dict.fromkeys(stored), lazy)) == plain
     assert lazy == plain and (lazy | {"x"}) == plain | {"x"}
+
+
+CHANGES = st.lists(st.tuples(st.sampled_from(["get", "in", "set", "del", "append", "store", "items"]), KEYS,
+                             st.integers(0, 5)), max_size=50)
+
+
+def _copy(value: object) -> object:
+    return pickle.loads(pickle.dumps(value))  # noqa: S301  (what storing a bucket and reading it back makes)
+
+
+@hsettings(max_examples=examples(1.0))
+@given(stored=st.dictionaries(KEYS, st.one_of(st.integers(0, 5), st.lists(st.integers(0, 5), max_size=2)),
+                              max_size=8), ops=CHANGES)
+def test_snapshots_of_the_changes_since_the_last_make_the_same_dict_when_values_change_in_place(stored, ops):
+    """A kept state snapshots again and again (`store`: its changed buckets written over what is stored, then
+    `stored()`), and values handed out by a lookup change in place (`append`), as the rules change a fact's fields
+    with no write to the map. What is stored always ends as the dict; a snapshot writes every bucket changed since
+    the last, and no other but those a changeable value was handed out of."""
+    on_disk: dict = _copy(stored)  # type: ignore[assignment, type-arg]
+    plain, lazy = _copy(stored), LazyMap(_source(_copy(stored), []), 0)  # type: ignore[arg-type]
+    changed_since: set[int] = set()
+    handed_since: set[int] = set()
+
+    def store() -> None:
+        nonlocal on_disk
+        changed = lazy.changed_buckets()
+        assert changed_since <= set(changed) <= changed_since | handed_since, (changed, changed_since)
+        on_disk = {**{k: v for k, v in on_disk.items() if _bucket_of(0, k) not in changed},
+                   **_copy({k: v for entries in changed.values() for k, v in entries.items()})}  # type: ignore[dict-item]
+        lazy.stored()
+        changed_since.clear()
+        handed_since.clear()
+        assert on_disk == plain
+
+    for op, key, value in ops:
+        bucket = _bucket_of(0, key)
+        if op in ("get", "append"):
+            held = lazy.get(key)
+            assert held == plain.get(key)
+            if isinstance(held, list):
+                handed_since.add(bucket)
+                if op == "append":
+                    held.append(value)
+                    plain[key].append(value)  # type: ignore[attr-defined]
+                    changed_since.add(bucket)
+        elif op == "in":
+            assert (key in lazy) == (key in plain)
+        elif op == "set":
+            lazy[key] = plain[key] = value
+            changed_since.add(bucket)
+        elif op == "del" and key in plain:
+            del plain[key], lazy[key]
+            changed_since.add(bucket)
+        elif op == "items":
+            assert dict(lazy.items()) == plain
+            handed_since.update(range(BUCKETS))
+        elif op == "store":
+            store()
+    store()
