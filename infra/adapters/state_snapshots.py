@@ -16,9 +16,8 @@ big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenan
 
 After it come delta files, `<home>/state/<tenant>.snapshot.<after>-<version>.delta`, of the same tables: the
 header (the snapshot's lineage, key and layout, its own version and anchor, and `after`, the version the state
-that wrote it was loaded at), the core at its version, and every bucket that state read, changed, added to or
-deleted from since it was loaded, whole. So a delta brings any state of the lineage at a version from its `after`
-to its own to its version: a load follows a chain from the snapshot's version, each time taking the delta that
+that wrote it was loaded at, or last stored at), the core at its version, and every bucket that state changed
+since, whole. So a delta brings any state of the lineage at a version from its `after` to its own to its version: a load follows a chain from the snapshot's version, each time taking the delta that
 reaches furthest among those that apply there (`_chain`), and reads each bucket from the last one that holds it.
 
 Loading checks the header as before (format, code, tenant, the log's event at that version, the key), each delta's
@@ -33,10 +32,12 @@ store (`NOUMENA_ENCRYPT_CONTENT=false`) records are plain pickles (the log is pl
 
 Snapshots are taken in two places. While a process writes, its snapshots are taken by a process of its own, the
 snapshotter (infra/runtime/state_snapshotter.py, started on the first `request`), which folds the log from the last
-snapshot (`take_from_log`), so the writers never serialize a state; when a process stops, it snapshots its states in
-place (`save`, on a background thread). Writes are atomic (a temporary file, fsync, `os.replace`, fsync of the folder).
-A state folded from the log is written whole; a state loaded from a snapshot writes only the buckets it read, changed,
-added to or deleted from, as a delta; the snapshotter, once the deltas are many or large, merges them and its own
+snapshot and keeps the state it folded from one request to the next (`take_from_log`), so the writers never
+serialize a state and each request folds only what was written since the last; when a process stops, it snapshots
+its states in place (`save`, on a background thread). Writes are atomic (a temporary file, fsync, `os.replace`,
+fsync of the folder). A state folded from the log is written whole; a state loaded from a snapshot writes only the
+buckets it changed (`lazy_state`: a key set or deleted, or a changeable value handed out) since it was loaded or last
+stored, as a delta; the snapshotter, once the deltas are many or large, merges them and its own
 changes into a copy of the snapshot instead (`MERGE_AFTER`, `MERGE_SHARE`), and deletes those it holds. A
 snapshot is stored only while the key store holds forgets off and no forget of the tenant is in the log after the
 snapshot's version, so a process that took a snapshot just before another process's forget never stores it (the

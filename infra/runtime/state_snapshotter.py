@@ -6,8 +6,12 @@ Serializing a state takes time in proportion to its size; in the writing process
 and a thread of its own would not help (the interpreter lock). The snapshotter instead folds the log itself: the log is
 append-only, so from the last snapshot (opened on demand) it folds only the events after it and writes only the
 buckets they changed, as a delta file after that snapshot (the whole state when there is none: a first snapshot,
-or one after a forget; its deltas merged into a copy of it once they have grown). It competes with the writers for
-a core only, at a lower priority (`nice` 10), as the purge worker does (infra/runtime/purge_worker.py).
+or one after a forget; its deltas merged into a copy of it once they have grown). It keeps the state it folded
+from one request to the next, so a request folds only the events written since the last one, reads no bucket it
+holds already and writes only what those events changed: its work follows the writes, whatever the size of the
+state, and the snapshot on disk keeps up with writers that never pause (a crash leaves a short tail to fold). It
+competes with the writers for a core only, at a lower priority (`nice` 10), as the purge worker does
+(infra/runtime/purge_worker.py).
 
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
   makes each time a state is `every` events ahead of the last one asked for), with the process's settings as JSON on
@@ -28,7 +32,10 @@ a core only, at a lower priority (`nice` 10), as the purge worker does (infra/ru
   (at most once a minute).
 - **Forgets** (see `FileStateSnapshots.take_from_log`): the key store's forget fence is taken before the log is
   read and the cached keys dropped, so a snapshot is stored only if no forget ran while it was folded, and a state
-  folded after a forget never read a deleted key.
+  folded after a forget never read a deleted key. The state kept between requests is dropped when a forget ran
+  since it was folded (the tenant's snapshot key, which every forget deletes, is not the one its snapshots were
+  sealed under; or the events after it hold the forget), and the next snapshot is folded afresh: no snapshot
+  stored after a forget holds content read before it.
 """
 
 from __future__ import annotations
