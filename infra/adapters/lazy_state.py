@@ -8,12 +8,12 @@ deletion is remembered (a tombstone), so a bucket read later never brings the en
 whole map reads every bucket of it once. So a write that looks up a few keys costs a few buckets, whatever the size
 of the state.
 
-A snapshot of the state's changes writes only the buckets that changed (`changed_buckets`): those holding a key set
-or deleted, or whose value was handed out by a lookup (the rules change values such as a fact in place, so a value
-handed out may have changed; one of a type that cannot change in place, such as a fact id, leaves its bucket as it
-was), every bucket of a map whose values were handed out whole (`values()`, `items()`). `stored()` starts the count
-again once those are stored: a state kept after its snapshot (the snapshotter's) then writes only what changed
-since.
+A snapshot of the state's changes writes only the entries that changed (`changed_entries`), over their buckets, without
+reading them: the keys set or deleted, and those whose value was handed out by a lookup (the rules change values such
+as a fact in place, so a value handed out may have changed; one of a type that cannot change in place, such as a fact
+id, is not counted), every entry of a map whose values were handed out whole (`values()`, `items()`). `stored()`
+starts the count again once those are stored: a state kept after its snapshot (the snapshotter's) then writes only
+what changed since.
 
 Loaded values are kept for the life of the state (never evicted): the rules change them in place and journal the
 changes, so there is one object per key. Reads may run on other threads than the writer's (`OntologyService`'s
@@ -86,9 +86,9 @@ class RecordSource:
 
 class _OnDemand:
     """What a map and a set read on demand share: what was read (`_mem`), what was deleted since the snapshot
-    (`_gone`), which buckets were read and the keys each holds; reading a key's bucket on a miss, every bucket the
-    first time the whole is asked for (an iteration, a length), and the buckets a snapshot of changes must write.
-    `_take` adds one bucket's entries to `_mem`."""
+    (`_gone`), which buckets were read; reading a key's bucket on a miss, every bucket the first time the whole is
+    asked for (an iteration, a length), and the entries a snapshot of changes must write. `_take` adds one
+    bucket's entries to `_mem`."""
 
     __slots__ = ("_mem", "_gone", "_buckets", "_changed", "_all_changed", "source", "index", "complete")
     _mem: Any
@@ -96,13 +96,12 @@ class _OnDemand:
     def __init__(self, source: RecordSource, index: int) -> None:
         self._gone: set[Any] = set()
         """Keys deleted since the snapshot: never read from it again."""
-        self._buckets: dict[int, list[Any]] = {}
-        """The snapshot's buckets read (every key of theirs not in memory is absent or deleted), each with the keys
-        it holds: those read, and those set since that a snapshot of changes wrote there."""
+        self._buckets: set[int] = set()
+        """The snapshot's buckets read (every key of theirs not in memory is absent or deleted)."""
         self._changed: set[Any] = set()
-        """Keys set, deleted or whose value was handed out since the last `stored()`: their buckets have changed."""
+        """Keys set, deleted or whose value was handed out since the last `stored()`."""
         self._all_changed = False
-        """The values were handed out whole since the last `stored()`: any bucket may have changed."""
+        """The values were handed out whole since the last `stored()`: any entry in memory may have changed."""
         self.source = source
         self.index = index
         self.complete = False
@@ -111,17 +110,14 @@ class _OnDemand:
     def _take(self, entries: dict[Any, Any]) -> None:
         raise NotImplementedError
 
-    def _took(self, bucket: int, entries: dict[Any, Any]) -> None:
-        self._take(entries)
-        self._buckets[bucket] = list(entries)
-
     def _read_bucket_of(self, key: object) -> None:
         """Read the bucket that would hold `key`, unless it is in memory, deleted, or its bucket was read. Under
         the source's lock."""
         if key not in self._mem and key not in self._gone:
             bucket = self.source.bucket_of(self.index, key)
             if bucket not in self._buckets:
-                self._took(bucket, self.source.read(self.index, bucket))
+                self._take(self.source.read(self.index, bucket))
+                self._buckets.add(bucket)
 
     def load_all(self) -> None:
         if self.complete:
@@ -130,9 +126,9 @@ class _OnDemand:
             if self.complete:
                 return
             for bucket, entries in self.source.read_all(self.index):
-                if bucket in self._buckets:  # (read already: its entries in memory are as new or newer)
-                    continue
-                self._took(bucket, entries)
+                if bucket not in self._buckets:  # (one read already: its entries in memory are as new or newer)
+                    self._take(entries)
+                    self._buckets.add(bucket)
             self.complete = True
 
     def __iter__(self) -> Iterator[Any]:
@@ -143,25 +139,25 @@ class _OnDemand:
         self.load_all()
         return len(self._mem)
 
-    def changed_buckets(self) -> dict[int, dict[Any, Any]]:
+    def changed_entries(self) -> dict[int, tuple[dict[Any, Any], list[Any]]]:
         """What a snapshot of this state's changes must write over the last one stored (the snapshot it was
-        loaded from, until `stored()`): every bucket changed since, whole (a bucket not read yet is read first).
+        loaded from, until `stored()`), by bucket: the entries set or handed out since, with their values now,
+        and the keys deleted since. No bucket is read: the changes are written over the bucket, not with it.
         Under the source's lock."""
-        bucket_of, index, mem, members = self.source.bucket_of, self.index, self._mem, self._buckets
-        touched = set(members) if self._all_changed else set()
-        for key in tuple(self._changed):  # (a copy: a lookup on another thread may add to it)
-            bucket = bucket_of(index, key)
-            if bucket not in members:
-                self._took(bucket, self.source.read(index, bucket))
-            keys = members[bucket]
-            if key not in keys:  # (set since the bucket was read: it is written there from now on)
-                keys.append(key)
-            touched.add(bucket)
+        bucket_of, index, mem = self.source.bucket_of, self.index, self._mem
         values = mem if isinstance(mem, dict) else dict.fromkeys(mem)
-        return {bucket: {key: values[key] for key in members[bucket] if key in values} for bucket in touched}
+        changed = set(values) | self._changed if self._all_changed else self._changed
+        buckets: dict[int, tuple[dict[Any, Any], list[Any]]] = {}
+        for key in tuple(changed):  # (a copy: a lookup on another thread may add to it)
+            entries, deleted = buckets.setdefault(bucket_of(index, key), ({}, []))
+            if key in values:
+                entries[key] = values[key]
+            else:
+                deleted.append(key)
+        return buckets
 
     def stored(self) -> None:
-        """The buckets `changed_buckets` gave are stored: from now on only changes made after count."""
+        """The entries `changed_entries` gave are stored: from now on only changes made after count."""
         self._changed.clear()
         self._all_changed = False
 

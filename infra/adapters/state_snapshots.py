@@ -15,10 +15,14 @@ big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenan
   empty or not.
 
 After it come delta files, `<home>/state/<tenant>.snapshot.<after>-<version>.delta`, of the same tables: the
-header (the snapshot's lineage, key and layout, its own version and anchor, and `after`, the version the state
-that wrote it was loaded at, or last stored at), the core at its version, and every bucket that state changed
-since, whole. So a delta brings any state of the lineage at a version from its `after` to its own to its version: a load follows a chain from the snapshot's version, each time taking the delta that
-reaches furthest among those that apply there (`_chain`), and reads each bucket from the last one that holds it.
+header (the snapshot's lineage, key and layout, its own version and anchor, `after`, the version the state that
+wrote it was loaded at or last stored at, and `partial`), the core at its version, and, for every bucket that state
+changed since, one record: the entries it set since (as they are at its version) and the keys it deleted, to be
+written over the bucket (`partial`; deltas of earlier versions held every bucket changed whole, and still read). So
+a delta brings any state of the lineage at a version from its `after` to its own to its version: a load follows a
+chain from the snapshot's version, each time taking the delta that reaches furthest among those that apply there
+(`_chain`), and reads a bucket from the last file of the chain that holds it whole (the snapshot, or an older
+delta), with the changes the deltas after that one hold for it written over it in order.
 
 Loading checks the header as before (format, code, tenant, the log's event at that version, the key), each delta's
 against it, and unseals only the cores: the maps are `infra.adapters.lazy_state` read-through maps over the open
@@ -36,9 +40,10 @@ snapshot and keeps the state it folded from one request to the next (`take_from_
 serialize a state and each request folds only what was written since the last; when a process stops, it snapshots
 its states in place (`save`, on a background thread). Writes are atomic (a temporary file, fsync, `os.replace`,
 fsync of the folder). A state folded from the log is written whole; a state loaded from a snapshot writes only the
-buckets it changed (`lazy_state`: a key set or deleted, or a changeable value handed out) since it was loaded or last
-stored, as a delta; the snapshotter, once the deltas are many or large, merges them and its own
-changes into a copy of the snapshot instead (`MERGE_AFTER`, `MERGE_SHARE`), and deletes those it holds. A
+entries it changed (`lazy_state`: a key set or deleted, or a changeable value handed out) since it was loaded or last
+stored, as a delta, without reading the buckets they fall in; the snapshotter, once the deltas are many or large,
+merges them and its own changes into a copy of the snapshot instead (each bucket changed read, changed and sealed
+again once: `MERGE_AFTER`, `MERGE_SHARE`), and deletes those it holds. A
 snapshot is stored only while the key store holds forgets off and no forget of the tenant is in the log after the
 snapshot's version, so a process that took a snapshot just before another process's forget never stores it (the
 snapshotter takes that fence before it reads the log, so a forget while it folds stops it too).
@@ -371,7 +376,7 @@ class FileStateSnapshots:
         except BaseException:
             db.close()
             raise
-        return _Delta(db, version, core, ids)
+        return _Delta(db, version, core, ids, own.get("partial") is True)
 
     def _unusable(self, tenant: str, header: dict[str, Any]) -> str | None:
         if header.get("format") != FORMAT:
@@ -564,8 +569,9 @@ class FileStateSnapshots:
                                              any(end == base.version for _, end, _ in self._delta_files(tenant)))
 
     def _serialized(self, state: Ontology) -> tuple[bytes, list[tuple[int, bytes]], _Base | None, str, _Layout]:
-        """What a snapshot of `state` stores: its core, its rows (every bucket, or those it changed over the
-        snapshot it was loaded from), that snapshot, the lineage and the layout."""
+        """What a snapshot of `state` stores: its core, its rows (every bucket whole; or, for a state loaded from
+        a snapshot, its changes since, by bucket: the entries set and the keys deleted), that snapshot, the lineage
+        and the layout."""
         dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
         core = dumps({name: getattr(state, name) for name in CORE}, protocol=protocol)
         maps = [getattr(state, name) for name in LAZY]
@@ -575,8 +581,8 @@ class FileStateSnapshots:
             base: _Base | None = source.base
             with source.lock:  # (readers on other threads may be reading buckets meanwhile)
                 for index, held in enumerate(maps):
-                    rows += [((index << BUCKET_BITS) | bucket, dumps(entries, protocol=protocol))
-                             for bucket, entries in sorted(held.changed_buckets().items())]
+                    rows += [((index << BUCKET_BITS) | bucket, dumps(changes, protocol=protocol))
+                             for bucket, changes in sorted(held.changed_entries().items())]
             lineage, layout = base.lineage, base.layout  # type: ignore[union-attr]
         else:
             base = None
@@ -646,6 +652,7 @@ class FileStateSnapshots:
                                   "lineage": lineage, "salt": layout.salt.hex(), "buckets": layout.buckets}
         if kind == "changes":
             header["after"] = base.version  # type: ignore[union-attr]
+            header["partial"] = True  # (its rows are changes over a bucket: see `_FileSource`)
         raw_header = json.dumps(header, sort_keys=True)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -670,15 +677,13 @@ class FileStateSnapshots:
                         log.info("state snapshot of tenant %s at version %s not stored: another process replaced "
                                  "the snapshot meanwhile", tenant, version)
                         return None
-                    for delta in chain:  # (each over the one before: the chain's end, then these changes)
-                        db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
-                                       delta.db.execute("SELECT id, value FROM records"))
+                    _merge_into(db, chain, rows, seal, lineage)
                 else:
                     for statement in _SCHEMA:
                         db.execute(statement)
-                db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
-                               ((record_id, seal.seal(plain, _record_aad(lineage, record_id)))
-                                for record_id, plain in rows))
+                    db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
+                                   ((record_id, seal.seal(plain, _record_aad(lineage, record_id)))
+                                    for record_id, plain in rows))
                 meta = [("header", raw_header), ("core", seal.seal(core, raw_header.encode()))]
                 if kind == "changes":
                     ids = array.array("q", sorted(record_id for record_id, _ in rows)).tobytes()
@@ -798,24 +803,32 @@ class _Base:
 class _Delta:
     """A delta file open for reading: the state's core at its version, and which records it holds."""
 
-    def __init__(self, db: sqlite3.Connection, version: int, core: Any, ids: list[int]) -> None:
+    def __init__(self, db: sqlite3.Connection, version: int, core: Any, ids: list[int], partial: bool) -> None:
         self.db = db
         self.version = version
         self.core = core
         self.ids = ids
+        self.partial = partial
+        """Its records are changes over the bucket (entries set, keys deleted), not the bucket whole."""
 
 
 class _FileSource:
-    """Reads a loaded state's buckets from its open snapshot file and deltas (a bucket from the last delta that
-    holds it)."""
+    """Reads a loaded state's buckets from its open snapshot file and deltas: a bucket from the last file of the
+    chain that holds it whole (a delta of whole buckets, else the snapshot), with the changes the deltas after
+    that one hold for it written over it in order."""
 
     def __init__(self, db: sqlite3.Connection, deltas: list[_Delta], seal: _Seal, header: dict[str, Any],
                  version: int, name: str) -> None:
         self._db = db
         self._deltas = deltas
-        self._holder: dict[int, sqlite3.Connection] = {}
+        self._holders: dict[int, list[_Delta]] = {}
+        """By record: the deltas that hold it, from the last that holds it whole (if one does) on."""
         for delta in deltas:
-            self._holder.update(dict.fromkeys(delta.ids, delta.db))
+            if delta.partial:
+                for record_id in delta.ids:
+                    self._holders.setdefault(record_id, []).append(delta)
+            else:
+                self._holders.update((record_id, [delta]) for record_id in delta.ids)
         self._seal = seal
         self._lineage = header["lineage"]
         base = _Base(header, version)
@@ -823,11 +836,8 @@ class _FileSource:
         self.records = RecordSource(base.layout.bucket_of, self._read, self._read_all, name)
         self.records.base = base
 
-    def _open(self, index: int, record_id: int, body: bytes) -> dict[Any, Any]:
-        entries = pickle.loads(self._seal.open(body, _record_aad(self._lineage, record_id)))  # noqa: S301
-        if not isinstance(entries, dict):
-            raise TypeError(f"a bucket of {LAZY[index]} holds a {type(entries).__name__}")
-        return entries
+    def _plain(self, record_id: int, body: bytes) -> Any:
+        return pickle.loads(self._seal.open(body, _record_aad(self._lineage, record_id)))  # noqa: S301
 
     def _damaged(self, index: int, error: BaseException) -> SnapshotDamaged:
         return SnapshotDamaged(f"a bucket of {LAZY[index]} does not read: "
@@ -835,12 +845,16 @@ class _FileSource:
 
     def _read(self, index: int, bucket: int) -> dict[Any, Any]:
         record_id = (index << BUCKET_BITS) | bucket
+        query = "SELECT value FROM records WHERE id = ?", (record_id,)
         try:
-            row = self._holder.get(record_id, self._db).execute("SELECT value FROM records WHERE id = ?",
-                                                                (record_id,)).fetchone()
-            if row is None:
+            holders = self._holders.get(record_id, [])
+            whole = self._db if not holders or holders[0].partial else holders[0].db
+            bodies = [row[0] for row in (db.execute(*query).fetchone() for db in
+                                         [whole, *(d.db for d in holders if d.partial)]) if row is not None]
+            if len(bodies) != 1 + sum(d.partial for d in holders):
                 raise KeyError("missing")
-            return self._open(index, record_id, row[0])
+            return _overlaid(self._plain(record_id, bodies[0]), [self._plain(record_id, b) for b in bodies[1:]],
+                             LAZY[index])
         except _READ_ERRORS as error:
             raise self._damaged(index, error) from error
 
@@ -851,17 +865,67 @@ class _FileSource:
             bodies = dict(self._db.execute(*query).fetchall())
             if len(bodies) != self._buckets[index]:
                 raise KeyError(f"{self._buckets[index] - len(bodies)} buckets missing")
+            changes: dict[int, list[bytes]] = {}
             for delta in self._deltas:
-                bodies.update(delta.db.execute(*query).fetchall())
+                rows = delta.db.execute(*query).fetchall()
+                if delta.partial:
+                    for record_id, body in rows:
+                        changes.setdefault(record_id, []).append(body)
+                else:
+                    bodies.update(rows)
+                    for record_id, _ in rows:
+                        changes.pop(record_id, None)
         except _READ_ERRORS as error:
             raise self._damaged(index, error) from error
         mask = (1 << BUCKET_BITS) - 1
         for record_id, body in bodies.items():
             try:
-                entries = self._open(index, record_id, body)
+                entries = _overlaid(self._plain(record_id, body),
+                                    [self._plain(record_id, b) for b in changes.get(record_id, ())], LAZY[index])
             except _READ_ERRORS as error:
                 raise self._damaged(index, error) from error
             yield record_id & mask, entries
+
+
+def _overlaid(entries: Any, changes: list[Any], name: str) -> dict[Any, Any]:
+    """A bucket's entries with changes written over them in order (each: the entries set, the keys deleted)."""
+    if not isinstance(entries, dict):
+        raise TypeError(f"a bucket of {name} holds a {type(entries).__name__}")
+    for change in changes:
+        if not (isinstance(change, tuple) and len(change) == 2 and isinstance(change[0], dict)):
+            raise TypeError(f"a change to a bucket of {name} holds a {type(change).__name__}")
+        entries.update(change[0])
+        for key in change[1]:
+            entries.pop(key, None)
+    return entries
+
+
+def _merge_into(db: sqlite3.Connection, chain: list[_Delta], rows: list[tuple[int, bytes]], seal: _Seal,
+                lineage: str) -> None:
+    """Write a chain of deltas, then `rows` (changes, plain), into `db`, a copy of the snapshot they follow: a
+    bucket a delta holds whole replaces the one before; the changes to a bucket are written over it, and it is
+    sealed again (each bucket read and written once, whatever the number of changes to it)."""
+    insert = "INSERT OR REPLACE INTO records VALUES (?, ?)"
+    changes: dict[int, list[bytes]] = {}
+    for delta in chain:
+        found = delta.db.execute("SELECT id, value FROM records").fetchall()
+        if not delta.partial:
+            db.executemany(insert, found)
+            for record_id, _ in found:
+                changes.pop(record_id, None)
+            continue
+        for record_id, body in found:
+            changes.setdefault(record_id, []).append(seal.open(body, _record_aad(lineage, record_id)))
+    for record_id, plain in rows:
+        changes.setdefault(record_id, []).append(plain)
+    dumps, protocol, name = pickle.dumps, pickle.HIGHEST_PROTOCOL, "the snapshot"
+    for record_id, plains in changes.items():
+        aad = _record_aad(lineage, record_id)
+        row = db.execute("SELECT value FROM records WHERE id = ?", (record_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"record {record_id} missing from {name}")
+        entries = _overlaid(_unpickle(seal.open(row[0], aad)), [_unpickle(plain) for plain in plains], name)
+        db.execute(insert, (record_id, seal.seal(dumps(entries, protocol=protocol), aad)))
 
 
 _READ_ERRORS = (sqlite3.Error, InvalidTag, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,

@@ -1,6 +1,6 @@
 """The read-through maps and sets of a state loaded from a snapshot (infra/adapters/lazy_state.py) behave as the dict
 and the set they stand for, whatever mix of lookups, changes, deletions and whole reads runs on them, read each bucket
-of the snapshot at most once, and their changed buckets written over the snapshot make the same dict or set. The
+of the snapshot at most once, and their changes written over the snapshot make the same dict or set. The
 snapshot here is a dict in buckets, read through the same reader interface the file uses."""
 
 from __future__ import annotations
@@ -39,10 +39,15 @@ def _source(stored: dict, reads: list) -> RecordSource:  # type: ignore[type-arg
 
 
 def _written_over(stored: dict, lazy: LazyMap | LazySet) -> dict:  # type: ignore[type-arg]
-    """What the snapshot holds once the changed buckets are written over it (as a snapshot of the changes does)."""
-    changed = lazy.changed_buckets()
-    return {**{k: v for k, v in stored.items() if _bucket_of(0, k) not in changed},
-            **{k: v for entries in changed.values() for k, v in entries.items()}}
+    """What the snapshot holds once the changes are written over it (as a snapshot of the changes does), each into
+    the bucket it names."""
+    written = dict(stored)
+    for bucket, (entries, deleted) in lazy.changed_entries().items():
+        assert all(_bucket_of(0, key) == bucket for key in [*entries, *deleted])
+        written.update(entries)
+        for key in deleted:
+            written.pop(key, None)
+    return written
 
 
 @hsettings(max_examples=examples(1.0))
@@ -115,10 +120,10 @@ def _copy(value: object) -> object:
 @given(stored=st.dictionaries(KEYS, st.one_of(st.integers(0, 5), st.lists(st.integers(0, 5), max_size=2)),
                               max_size=8), ops=CHANGES)
 def test_snapshots_of_the_changes_since_the_last_make_the_same_dict_when_values_change_in_place(stored, ops):
-    """A kept state snapshots again and again (`store`: its changed buckets written over what is stored, then
-    `stored()`), and values handed out by a lookup change in place (`append`), as the rules change a fact's fields
-    with no write to the map. What is stored always ends as the dict; a snapshot writes every bucket changed since
-    the last, and no other but those a changeable value was handed out of."""
+    """A kept state snapshots again and again (`store`: its changes written over what is stored, then `stored()`),
+    and values handed out by a lookup change in place (`append`), as the rules change a fact's fields with no
+    write to the map. What is stored always ends as the dict; a snapshot writes to every bucket changed since the
+    last, and to no other but those a changeable value was handed out of."""
     on_disk: dict = _copy(stored)  # type: ignore[assignment, type-arg]
     plain, lazy = _copy(stored), LazyMap(_source(_copy(stored), []), 0)  # type: ignore[arg-type]
     changed_since: set[int] = set()
@@ -126,10 +131,9 @@ def test_snapshots_of_the_changes_since_the_last_make_the_same_dict_when_values_
 
     def store() -> None:
         nonlocal on_disk
-        changed = lazy.changed_buckets()
-        assert changed_since <= set(changed) <= changed_since | handed_since, (changed, changed_since)
-        on_disk = {**{k: v for k, v in on_disk.items() if _bucket_of(0, k) not in changed},
-                   **_copy({k: v for entries in changed.values() for k, v in entries.items()})}  # type: ignore[dict-item]
+        changes = lazy.changed_entries()
+        assert changed_since <= set(changes) <= changed_since | handed_since, (changes, changed_since)
+        on_disk = _copy(_written_over(on_disk, lazy))  # type: ignore[assignment]
         lazy.stored()
         changed_since.clear()
         handed_since.clear()
