@@ -20,7 +20,8 @@ competes with the writers for a core only, at a lower priority (`nice` 10), as t
   when the tenant is asked for again meanwhile (its state is then twice the interval ahead): the fold runs beside
   idle writers when it can, and keeps up with writers that never pause (a bulk import, a busy stream), so that a
   crash leaves a short tail to fold. It answers each on stdout: `{"tenant": ..., "stored": [version, "whole"
-  | "changes" | "merged"] or null}`. A tenant is asked for again only once its request is answered.
+  | "changes" | "merged"] or null}`. A tenant has one request at a time: asked for again while the snapshotter
+  takes its snapshot, it is handed over again as soon as that is answered (writes that never pause keep it busy).
 - **Stopped** when the writing process closes its store, which first has it bring the tenants' snapshots to the
   end of the log if it has answered a request already (`request(..., at_once=True)`, `answering`): its stdin
   closes (it ends when idle), or it is terminated if it is taking a snapshot (that one is not stored: its
@@ -55,7 +56,7 @@ from typing import IO
 
 log = logging.getLogger(__name__)
 
-NICENESS = 10
+NICENESS = 2
 """The snapshotter runs at a lower CPU priority than the writers: on a busy machine the writes come first."""
 PAUSE = 1.0
 """Seconds without a write before the snapshotter is handed a request: it works while the writers pause (on a
@@ -84,6 +85,11 @@ class SnapshotterProcess:
         self._pressing: set[str] = set()
         """Tenants asked for again while their request waited for a pause: the state is already twice the
         interval ahead, so the request is handed over without waiting any longer (bulk writes never pause)."""
+        self._sent: set[str] = set()
+        """Tenants whose request the snapshotter has, not yet answered."""
+        self._again: set[str] = set()
+        """Tenants asked for again while the snapshotter took their snapshot: asked again, at once, when it
+        answers (the state moved on by another interval meanwhile), so that it goes on while writes go on."""
         self._feeder: threading.Thread | None = None
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
@@ -117,7 +123,7 @@ class SnapshotterProcess:
             if at_once:
                 self._pressing.add(tenant)
             if tenant in self._asked:
-                self._pressing.add(tenant)
+                (self._again if tenant in self._sent else self._pressing).add(tenant)
                 self._changed.notify_all()
                 return
             self._asked.add(tenant)
@@ -174,14 +180,16 @@ class SnapshotterProcess:
             self._await_pause(tenant)
             process = self._running()
             if process is None:  # (it died less than a minute ago: this request is dropped)
-                self._answered(tenant)
+                self._answered(tenant, dropped=True)
                 continue
             try:
                 assert process.stdin is not None
+                with self._changed:
+                    self._sent.add(tenant)
                 process.stdin.write(json.dumps({"tenant": tenant}) + "\n")
                 process.stdin.flush()
             except (OSError, ValueError):  # (it died meanwhile: the reader reports it)
-                self._answered(tenant)
+                self._answered(tenant, dropped=True)
 
     def _await_pause(self, tenant: str) -> None:
         """Until the writes have paused `pause` seconds, or `latest` seconds have passed, or the tenant was asked
@@ -240,16 +248,26 @@ class SnapshotterProcess:
         with self._changed:
             closing = self._closed
             self._asked.clear()  # (what it was asked is not coming: ask again later)
+            self._sent.clear()
+            self._again.clear()
             self._changed.notify_all()
         if code != 0 and not closing:
             log.warning("the state snapshotter (pid %s) exited with %s: writes go on with the snapshots on disk (a "
                         "restart folds more of the log); the next request starts it again", process.pid, code)
 
-    def _answered(self, tenant: str) -> None:
+    def _answered(self, tenant: str, dropped: bool = False) -> None:
         with self._changed:
-            self._asked.discard(tenant)
-            self._pressing.discard(tenant)
+            self._sent.discard(tenant)
+            again = tenant in self._again and not dropped and not self._closed
+            self._again.discard(tenant)
+            if again:  # (still asked: handed over at once)
+                self._pressing.add(tenant)
+            else:
+                self._asked.discard(tenant)
+                self._pressing.discard(tenant)
             self._changed.notify_all()
+        if again:
+            self._queue.put(tenant)
 
 
 def _close_quietly(stream: IO[str] | None) -> None:
