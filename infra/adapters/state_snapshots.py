@@ -9,7 +9,7 @@ big maps on demand: a snapshot is an indexed file (SQLite), `<home>/state/<tenan
   of buckets of each map) and the core (the state's small
   fields, sealed with the header as associated data, so a changed header does not open);
 - a `records` table: each big map or set of the state (`LAZY`) spread over buckets by a salted digest of the key
-  (about 32 entries each when written whole), one row per bucket: the pickled entries sealed with AES-256-GCM under
+  (about 8 entries each when written whole), one row per bucket: the pickled entries sealed with AES-256-GCM under
   the tenant's snapshot key, with the lineage and the row's id (map and bucket) as associated data (a bucket moved
   to another place does not open). No ref, relation or value is readable in the file; every bucket is written,
   empty or not.
@@ -120,9 +120,11 @@ MERGE_AFTER = 16
 MERGE_SHARE = 2
 """...or once they hold half the snapshot's size (a merge copies the snapshot: done rarely, a snapshot beside
 bulk writes lags by what is written meanwhile)."""
-PER_BUCKET = 32
-"""About how many entries a bucket holds when a snapshot is written whole (unpickled together: a bucket costs little
-more to read than one entry, and the classes and time zones its entries share are read once)."""
+PER_BUCKET = 8
+"""About how many entries a bucket holds when a snapshot is written whole (unpickled together, so the classes and
+time zones its entries share are read once). A lookup unpickles its whole bucket, and a tail folded after a restart
+looks up keys spread over the whole state, most in buckets no other lookup reads: the fewer entries a bucket holds,
+the fewer are unpickled for nothing (and the more rows the file has; docs/benchmarks.md)."""
 
 
 @cache
