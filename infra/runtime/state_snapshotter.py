@@ -10,7 +10,7 @@ or one after a forget; its deltas merged into a copy of it once they have grown)
 from one request to the next, so a request folds only the events written since the last one, reads no bucket it
 holds already and writes only what those events changed: its work follows the writes, whatever the size of the
 state, and the snapshot on disk keeps up with writers that never pause (a crash leaves a short tail to fold). It
-competes with the writers for a core only, at a lower priority (`nice` 10), as the purge worker does
+competes with the writers for a core only, at a slightly lower priority (`NICENESS`), as the purge worker does
 (infra/runtime/purge_worker.py).
 
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
@@ -57,7 +57,9 @@ from typing import IO
 log = logging.getLogger(__name__)
 
 NICENESS = 2
-"""The snapshotter runs at a lower CPU priority than the writers: on a busy machine the writes come first."""
+"""The snapshotter runs at a slightly lower CPU priority than the writers: on a busy machine the writes come first,
+yet it keeps enough of a core to keep up with them (far below their priority, beside other busy processes, it fell
+behind by as much as they wrote, and a crash left all of that to fold)."""
 PAUSE = 1.0
 """Seconds without a write before the snapshotter is handed a request: it works while the writers pause (on a
 shared machine a fold beside a busy writer slows the writes, niced or not)."""
