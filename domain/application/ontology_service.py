@@ -49,8 +49,8 @@ from domain.rules import decide
 
 SETTLE_SECONDS = 120.0
 """How long a process that stops waits at most for its snapshotter to bring its tenants' snapshots to their states
-(it stops waiting for a tenant as soon as a request stores nothing new): snapshotting in place instead writes every
-bucket the state read since it was loaded, after a long bulk write most of the snapshot's size."""
+(it stops waiting for a tenant as soon as a request stores nothing new): snapshotting in place instead pickles, under
+the stop, every entry the state changed since it was loaded (after a long bulk write, much of the state)."""
 
 __all__ = ["BatchResult", "OntologyService", "Outcome"]
 
