@@ -115,8 +115,10 @@ BUCKET_BITS = 40
 """A record's id: its map's index shifted by this many bits, plus its bucket."""
 DELTA = ".delta"
 """A delta file's name ends so: `<tenant>.snapshot.<after>-<version>.delta`."""
-MERGE_AFTER = 16
-"""The snapshotter merges the deltas into the snapshot once there would be this many (a load opens each)..."""
+MERGE_AFTER = 32
+"""The snapshotter merges the deltas into the snapshot once there would be this many (a load opens each; a delta
+of changes is small, and the snapshotter writes one as often as the writers ask, so a merge, which copies the
+snapshot and rewrites every bucket the deltas change while no request is answered, comes once per many)..."""
 MERGE_SHARE = 2
 """...or once they hold half the snapshot's size (a merge copies the snapshot: done rarely, a snapshot beside
 bulk writes lags by what is written meanwhile)."""
@@ -374,7 +376,7 @@ class FileStateSnapshots:
             core = _unpickle(seal.open(meta["core"], _raw(raw_header)))
             # (the ids of its records, sealed with its header: reading them from the table would read the whole
             # file, hundreds of MB for a delta of a long bulk write)
-            ids = array.array("q", seal.open(meta["ids"], _raw(raw_header) + b"\0ids")).tolist()
+            ids = set(array.array("q", seal.open(meta["ids"], _raw(raw_header) + b"\0ids")))
         except BaseException:
             db.close()
             raise
@@ -805,7 +807,7 @@ class _Base:
 class _Delta:
     """A delta file open for reading: the state's core at its version, and which records it holds."""
 
-    def __init__(self, db: sqlite3.Connection, version: int, core: Any, ids: list[int], partial: bool) -> None:
+    def __init__(self, db: sqlite3.Connection, version: int, core: Any, ids: set[int], partial: bool) -> None:
         self.db = db
         self.version = version
         self.core = core
@@ -823,14 +825,6 @@ class _FileSource:
                  version: int, name: str) -> None:
         self._db = db
         self._deltas = deltas
-        self._holders: dict[int, list[_Delta]] = {}
-        """By record: the deltas that hold it, from the last that holds it whole (if one does) on."""
-        for delta in deltas:
-            if delta.partial:
-                for record_id in delta.ids:
-                    self._holders.setdefault(record_id, []).append(delta)
-            else:
-                self._holders.update((record_id, [delta]) for record_id in delta.ids)
         self._seal = seal
         self._lineage = header["lineage"]
         base = _Base(header, version)
@@ -845,15 +839,24 @@ class _FileSource:
         return SnapshotDamaged(f"a bucket of {LAZY[index]} does not read: "
                                f"{type(error).__name__}{f': {error}' if str(error) else ''}")
 
+    def _holders(self, record_id: int) -> list[sqlite3.Connection]:
+        """The files to read a record from, in order: the last of the chain that holds it whole (a delta of whole
+        buckets, else the snapshot), then each delta after it that holds changes to it."""
+        changes = []
+        for delta in reversed(self._deltas):
+            if record_id in delta.ids:
+                if not delta.partial:
+                    return [delta.db, *reversed(changes)]
+                changes.append(delta.db)
+        return [self._db, *reversed(changes)]
+
     def _read(self, index: int, bucket: int) -> dict[Any, Any]:
         record_id = (index << BUCKET_BITS) | bucket
         query = "SELECT value FROM records WHERE id = ?", (record_id,)
         try:
-            holders = self._holders.get(record_id, [])
-            whole = self._db if not holders or holders[0].partial else holders[0].db
-            bodies = [row[0] for row in (db.execute(*query).fetchone() for db in
-                                         [whole, *(d.db for d in holders if d.partial)]) if row is not None]
-            if len(bodies) != 1 + sum(d.partial for d in holders):
+            holders = self._holders(record_id)
+            bodies = [row[0] for row in (db.execute(*query).fetchone() for db in holders) if row is not None]
+            if len(bodies) != len(holders):
                 raise KeyError("missing")
             return _overlaid(self._plain(record_id, bodies[0]), [self._plain(record_id, b) for b in bodies[1:]],
                              LAZY[index])
