@@ -574,8 +574,9 @@ class FileStateSnapshots:
 
     def _serialized(self, state: Ontology) -> tuple[bytes, list[tuple[int, bytes]], _Base | None, str, _Layout]:
         """What a snapshot of `state` stores: its core, its rows (every bucket whole; or, for a state loaded from
-        a snapshot, its changes since, by bucket: the entries set and the keys deleted), that snapshot, the lineage
-        and the layout."""
+        a snapshot, its changes since, by bucket: the entries set, each value pickled on its own so that a read
+        unpickles only the latest of a key's values, and the keys deleted), that snapshot, the lineage and the
+        layout."""
         dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
         core = dumps({name: getattr(state, name) for name in CORE}, protocol=protocol)
         maps = [getattr(state, name) for name in LAZY]
@@ -585,8 +586,10 @@ class FileStateSnapshots:
             base: _Base | None = source.base
             with source.lock:  # (readers on other threads may be reading buckets meanwhile)
                 for index, held in enumerate(maps):
-                    rows += [((index << BUCKET_BITS) | bucket, dumps(changes, protocol=protocol))
-                             for bucket, changes in sorted(held.changed_entries().items())]
+                    rows += [((index << BUCKET_BITS) | bucket,
+                              dumps(({key: dumps(value, protocol=protocol) for key, value in entries.items()},
+                                     deleted), protocol=protocol))
+                             for bucket, (entries, deleted) in sorted(held.changed_entries().items())]
             lineage, layout = base.lineage, base.layout  # type: ignore[union-attr]
         else:
             base = None
@@ -893,15 +896,24 @@ class _FileSource:
 
 
 def _overlaid(entries: Any, changes: list[Any], name: str) -> dict[Any, Any]:
-    """A bucket's entries with changes written over them in order (each: the entries set, the keys deleted)."""
+    """A bucket's entries with changes written over them in order (each: the entries set, their values pickled one
+    by one, and the keys deleted). Read from the last change back, so a value a later change replaced is never
+    unpickled (a value such as a person's linked entities changes with nearly every delta)."""
     if not isinstance(entries, dict):
         raise TypeError(f"a bucket of {name} holds a {type(entries).__name__}")
-    for change in changes:
+    settled: set[Any] = set()
+    for change in reversed(changes):
         if not (isinstance(change, tuple) and len(change) == 2 and isinstance(change[0], dict)):
             raise TypeError(f"a change to a bucket of {name} holds a {type(change).__name__}")
-        entries.update(change[0])
-        for key in change[1]:
-            entries.pop(key, None)
+        values, deleted = change
+        for key in deleted:
+            if key not in settled:
+                settled.add(key)
+                entries.pop(key, None)
+        for key, value in values.items():
+            if key not in settled:
+                settled.add(key)
+                entries[key] = _unpickle(value)
     return entries
 
 
