@@ -10,8 +10,8 @@ or one after a forget; its deltas merged into a copy of it once they have grown)
 from one request to the next, so a request folds only the events written since the last one, reads no bucket it
 holds already and writes only what those events changed: its work follows the writes, whatever the size of the
 state, and the snapshot on disk keeps up with writers that never pause (a crash leaves a short tail to fold). It
-competes with the writers for a core only, at a slightly lower priority (`NICENESS`), as the purge worker does
-(infra/runtime/purge_worker.py).
+competes with the writers for a core only, as the purge worker does (infra/runtime/purge_worker.py), at a slightly
+lower priority (`NICENESS`).
 
 - **Started** by the writing process on its first request (`SnapshotterProcess.request`, which `OntologyService`
   makes each time a state is `every` events ahead of the last one asked for), with the process's settings as JSON on
