@@ -7,21 +7,30 @@ writes restarts from a snapshot a bounded number of events behind."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from domain import commands as c
-from infra.bootstrap import bootstrap
+from infra.adapters.state_snapshots import FileStateSnapshots
+from infra.bootstrap import Noumena, bootstrap
 from infra.settings import Settings
 from tests.conftest import TickingClock
 
 T = "bulk"
 
 
-def test_a_request_made_again_while_the_first_waits_for_a_pause_is_taken_at_once_while_writes_go_on(tmp_path):
-    settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=10**6)  # (asked by hand)
+def _asked_by_hand(tmp_path: Path) -> tuple[Noumena, FileStateSnapshots]:
+    """A store whose snapshots are asked for by the test only, and handed over neither when the writes pause nor
+    `latest` after a request (within the test's time)."""
+    settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=10**6)
     noumena = bootstrap(settings, clock=TickingClock())
     store = noumena.snapshots
     assert store.snapshotter is not None
-    store.snapshotter.pause, store.snapshotter.latest = 30.0, 120.0  # (neither comes within this test)
+    store.snapshotter.pause, store.snapshotter.latest = 30.0, 120.0
+    return noumena, store
+
+
+def test_a_request_made_again_while_the_first_waits_for_a_pause_is_taken_at_once_while_writes_go_on(tmp_path):
+    noumena, store = _asked_by_hand(tmp_path)
     run = noumena.service.execute
     try:
         run(c.CreateTenant(tenant=T))
@@ -64,11 +73,7 @@ def test_a_writer_asks_for_a_snapshot_every_interval_not_only_when_its_state_dou
 
 def test_a_tenant_asked_for_again_while_its_snapshot_is_taken_is_handed_over_again_as_soon_as_it_is_answered(
         tmp_path):
-    settings = Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=10**6)  # (asked by hand)
-    noumena = bootstrap(settings, clock=TickingClock())
-    store = noumena.snapshots
-    assert store.snapshotter is not None
-    store.snapshotter.pause, store.snapshotter.latest = 30.0, 120.0  # (neither comes within this test)
+    noumena, store = _asked_by_hand(tmp_path)
     run = noumena.service.execute
     try:
         run(c.CreateTenant(tenant=T))

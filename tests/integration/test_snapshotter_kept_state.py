@@ -39,24 +39,26 @@ def _snapshotter(home: Path) -> Iterator[FileStateSnapshots]:
         own.close()
 
 
+def _statement(i: int) -> c.AssertFact:
+    """The i-th statement of the story: 40 entities, 10 relations."""
+    return c.AssertFact(tenant=T, subject=REFS[i % 40], relation=f"r{i % 10}", object=REFS[(i // 40) % 40],
+                        reason=f"because {i}")
+
+
 def _facts(writer: Noumena, n: int) -> list[str]:
     run = writer.service.execute_batch
     assert all(o.ok for o in run([c.CreateTenant(tenant=T), *(c.RegisterEntity(tenant=T, ref=r, label=r)
                                                               for r in REFS)]).outcomes)
     facts: list[str] = []
     for start in range(0, n, 100):
-        result = run([c.AssertFact(tenant=T, subject=REFS[i % 40], relation=f"r{i % 10}",
-                                   object=REFS[(i // 40) % 40], reason=f"because {i}")
-                      for i in range(start, min(n, start + 100))])
+        result = run([_statement(i) for i in range(start, min(n, start + 100))])
         facts += [o.events[0].fact_id for o in result.outcomes]  # type: ignore[attr-defined]
     return facts
 
 
 def _corroborate(writer: Noumena, indexes: range) -> None:
     """The same statements again: each a corroboration of its fact, which changes that fact only."""
-    writer.service.execute_batch([c.AssertFact(tenant=T, subject=REFS[i % 40], relation=f"r{i % 10}",
-                                               object=REFS[(i // 40) % 40], reason=f"because {i}")
-                                  for i in indexes])
+    writer.service.execute_batch([_statement(i) for i in indexes])
 
 
 def _loaded(home: Path, writer: Noumena) -> Ontology:
