@@ -7,7 +7,6 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import singledispatch
 from typing import Any
 
 from domain.consolidation import (
@@ -18,6 +17,7 @@ from domain.consolidation import (
     ConsolidationStatus,
     compaction_id_for,
 )
+from domain.dispatch import ByType
 from domain.entities import EntitiesMerged, EntityRegistered, EntityState, EntityUpdated
 from domain.errors import (
     SubjectWasForgotten,
@@ -335,10 +335,8 @@ class Ontology:
             self._delete(self.functional_current, fkey)
 
 
-@singledispatch
-def evolve(event: DomainEvent, state: Ontology) -> None:
-    """Change `state` by one event: one function below per event type, as `decide` has one rule per command."""
-    raise TypeError(f"no rule to apply {type(event).__name__}")
+evolve: ByType[None] = ByType("evolve", "no rule to apply {name}")
+"""Change a state by one event: one function below per event type, as `decide` has one rule per command."""
 
 
 @evolve.register

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from functools import singledispatch
 
 from domain import commands as c
 from domain import timelines
@@ -20,6 +19,7 @@ from domain.consolidation import (
     FailConsolidation,
     StartConsolidation,
 )
+from domain.dispatch import ByType
 from domain.entities import EntitiesMerged, EntityRegistered, EntityUpdated
 from domain.errors import (
     FactNotCurrent,
@@ -77,9 +77,7 @@ def _base(command: c.Command, now: datetime) -> dict[str, object]:
     return {"tenant": command.tenant, "recorded_at": now, "event_id": command.event_id}
 
 
-@singledispatch
-def _decide(command: c.Command, state: Ontology, now: datetime) -> list[DomainEvent]:
-    raise TypeError(f"no rule for {type(command).__name__}")
+_decide: ByType[list[DomainEvent]] = ByType("decide", "no rule for {name}")
 
 
 @_decide.register
