@@ -174,6 +174,22 @@ async def _run_load(url: str, key: str, paths: list[str], rate: float, until: th
     return {"samples": samples, "health": health, "start": start, "end": time.perf_counter()}
 
 
+def _where_the_waits_were(samples: list[tuple[float, float, int]], t0: float, t1: float, t2: float) -> str:
+    """The longest wait during the call and during the rebuild behind it, and the seconds (from the call) holding
+    waits over the goal: which part of a forget a pause belongs to."""
+    call = [ms for scheduled, ms, _ in samples if t0 <= scheduled <= t1]
+    rebuild = [ms for scheduled, ms, _ in samples if t1 < scheduled <= t2]
+    over: dict[int, list[float]] = {}
+    for scheduled, ms, _ in samples:
+        if t0 <= scheduled <= t2 and ms > PAUSE_GOAL_MS:
+            over.setdefault(int(scheduled - t0), []).append(ms)
+    seconds = ", ".join(f"+{second} s: {len(waits)} (longest {max(waits):.0f} ms)"
+                        for second, waits in sorted(over.items()))
+    return (f"  longest wait during the call {max(call, default=0):.0f} ms, during the rebuild after it"
+            f" {max(rebuild, default=0):.0f} ms; waits over {PAUSE_GOAL_MS:g} ms by second from the call:"
+            f" {seconds or 'none'}")
+
+
 def _summary(name: str, ms: list[float], health: list[float], elapsed: float, statuses: dict[int, int]) -> str:
     return (f"  {name}: {len(ms)} perspectives in {elapsed:.1f} s ({len(ms) / elapsed:.0f}/s), statuses {statuses};"
             f" p50 {pct(ms, 50):.2f} ms  p95 {pct(ms, 95):.2f} ms  p99 {pct(ms, 99):.2f} ms  max {max(ms):.0f} ms;"
@@ -320,6 +336,7 @@ def main() -> None:
         print(_summary("without a forget", base_ms, base_health, base["end"] - base["start"], base_statuses))
         print(_summary("while it forgets (call and rebuild)", during_ms, health_during, t2 - t0, statuses))
         print(f"  ratio p95 while forgetting / without: {pct(during_ms, 95) / pct(base_ms, 95):.2f}x")
+        print(_where_the_waits_were(loaded["samples"], t0, t1, t2))
         own_during = [r for r in own if t0 <= r[0] <= t2]
         own_statuses: dict[int, int] = {}
         for _, _, _, status, _ in own_during:
