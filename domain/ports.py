@@ -124,6 +124,14 @@ class StateSnapshots(Protocol):
         """Delete the tenant's snapshot in this process's home (after a forget)."""
         ...
 
+    def fold_elsewhere(self, tenant: str, version: int, timeout: float,
+                       stopping: Callable[[], bool] = ...) -> Ontology | None:
+        """Have the process that takes snapshots off this one's writes fold the tenant from the log to `version` at
+        least and store it, then load that snapshot (its maps read on demand); None when no such process can be
+        asked, it stored nothing, or `timeout` seconds (or `stopping()`) came first. For a large tenant whose state
+        a forget dropped: folded in this process, its whole log would share the interpreter with every request."""
+        ...
+
     def damaged(self, state: Ontology) -> bool:
         """Whether `state`, loaded from a snapshot, found one of its records unreadable since (a read raised
         `SnapshotDamaged`): then the caller folds the whole log instead."""

@@ -103,6 +103,9 @@ class OntologyService:
         by this process answers from a state at least that far (read-your-writes, `Core.fresh`)."""
         return self._written.get(tenant, 0)
 
+    FOLD_ELSEWHERE_FROM = 10_000
+    """Events of a tenant from which its state, dropped by a forget, is folded again by the snapshotter process:
+    below it a fold here costs less of this process's interpreter than asking that process (and its answer) does."""
     REFOLD_WAIT_SECONDS = 60.0
     """How long a use of a tenant waits for its background fold before folding under the lock itself."""
 
@@ -115,13 +118,18 @@ class OntologyService:
             with self._lock:
                 done = self._refolds.get(tenant)
                 if done is not None and tenant not in self._folding:
-                    self._folding.add(tenant)
-                    folder = threading.Thread(target=self._refold, args=(tenant, done), name="noumena-refold",
-                                              daemon=True)
-                    self._folders.add(folder)
-                    folder.start()
+                    self._start_refold(tenant, done, 0)
             if done is not None:
                 done.wait(self.REFOLD_WAIT_SECONDS)
+
+    def _start_refold(self, tenant: str, done: threading.Event, dropped_version: int) -> None:
+        """(Holding the lock.) Fold the tenant again in a thread of its own: by the snapshotter process when it was
+        dropped at `dropped_version` events or more, else here."""
+        self._folding.add(tenant)
+        folder = threading.Thread(target=self._refold, args=(tenant, done, dropped_version), name="noumena-refold",
+                                  daemon=True)
+        self._folders.add(folder)
+        folder.start()
 
     @contextmanager
     def _held(self) -> Iterator[None]:
@@ -336,7 +344,10 @@ class OntologyService:
         """Drop the folded state of a tenant (e.g. after a forget: it may hold content that no longer exists); its
         next use folds it again from the log in a thread of its own, holding no lock, and waits for it
         (`_wait_refolded`): folded under the lock, a large tenant (seconds per 100,000 events) held back every write
-        of the process and every read through `reading`, of every tenant. A tenant no one uses is not folded."""
+        of the process and every read through `reading`, of every tenant. A tenant no one uses is not folded, unless
+        it has `FOLD_ELSEWHERE_FROM` events or more and snapshots are taken: the snapshotter process is asked to
+        fold it at once, since that pass over its log, in this process, would share the interpreter with every
+        request for seconds."""
         done = threading.Event()
         with self._lock:
             dropped = self._states.pop(tenant, None)
@@ -345,22 +356,33 @@ class OntologyService:
                 self._snapshots.discard(tenant)
                 self._snapshotted.pop(tenant, None)
             self._refolds[tenant] = done
+            version = dropped.version if dropped is not None else 0
+            if (self._snapshots is not None and self._snapshots.every and version >= self.FOLD_ELSEWHERE_FROM
+                    and not self._stopping):
+                self._start_refold(tenant, done, version)
         if dropped is not None:  # (no read has it: each takes the state from `_states` under the lock; all its own)
             release_in_background(vars(dropped).values())
 
-    def _refold(self, tenant: str, done: threading.Event) -> None:
+    def _refold(self, tenant: str, done: threading.Event, dropped_version: int) -> None:
         try:
-            state = Ontology(tenant=tenant)
-            for event in self._log.read_stream(tenant):
-                if self._stopping:  # (the stores are about to close: close() waits for this thread to end)
-                    return
-                state.apply(event)
+            state = None
+            if dropped_version and self._snapshots is not None:
+                state = self._snapshots.fold_elsewhere(tenant, dropped_version, self.REFOLD_WAIT_SECONDS / 2,
+                                                       lambda: self._stopping)
+            loaded = state is not None
+            if state is None:
+                state = Ontology(tenant=tenant)
+                for event in self._log.read_stream(tenant):
+                    if self._stopping:  # (the stores are about to close: close() waits for this thread to end)
+                        return
+                    state.apply(event)
             with self._lock:
                 if self._refolds.get(tenant) is done and tenant not in self._states:
-                    for event in self._log.read_stream(tenant, after_version=state.version):  # (written since)
-                        state.apply(event)
+                    if not loaded:  # (a loaded snapshot's tail is read on its first use, a forget in it noticed)
+                        for event in self._log.read_stream(tenant, after_version=state.version):  # (written since)
+                            state.apply(event)
                     self._states[tenant] = state
-                    self._snapshotted[tenant] = 0
+                    self._snapshotted[tenant] = state.version if loaded else 0
                     if self._snapshots is not None:
                         self._ask_for_snapshot(state, self._snapshots.every)
         except Exception:  # (the next use folds it under the lock, as before)

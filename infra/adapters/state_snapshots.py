@@ -469,10 +469,19 @@ class FileStateSnapshots:
                 if stored[tenant] == before:
                     given_up.add(tenant)
 
-    @property
-    def snapshotter_pid(self) -> int | None:
-        """The snapshotter process's id while one runs."""
-        return self._snapshotter.pid if self._snapshotter is not None else None
+    def fold_elsewhere(self, tenant: str, version: int, timeout: float,
+                       stopping: Callable[[], bool] = lambda: False) -> Ontology | None:
+        # (asked at once, whatever the writes do, and waited for in short slices so that a closing store is
+        # noticed; a forget deleted the tenant's snapshots, so the snapshotter folds its whole log)
+        snapshotter = self._snapshotter
+        if snapshotter is None:
+            return None
+        deadline = time.monotonic() + timeout
+        snapshotter.request(tenant, at_once=True)
+        while not snapshotter.wait(min(0.25, max(0.0, deadline - time.monotonic())), (tenant,)):
+            if stopping() or time.monotonic() >= deadline:
+                return None
+        return self.load(tenant) if self.stored_version(tenant) >= version else None
 
     @property
     def snapshotter(self) -> SnapshotterProcess | None:

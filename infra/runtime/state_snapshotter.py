@@ -25,8 +25,9 @@ lower priority (`NICENESS`).
 - **Stopped** when the writing process closes its store, which first has it bring the tenants' snapshots to the
   end of the log if it has answered a request already (`request(..., at_once=True)`, `answering`): its stdin
   closes (it ends when idle), or it is terminated if it is taking a snapshot (that one is not stored: its
-  temporary file is deleted; the writing process snapshots in place as it stops). It also ends by itself when its
-  stdin closes because the writing process died.
+  temporary file is deleted; the writing process snapshots in place as it stops). It also ends by itself when the
+  writing process died: at once if idle (its stdin closes), and within half a second if taking a snapshot (it is
+  no longer that process's child; the snapshot is not stored), so it never folds beside that process's restart.
 - **Failures** never reach the writes: a snapshot that fails is logged (its stderr is the writing process's) and
   answered `null`; if the process dies, the writing process logs a warning with its exit code, its writes go on,
   the snapshots on disk stay as they were (a restart folds more), and the next request starts a new snapshotter
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import IO
 
 log = logging.getLogger(__name__)
@@ -138,10 +139,12 @@ class SnapshotterProcess:
         """A write was appended (requests wait for a pause in them)."""
         self._last_write = time.monotonic()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until every request so far is answered (tests, the benchmark); False on timeout."""
+    def wait(self, timeout: float | None = None, tenants: Collection[str] | None = None) -> bool:
+        """Wait until every request so far (of `tenants` only, if given) is answered; False on timeout."""
         with self._changed:
-            return self._changed.wait_for(lambda: not self._asked, timeout)
+            if tenants is None:
+                return self._changed.wait_for(lambda: not self._asked, timeout)
+            return self._changed.wait_for(lambda: self._asked.isdisjoint(tenants), timeout)
 
     def close(self) -> None:
         """Stop the snapshotter: at once if it is taking a snapshot (that one is not stored), else once its stdin
@@ -287,10 +290,25 @@ def _stop(_signum: int, _frame: object) -> None:
     raise SystemExit(0)  # (a snapshot being written deletes its temporary file on the way out)
 
 
+PARENT_CHECK_SECONDS = 0.5
+"""How often the snapshotter looks whether the writing process that started it is still its parent."""
+
+
+def _end_with_the_writer(parent: int) -> None:
+    """Stop this process as a stop does (SIGTERM) once `parent` is no longer its parent. Its stdin closing ends it
+    only between snapshots; a snapshot under way for a writing process that died (killed, say) is no one's any
+    more, and would go on folding beside that process's restart, on the same cores, for the restart to ask again."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main() -> int:
     if hasattr(os, "nice"):
         os.nice(NICENESS)
     signal.signal(signal.SIGTERM, _stop)
+    threading.Thread(target=_end_with_the_writer, args=(os.getppid(),), name="noumena-snapshotter-parent",
+                     daemon=True).start()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format=f"noumena state snapshotter [{os.getpid()}] %(levelname)s %(name)s: %(message)s")
     from infra.adapters.eventlog import EventsourcingLog

@@ -10,7 +10,8 @@ over HTTP at a constant rate, against the same load without the forget, in one r
    from each request's scheduled time, so a pause of the server shows whole) for NOUMENA_BENCH_API_SECONDS
    (default 20 s), with `/healthz` polled every 10 ms beside it. As in bench_api.py, the served perspectives
    record no recall and keep no evidence (NOUMENA_BENCH_RECORD=1: they do, the full path of `noumena serve`).
-3. The same load, starting half a second before `POST /v1/forget` in `busy` and lasting until the forget has
+3. The same load, starting half a second before `POST /v1/forget` in `busy` (and a write in `busy` as soon as it
+   answers, which has the tenant's dropped state folded again) and lasting until the forget has
    answered *and* the rebuilt read model is swapped in behind it (`/readyz` lists no tenant as `purging`).
 4. Beside it, the forgetting tenant's own reads (`person:li` and another person, one after the other, closed loop):
    their statuses, the longest, and whether Li's label was shown again after a read that no longer showed it.
@@ -293,6 +294,12 @@ def main() -> None:
             t0 = time.perf_counter()
             receipt["response"] = busy.client.post("/v1/forget", json={"subject": "person:li"}, timeout=900)
             t1 = time.perf_counter()
+            # a write of the forgetting tenant right after: its state, dropped by the forget, is folded again
+            written = busy.client.post("/v1/events", json={"events": [{
+                "event_id": "after-the-forget", "tenant": "busy", "type": "fact.asserted",
+                "payload": {"subject": "person:b1", "relation": "knows", "object": "person:b2",
+                            "reason": "met again after the forget"}}]}, timeout=900)
+            receipt["write"] = (time.perf_counter() - t1, written.status_code)
             # the forget answers before the rebuilt read model is in: the load goes on until it is
             with httpx.Client(base_url=server.url, timeout=60) as client:
                 while "busy" in client.get("/readyz").json().get("purging", []):
@@ -333,6 +340,9 @@ def main() -> None:
         print(f"  the forget: the call {t1 - t0:.2f} s ({response.json()['keys_deleted']:,} keys deleted,"
               f" {response.json()['events_affected']:,} events affected), the rebuilt read model in"
               f" {t2 - t0:.2f} s after it was asked; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        write_seconds, write_status = receipt["write"]
+        print(f"  the forgetting tenant's first write after the call: {write_status} in {write_seconds:.2f} s"
+              " (its state, dropped by the forget, folded again first)")
         print(_summary("without a forget", base_ms, base_health, base["end"] - base["start"], base_statuses))
         print(_summary("while it forgets (call and rebuild)", during_ms, health_during, t2 - t0, statuses))
         print(f"  ratio p95 while forgetting / without: {pct(during_ms, 95) / pct(base_ms, 95):.2f}x")
@@ -357,6 +367,7 @@ def main() -> None:
             f"/healthz waits <= {PAUSE_GOAL_MS:g} ms (longest {health_longest:.0f} ms; without a forget"
             f" {max(base_health, default=0):.0f} ms)": health_longest <= PAUSE_GOAL_MS,
             f"{RATE:g} req/s kept": len(during_ms) >= 0.95 * RATE * (t2 - t0),
+            "the forgetting tenant's first write after the call answered 200": write_status == 200,
         }
         for goal, met in goals.items():
             print(f"  goal {goal}: {'met' if met else 'NOT met'}")

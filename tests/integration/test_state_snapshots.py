@@ -38,6 +38,7 @@ from infra.settings import Settings
 from tests.conftest import TickingClock, postgres_settings
 from tests.projection_support import Workload
 from tests.properties import examples
+from tests.race_support import wait_until
 
 T = "t1"
 
@@ -516,7 +517,7 @@ def test_a_closed_process_leaves_no_snapshot_thread_or_snapshotter_process_runni
     noumena.application.facts.register_entity(T, "person:x", "X")
     store = noumena.snapshots
     assert store.wait(60)
-    pid = store.snapshotter_pid
+    pid = store.snapshotter.pid
     assert pid is not None and any(line.startswith(f"{pid} ") for line in _snapshotters())
     assert len(snapshot_threads()) > len(before)  # (the writes above asked for snapshots: the threads ran)
     assert store.stored and {kind for _, _, kind in store.stored} <= {"whole", "changes"}
@@ -526,7 +527,7 @@ def test_a_closed_process_leaves_no_snapshot_thread_or_snapshotter_process_runni
     stored = list(store.stored)
     store.request(T)  # (closed: nothing starts)
     noumena.service._ask_for_snapshot(noumena.service._states[T], 0)  # noqa: SLF001
-    assert store.snapshotter_pid is None and _snapshotters() == []
+    assert store.snapshotter.pid is None and _snapshotters() == []
     assert store.stored == stored
 
 
@@ -620,12 +621,12 @@ def test_a_killed_snapshotter_never_holds_writes_up_they_go_on_with_the_snapshot
         for i in range(4):  # (from version 4 to 8: the state doubled, a snapshot is asked for)
             run(c.RegisterEntity(tenant=T, ref=f"thing:k{i}", label=f"k{i}"))
         assert store.wait(60)
-        pid = store.snapshotter_pid
+        pid = store.snapshotter.pid
         assert pid is not None and store.stored_version(T) == 8
         with caplog.at_level(logging.WARNING, logger="infra.runtime.state_snapshotter"):
             os.kill(pid, signal.SIGKILL)
             for _ in range(200):  # (the reader notices the exit)
-                if store.snapshotter_pid is None and caplog.records:
+                if store.snapshotter.pid is None and caplog.records:
                     break
                 time.sleep(0.05)
             for i in range(4, 12):  # past the next doubling: asked for, with no snapshotter (not started again
@@ -659,10 +660,10 @@ def test_a_stop_while_the_snapshotter_folds_leaves_no_process_no_temporary_file_
     store = noumena.snapshots
     noumena.service.ontology(T)  # (3,001 events folded: a snapshot asked for)
     for _ in range(200):
-        if store.snapshotter_pid is not None:
+        if store.snapshotter.pid is not None:
             break
         time.sleep(0.01)
-    assert store.snapshotter_pid is not None
+    assert store.snapshotter.pid is not None
     noumena.close()
     assert _snapshotters() == []
     assert [kind for _, _, kind in store.stored][-1:] == ["whole"]
@@ -939,3 +940,38 @@ def test_whatever_deltas_are_written_merged_lost_torn_or_put_back_a_load_is_the_
     finally:
         kept_store.close()
         noumena.close()
+
+
+def test_a_snapshotter_whose_writing_process_died_ends_even_while_it_takes_a_snapshot(tmp_path):
+    """A writing process starts the snapshotter and is killed while the snapshotter is busy (a sleep stands for a
+    long fold: it reads no stdin meanwhile, so the closed pipe tells it nothing); the snapshotter notices that its
+    parent changed and stops as a stop does (SIGTERM, its handler)."""
+    started = tmp_path / "started"
+    snapshotter = ("import os, signal, sys, threading, time\n"
+                   "from infra.runtime import state_snapshotter as s\n"
+                   "signal.signal(signal.SIGTERM, s._stop)\n"
+                   "threading.Thread(target=s._end_with_the_writer, args=(os.getppid(),), daemon=True).start()\n"
+                   f"open({str(started)!r}, 'w').write(str(os.getpid()))\n"
+                   "time.sleep(120)\n")
+    writer = ("import subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, '-c', {snapshotter!r}], stdin=subprocess.PIPE)\n"
+              "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", writer], cwd=Path(__file__).resolve().parents[2])
+    try:
+        wait_until(lambda: started.exists() and started.read_text() != "", 30, "the snapshotter starts")
+        pid = int(started.read_text())
+        assert _alive(pid)
+        parent.kill()
+        parent.wait()
+        wait_until(lambda: not _alive(pid), 10, "the orphaned snapshotter ends")
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie no one has reaped yet has ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status

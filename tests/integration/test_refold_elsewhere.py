@@ -1,0 +1,58 @@
+"""A large tenant whose folded state a forget dropped is folded again by the snapshotter process, not in the
+serving one: the forget deleted its snapshots, the snapshotter folds its log afresh (after the forget, so nothing
+forgotten is in it), and this process loads that snapshot and reads its maps on demand. A small tenant is still
+folded here. Either way the state equals a fold of the log and shows nothing the forget erased."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from domain import commands as c
+from domain.ontology import Ontology
+from infra.adapters.state_snapshots import FileStateSnapshots
+from infra.bootstrap import Noumena, bootstrap
+from infra.settings import Settings
+from tests.conftest import TickingClock
+
+T = "refold"
+REFS = [f"thing:e{i}" for i in range(30)]
+
+
+def _tenant_with_a_marked_person(app: Noumena) -> str:
+    run = app.service.execute_batch
+    assert all(o.ok for o in run([c.CreateTenant(tenant=T), *(c.RegisterEntity(tenant=T, ref=r, label=r)
+                                                              for r in REFS)]).outcomes)
+    for start in range(0, 600, 100):
+        run([c.AssertFact(tenant=T, subject=REFS[i % 30], relation=f"r{i % 5}", object=REFS[(i // 30) % 30],
+                          reason=f"because {i}") for i in range(start, start + 100)])
+    app.service.execute(c.RegisterEntity(tenant=T, ref="person:x", label="Xu REFOLDMARKER"))
+    said = c.AssertFact(tenant=T, subject="person:x", relation="likes", object=REFS[0],
+                        reason="REFOLDMARKER said", scope="person:x")
+    return app.service.execute(said).events[0].fact_id  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("fold_elsewhere_from, elsewhere", [(300, True), (10_000, False)])
+def test_a_state_a_forget_dropped_is_folded_again_by_the_snapshotter_when_large_and_equals_the_log(
+        tmp_path: Path, fold_elsewhere_from: int, elsewhere: bool) -> None:
+    app = bootstrap(Settings(home=tmp_path, event_store="sqlite"), clock=TickingClock())
+    try:
+        app.service.FOLD_ELSEWHERE_FROM = fold_elsewhere_from
+        fact_id = _tenant_with_a_marked_person(app)
+        app.application.forgetting.forget(T, "person:x")
+        with app.service.reading(T) as state:
+            assert (FileStateSnapshots.reads(state) is not None) is elsewhere
+            fold = Ontology(tenant=T)
+            for event in app.log.read_stream(T):
+                fold.apply(event)
+            assert state == fold
+            assert state.facts[fact_id].reason != "REFOLDMARKER said"
+            assert "REFOLDMARKER" not in repr(state.entities.get("person:x"))
+        assert app.service.execute(c.AssertFact(tenant=T, subject=REFS[1], relation="r9", object=REFS[2],
+                                                reason="after the forget")).ok
+        if elsewhere:
+            for file in (tmp_path / "state").glob(f"{T}.snapshot*"):
+                assert b"REFOLDMARKER" not in file.read_bytes()
+    finally:
+        app.close()
