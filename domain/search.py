@@ -95,6 +95,10 @@ class SearchParameters(BaseModel):
     """... and this many after it (a question turn's reply)."""
     context_weight: float = Field(default=0.25, ge=0)
     """What a candidate's neighbourhood adds (a turn beside a matching turn, a fact one hop from a match)."""
+    session_weight: float = Field(default=0.2, ge=0)
+    """What a turn, or a fact said in a session, gains from its session's match as a whole: the BM25 of the
+    session's turns (those the viewer may see) as one document, among the viewer's sessions, relative to the best
+    session's (what is asked about is often said over several turns, none holding all its words)."""
     shown_facts_last: bool = True
     """A fact whose messages the results above it already show (a turn kept, its window, other facts kept) comes
     after every result that shows a message not yet shown (de-duplication by what is shown, not only by what is
@@ -153,6 +157,8 @@ class Candidate:
     context: float = 0.0
     """What the candidate's neighbourhood adds: a turn next to a turn that matches, a fact one hop from a fact
     that matches (projections/searches.py)."""
+    session: float = 0.0
+    """The match of the candidate's session as a whole (its turns as one document), relative to the best session's."""
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
 
@@ -171,6 +177,7 @@ def score(candidate: Candidate, p: SearchParameters) -> Candidate:
         "entity": p.entity_weight * candidate.entity,
         "time": p.time_weight * candidate.time,
         "context": p.context_weight * candidate.context,
+        "session": p.session_weight * candidate.session,
     }
     candidate.scores = {name: round(value, 6) for name, value in parts.items()}
     candidate.score = round(sum(parts.values()), 6)
