@@ -95,6 +95,14 @@ class SearchParameters(BaseModel):
     """... and this many after it (a question turn's reply)."""
     context_weight: float = Field(default=0.25, ge=0)
     """What a candidate's neighbourhood adds (a turn beside a matching turn, a fact one hop from a match)."""
+    session_weight: float = Field(default=0.2, ge=0)
+    """What a turn, or a fact said in a session, gains from its session's match as a whole: the BM25 of the
+    session's turns (those the viewer may see) as one document, among the viewer's sessions, relative to the best
+    session's (what is asked about is often said over several turns, none holding all its words)."""
+    shown_facts_last: bool = True
+    """A fact whose messages the results above it already show (a turn kept, its window, other facts kept) comes
+    after every result that shows a message not yet shown (de-duplication by what is shown, not only by what is
+    said)."""
     bm25_k1: float = Field(default=1.2, gt=0)
     turn_bm25_b: float = Field(default=0.3, ge=0, le=1)
     """BM25's length normalisation for turns (their own statistics): weak, as for facts."""
@@ -149,6 +157,8 @@ class Candidate:
     context: float = 0.0
     """What the candidate's neighbourhood adds: a turn next to a turn that matches, a fact one hop from a fact
     that matches (projections/searches.py)."""
+    session: float = 0.0
+    """The match of the candidate's session as a whole (its turns as one document), relative to the best session's."""
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
 
@@ -167,6 +177,7 @@ def score(candidate: Candidate, p: SearchParameters) -> Candidate:
         "entity": p.entity_weight * candidate.entity,
         "time": p.time_weight * candidate.time,
         "context": p.context_weight * candidate.context,
+        "session": p.session_weight * candidate.session,
     }
     candidate.scores = {name: round(value, 6) for name, value in parts.items()}
     candidate.score = round(sum(parts.values()), 6)
@@ -176,25 +187,40 @@ def score(candidate: Candidate, p: SearchParameters) -> Candidate:
 def diversify(ranked: Sequence[Candidate], k: int, similar: SimilarFn, p: SearchParameters) -> list[Candidate]:
     """Maximal marginal relevance in its simplest form: walk the ranking, keep a result unless it repeats one kept
     (the same provenance, near-identical content by `similar`, or a turn already shown: one a kept fact came from,
-    or in a kept turn's window), until k are kept. A fact is kept beside the turn it came from: it says what
-    the ontology made of it."""
+    or in a kept turn's window), until k are kept. A fact is kept beside the turn it came from (it says what the
+    ontology made of it), but with `shown_facts_last` a fact whose messages the results kept already show all
+    waits until the results that show something new run out: in k results, every one then adds a message."""
     kept: list[Candidate] = []
     seen_provenance: set[tuple[ItemKind, frozenset[str]]] = set()
     cited: set[str] = set()
     """Message ids kept: the turns kept, and those a kept fact came from."""
-    for candidate in ranked:
-        if len(kept) >= k:
-            break
+    waiting: list[Candidate] = []
+    """Facts that showed nothing new when their turn came, in ranking order."""
+
+    def keep(candidate: Candidate) -> None:
         if candidate.provenance and (candidate.kind, candidate.provenance) in seen_provenance:
-            continue
+            return
         if candidate.kind is ItemKind.TURN and candidate.provenance <= cited:
-            continue
+            return
         if any(similar(candidate, other) >= p.duplicate_cosine for other in kept):
-            continue
+            return
         kept.append(candidate)
         if candidate.provenance:
             seen_provenance.add((candidate.kind, candidate.provenance))
-            cited |= candidate.provenance | candidate.shown
+            cited.update(candidate.provenance | candidate.shown)
+
+    for candidate in ranked:
+        if len(kept) >= k:
+            break
+        if p.shown_facts_last and candidate.kind is ItemKind.FACT and candidate.provenance \
+                and candidate.provenance <= cited:
+            waiting.append(candidate)
+            continue
+        keep(candidate)
+    for candidate in waiting:
+        if len(kept) >= k:
+            break
+        keep(candidate)
     return kept
 
 

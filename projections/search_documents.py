@@ -236,6 +236,34 @@ class Documents:
         order = hit[np.lexsort((docs[hit], -scores[hit]))][:limit]
         return docs[order], scores[order]
 
+    def bm25_grouped(self, query_terms: Sequence[str], k1: float, b: float, docs: np.ndarray, groups: np.ndarray,
+                     n_groups: int, weights: Mapping[str, float] | None = None) -> np.ndarray:
+        """BM25 of each group of `docs` (ascending; `groups[i]` is doc i's group) as one document: its term counts
+        and length the sums of its documents', its statistics those of the groups."""
+        scores = np.zeros(n_groups, dtype=np.float64)
+        if not len(docs):
+            return scores
+        lengths = np.bincount(groups, weights=self._lengths()[docs].astype(np.float64), minlength=n_groups)
+        present = np.bincount(groups, minlength=n_groups) > 0
+        n = max(int(present.sum()), 1)
+        average = float(lengths[present].mean()) or 1.0
+        norm = k1 * (1.0 - b + b * lengths / average)
+        for term, weight in counted(query_terms).items():
+            tid = self.vocabulary.get(term)
+            if tid is None:
+                continue
+            posting = self.postings[tid]
+            held = np.frombuffer(posting.docs, dtype=np.int32)
+            at = np.minimum(np.searchsorted(held, docs), len(held) - 1)
+            found = held[at] == docs
+            if not found.any():
+                continue
+            tfs = np.where(found, np.frombuffer(posting.tfs, dtype=np.uint16)[at], 0).astype(np.float64)
+            tf = np.bincount(groups, weights=tfs, minlength=n_groups)
+            factor = weights.get(term, 1.0) if weights else 1.0
+            scores += factor * weight * idf(n, int((tf > 0).sum())) * tf / (tf + norm)
+        return scores
+
     def _order(self, tid: int, lengths: np.ndarray) -> ImpactOrder | None:
         """The term's impact order when its posting is long, made again when it has grown since."""
         posting = self.postings[tid]

@@ -359,6 +359,11 @@ class Searches:
                 own = own[np.argpartition(-first[own], ranked_fully - 1)[:ranked_fully]]
             best[own] = True
             docs = docs[best]
+        # a session that matches as a whole (its turns as one document) makes its turns and facts likelier: what
+        # a question asks about is often said over several turns, none of which holds all of its words
+        mine = index.turns.visible_turns(pindex, agent_id, serving_id, ends, DIRECT_TURNS) \
+            if p.turns and p.session_weight > 0 and len(index.turns.doc_len) else None
+        matched_sessions = session_matches(index.turns, terms, p, mine, weights)
         ranked: list[Candidate] = []
         if len(docs):
             activation = self._activation(pindex, agent_id, docs, walked.facts, walked.activation, now)
@@ -375,13 +380,13 @@ class Searches:
                     doc=doc, tier=tier, lexical=lexical.get(doc, 0.0), semantic=semantic.get(doc, 0.0),
                     activation=squash_activation(float(activation[k]), self.perspectives.parameters.threshold),
                     recency=recency(float(ages[k]), p), entity=float(named[k]),
-                    time=float(starting[k]),
+                    time=float(starting[k]), session=_session_match(index, matched_sessions, doc),
                     provenance=frozenset(index.message_ids[doc])), p))
         by_content = sorted(ranked, key=lambda c: -(c.scores["lexical"] + c.scores["semantic"]))[:CONTEXT_HITS]
         fact_seeds = [(c.scores["lexical"] + c.scores["semantic"],
                        [d for d in map(index.turn_of, index.message_ids[c.doc]) if d is not None]) for c in by_content]
         ranked += turn_candidates(pindex, index.turns, agent_id, serving_id, session_id, terms, vector, p,
-                                        now, ranked_fully, ends, weights, fact_seeds, dates)
+                                        now, ranked_fully, ends, weights, fact_seeds, dates, matched_sessions, mine)
         if not ranked:
             return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
         ranked.sort(key=lambda c: (-c.score, c.kind, c.doc))
@@ -542,19 +547,37 @@ def semantic_matches(documents: Documents, vector: np.ndarray | None, pool: np.n
     return {d: max(in_pool[d], 0.0) for d in chosen
             if d in in_pool and (d in lexical or in_pool[d] >= p.minimum_semantic)}
 
+def session_matches(turns: TurnIndex, terms: list[str], p: SearchParameters, mine: np.ndarray | None,
+                    weights: dict[str, float] | None = None) -> np.ndarray | None:
+    """Per session code, how well the session as a whole matches the query: the BM25 of the viewer's turns of it
+    (`mine`) as one document, among the viewer's sessions, relative to the best session's. None when the signal is
+    off, nothing matches, or the viewer sees too many turns to score them directly (`mine` None)."""
+    if p.session_weight <= 0 or mine is None or not len(mine):
+        return None
+    codes = np.frombuffer(turns.session, dtype=np.int32)[mine]
+    grouped = turns.bm25_grouped(terms, p.bm25_k1, p.turn_bm25_b, mine, codes, len(turns.session_ids),
+                                 weights=weights)
+    best = grouped.max()
+    return grouped / best if best > 0 else None
+
+
 def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serving: int, session_id: str | None,
                     terms: list[str], vector: np.ndarray | None, p: SearchParameters, now: float,
                     ranked_fully: int, about: Sequence[int] = (), weights: dict[str, float] | None = None,
                     fact_seeds: Sequence[tuple[float, list[int]]] = (),
-                    dates: tuple[float, float] | None = None) -> list[Candidate]:
+                    dates: tuple[float, float] | None = None, session_match: np.ndarray | None = None,
+                    mine: np.ndarray | None = None) -> list[Candidate]:
     """The turns the viewer may see (their session's privacy) that match, with the same signals as facts (a
-    turn's activation is `TURN_ACTIVATION`; its recency counts from when it was said) and `context`: a turn
-    next to one of the best matching turns of its session gains a share of that turn's content score."""
+    turn's activation is `TURN_ACTIVATION`; its recency counts from when it was said), `context`: a turn
+    next to one of the best matching turns of its session gains a share of that turn's content score, and
+    `session`: its session's match as a whole (`session_match`, from `session_matches`). `mine`: the viewer's
+    turns when the caller has them already (`TurnIndex.visible_turns`)."""
     n = len(turns.doc_len)
     if not n or not p.turns:
         return []
     allowed = turns.allowed(pindex, agent, serving, about=about)
-    mine = turns.visible_turns(pindex, agent, serving, about, DIRECT_TURNS)
+    if mine is None:
+        mine = turns.visible_turns(pindex, agent, serving, about, DIRECT_TURNS)
     if mine is not None:  # the exact filter first (seed 004): the viewer's own sessions hold few turns
         lex_docs, lex_scores = turns.bm25_among(terms, p.bm25_k1, p.turn_bm25_b, mine, p.lexical_candidates,
                                                 weights=weights)
@@ -598,8 +621,11 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
             context = {d: v for d, v in context.items() if d in seen}
     # the best by what is known before the cosines of context-only turns and the per-turn signals (those add at
     # most activation's and recency's weights)
+    def session_of(d: int) -> float:
+        return float(session_match[turns.session[d]]) if session_match is not None else 0.0
+
     reach = {d: first.get(d, p.time_weight if on_date(d) else 0.0) + p.context_weight * context.get(d, 0.0)
-             for d in set(best) | set(context)}
+             + p.session_weight * session_of(d) for d in set(best) | set(context)}
     chosen = sorted(sorted(reach, key=lambda d: (-reach[d], d))[:ranked_fully])
     if not chosen:
         return []
@@ -628,11 +654,19 @@ def turn_candidates(pindex: PerspectiveIndex, turns: TurnIndex, agent: int, serv
             doc=doc, tier=tier, kind=ItemKind.TURN, lexical=lexical.get(doc, 0.0),
             semantic=semantic.get(doc, 0.0), activation=TURN_ACTIVATION,
             recency=recency(0.0 if math.isnan(when) else now - when, p), context=context.get(doc, 0.0),
-            time=float(on_date(doc)),
+            time=float(on_date(doc)), session=session_of(doc),
             provenance=frozenset((turns.message_ids[doc],)),
             shown=frozenset(turns.message_ids[d] for d in window(doc))), p))
     return out
 
+
+
+def _session_match(index: SearchIndex, matched: np.ndarray | None, doc: int) -> float:
+    """The match of the session a fact came from (0 when it names none the turns know)."""
+    if matched is None or index.sessions[doc] is None:
+        return 0.0
+    code = index.turns.session_codes.get(index.sessions[doc])  # type: ignore[arg-type]
+    return float(matched[code]) if code is not None else 0.0
 
 
 def _touching(pindex: PerspectiveIndex, docs: np.ndarray, entities: list[int]) -> np.ndarray:

@@ -10,7 +10,8 @@ organization's 1,000 sessions; embedded with wordllama unless NOUMENA_EMBEDDER=n
 - in-process search p50/p95, wall and CPU (k = 10, three query words drawn from the same law, random
   viewpoints, every other one a session's own agent and person, so that its turns are searched too) and, same
   viewpoints, the perspective walk's p50/p95: search / walk is the ratio (a search includes one walk, for
-  activation).
+  activation); and the same searches without the session signal (`session_weight` 0), alternating with them, for
+  what scoring the viewer's sessions as wholes costs.
 """
 
 from __future__ import annotations
@@ -103,19 +104,30 @@ def main() -> None:
     views = [view if k % 2 else type(view)(owners[k % len(owners)][1], owners[k % len(owners)][2], view.focus)
              for k, view in enumerate(views)]
     queries = words(rng, QUERIES, 3)
-    walk_ms, search_ms, search_cpu_ms = [], [], []
-    for view, query in zip(views, queries, strict=True):
+    walk_ms, search_ms, search_cpu_ms, unrouted_ms = [], [], [], []
+    unrouted = DEFAULT_SEARCH_PARAMETERS.model_copy(update={"session_weight": 0.0})
+    for k, (view, query) in enumerate(zip(views, queries, strict=True)):
         started = time.perf_counter()
         pindex.walk(view, perspectives.parameters, NOW)
         walk_ms.append((time.perf_counter() - started) * 1000)
-        started, cpu = time.perf_counter(), time.process_time()
-        searches.search_for("bench", view.agent, query, serving=view.serving,
-                            k=DEFAULT_SEARCH_PARAMETERS.k)
-        search_ms.append((time.perf_counter() - started) * 1000)
-        search_cpu_ms.append((time.process_time() - cpu) * 1000)
+        # the same search without the session signal (its sessions' BM25), the order alternating per query
+        for routed in ((True, False) if k % 2 else (False, True)):
+            searches.parameters = DEFAULT_SEARCH_PARAMETERS if routed else unrouted
+            started, cpu = time.perf_counter(), time.process_time()
+            searches.search_for("bench", view.agent, query, serving=view.serving,
+                                k=DEFAULT_SEARCH_PARAMETERS.k)
+            if routed:
+                search_ms.append((time.perf_counter() - started) * 1000)
+                search_cpu_ms.append((time.process_time() - cpu) * 1000)
+            else:
+                unrouted_ms.append((time.perf_counter() - started) * 1000)
+    searches.parameters = DEFAULT_SEARCH_PARAMETERS
     print(f"walk (baseline):  p50 {statistics.median(walk_ms):.2f} ms, p95 {pct(walk_ms, 0.95):.2f} ms")
     print(f"search (k=10):    p50 {statistics.median(search_ms):.2f} ms, p95 {pct(search_ms, 0.95):.2f} ms"
           f" (goal <= 10 ms); search / walk at p95: {pct(search_ms, 0.95) / pct(walk_ms, 0.95):.1f}x")
+    print(f"without the session signal (same queries, alternating): p50 {statistics.median(unrouted_ms):.2f} ms, "
+          f"p95 {pct(unrouted_ms, 0.95):.2f} ms; with / without at p95: "
+          f"{pct(search_ms, 0.95) / pct(unrouted_ms, 0.95):.2f}x")
     print(f"search CPU time:  p50 {statistics.median(search_cpu_ms):.2f} ms, p95 {pct(search_cpu_ms, 0.95):.2f} ms;"
           f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 

@@ -177,9 +177,11 @@ def baselines(conversation: dict[str, Any], questions: list[dict[str, Any]], tal
 ABLATIONS = {
     "lexical": {"lexical_weight": 0.0}, "semantic": {"semantic_weight": 0.0},
     "activation": {"activation_weight": 0.0}, "recency": {"recency_weight": 0.0},
-    "context": {"context_weight": 0.0}, "entity": {"entity_weight": 0.0}, "names": {"name_weight": 1.0},
+    "context": {"context_weight": 0.0}, "session": {"session_weight": 0.0}, "entity": {"entity_weight": 0.0},
+    "names": {"name_weight": 1.0},
     "function words": {"function_weight": 1.0},
     "time": {"time_weight": 0.0}, "window": {"window_before": 0, "window_after": 0}, "turns": {"turns": False},
+    "shown facts last": {"shown_facts_last": False},
 }
 """Each signal off in turn (its weight 0, or turns not searched), the rest as configured."""
 OURS, MESSAGES_ONLY = "noumena search", "noumena search, messages only"

@@ -20,7 +20,8 @@ def test_a_fact_written_over_http_is_found_by_its_words_and_explained(api_server
     top = body["items"][0]
     assert top["fact_id"] == story["facts"]["prefers"]["fact_id"]
     assert top["message_ids"] == ["m7"] and top["session_id"] == "main"
-    assert set(top["scores"]) == {"lexical", "semantic", "activation", "recency", "entity", "time", "context"}
+    assert set(top["scores"]) == {"lexical", "semantic", "activation", "recency", "entity", "time", "context",
+                                "session"}
     assert abs(sum(top["scores"].values()) - top["score"]) < 1e-5
     explained = c.get(f"/v1/searches/{body['search_id']}/explain")
     assert explained.status_code == 200 and explained.json()["recall_held"] is True  # written by the next flush

@@ -300,3 +300,33 @@ def test_a_questions_own_words_do_not_rank_the_turns_that_ask_something(make_nou
     # a request made of such words alone still finds by them
     searches.parameters = DEFAULT_SEARCH_PARAMETERS
     assert lexical("what would you do?")["zhang-2"] > 0
+
+
+def test_a_turn_of_a_session_that_matches_as_a_whole_ranks_above_the_same_words_said_elsewhere(make_noumena):
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    run = noumena.service.execute
+    run(CreateTenant(tenant=T))
+    for ref, label in (("agent:sales", "sales agent"), ("person:li", "Li")):
+        run(RegisterEntity(tenant=T, ref=ref, label=label))
+    # the same closing words in two sessions, beyond the context's reach of anything else that matches; only the
+    # second session talks about the quokka invoice as a whole
+    said = {"cats": ["The cat is sick again", "Sorry to hear it", "She is at the vet", "Good luck",
+                     "We settle by wire"],
+            "invoices": ["The quokka invoice came today", "Noted", "Anything else", "Not really",
+                         "We settle by wire"]}
+    for session, lines in said.items():
+        run(StartSession(tenant=T, session_id=session, agent="agent:sales", serving="person:li"))
+        for k, line in enumerate(lines):
+            _said(noumena, session, f"{session}-{k}", line)
+    searches = Searches(Perspectives(noumena.log, clock), clock, embedder=None)
+    searches.parameters = searches.parameters.model_copy(update={"window_before": 0, "window_after": 0})
+
+    def ranked() -> list[str]:
+        answer = searches.search_for(T, "agent:sales", "quokka invoice settle wire", serving="person:li")
+        return [item.message_id or "" for item in answer.items if item.message_id in ("cats-4", "invoices-4")]
+
+    assert ranked() == ["invoices-4", "cats-4"]
+    # without the session's match the two score alike (the earlier turn first)
+    searches.parameters = searches.parameters.model_copy(update={"session_weight": 0.0})
+    assert ranked() == ["cats-4", "invoices-4"]

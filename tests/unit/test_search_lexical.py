@@ -72,3 +72,32 @@ def test_the_best_lexical_matches_read_in_impact_order_equal_scoring_every_posti
         full = dict(zip(docs.tolist(), scores.tolist(), strict=True))
         np.testing.assert_allclose(found_scores, [full[d] for d in found.tolist()], rtol=1e-4)
         assert (np.diff(found_scores) <= 1e-6).all()
+
+
+@settings(max_examples=examples(1.0), deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["quokka", "invoice", "wire", "month", "fri"]), max_size=6),
+                min_size=1, max_size=30),
+       st.lists(st.integers(0, 4), min_size=30, max_size=30),
+       st.lists(st.sampled_from(["quokka", "invoice", "wire", "month"]), min_size=1, max_size=3))
+def test_a_sessions_match_as_a_whole_is_the_bm25_of_its_turns_joined_into_one_document(texts, sessions, query):
+    """`bm25_grouped`: a session's terms counted over its turns, its length their sum, idf and average length over
+    the sessions; the reference indexes each session's turns joined as one document and scores them in full."""
+    import numpy as np
+
+    from projections.search_documents import Documents
+    from projections.search_text import Analyzer
+
+    turns = Documents(Analyzer())
+    for doc, words in enumerate(texts):
+        turns._index_terms(doc, words)
+    groups = np.array(sessions[: len(texts)], dtype=np.int64)
+    grouped = turns.bm25_grouped(query, 1.2, 0.3, np.arange(len(texts), dtype=np.int64), groups, 5)
+    joined = Documents(Analyzer())
+    present = sorted(set(groups.tolist()))
+    for row, group in enumerate(present):
+        joined._index_terms(row, [w for words, g in zip(texts, groups.tolist(), strict=True) if g == group
+                                  for w in words])
+    docs, scores = joined.bm25(query, 1.2, 0.3)
+    expected = np.zeros(5)
+    expected[np.array(present)[docs]] = scores
+    assert np.allclose(grouped, expected, atol=1e-5)
