@@ -56,6 +56,16 @@ class Texts:
             self.offsets = Column(np.int64)
             self.offsets.append(0)
 
+    @classmethod
+    def joined(cls, blob: bytes, lengths: np.ndarray) -> Texts:
+        """The texts whose UTF-8 bytes, one after the other, are `blob`, the i-th `lengths[i]` bytes long."""
+        texts = cls()
+        texts.blob = bytearray(blob)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        texts.offsets = Column(np.int64, data=offsets)
+        return texts
+
     def append(self, text: str) -> None:
         self.blob += text.encode()
         self.offsets.append(len(self.blob))

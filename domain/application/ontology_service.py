@@ -106,8 +106,12 @@ class OntologyService:
     FOLD_ELSEWHERE_FROM = 10_000
     """Events of a tenant from which its state, dropped by a forget, is folded again by the snapshotter process:
     below it a fold here costs less of this process's interpreter than asking that process (and its answer) does."""
+    FOLD_ELSEWHERE_SECONDS = 300.0
+    """How long the snapshotter process is given to fold such a tenant (a whole snapshot of a large log) before it
+    is folded here after all."""
     REFOLD_WAIT_SECONDS = 60.0
-    """How long a use of a tenant waits for its background fold before folding under the lock itself."""
+    """How long a use of a tenant waits for its background fold, and then again while that fold still runs: two
+    folds of one log at once would only slow each other and every request (a fold always ends, here or elsewhere)."""
 
     def _wait_refolded(self, tenants: Iterator[str] | Sequence[str]) -> None:
         """Before taking the lock: a tenant dropped by a forget is folded again now, in a thread of its own holding
@@ -120,7 +124,10 @@ class OntologyService:
                 if done is not None and tenant not in self._folding:
                     self._start_refold(tenant, done, 0)
             if done is not None:
-                done.wait(self.REFOLD_WAIT_SECONDS)
+                while not done.wait(self.REFOLD_WAIT_SECONDS):
+                    with self._lock:
+                        if tenant not in self._folding:  # (no fold runs: the caller folds under the lock)
+                            break
 
     def _start_refold(self, tenant: str, done: threading.Event, dropped_version: int) -> None:
         """(Holding the lock.) Fold the tenant again in a thread of its own: by the snapshotter process when it was
@@ -367,7 +374,7 @@ class OntologyService:
         try:
             state = None
             if dropped_version and self._snapshots is not None:
-                state = self._snapshots.fold_elsewhere(tenant, dropped_version, self.REFOLD_WAIT_SECONDS / 2,
+                state = self._snapshots.fold_elsewhere(tenant, dropped_version, self.FOLD_ELSEWHERE_SECONDS,
                                                        lambda: self._stopping)
             loaded = state is not None
             if state is None:

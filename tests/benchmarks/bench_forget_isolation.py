@@ -191,6 +191,12 @@ def _where_the_waits_were(samples: list[tuple[float, float, int]], t0: float, t1
             f" {seconds or 'none'}")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far, all its threads (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _summary(name: str, ms: list[float], health: list[float], elapsed: float, statuses: dict[int, int]) -> str:
     return (f"  {name}: {len(ms)} perspectives in {elapsed:.1f} s ({len(ms) / elapsed:.0f}/s), statuses {statuses};"
             f" p50 {pct(ms, 50):.2f} ms  p95 {pct(ms, 95):.2f} ms  p99 {pct(ms, 99):.2f} ms  max {max(ms):.0f} ms;"
@@ -280,7 +286,9 @@ def main() -> None:
         print(f"  filled in {time.perf_counter() - started:.1f} s: log at position {position}")
         paths = [query(v) for v in views]
 
+        cpu_before = _cpu_seconds(server.process.pid)
         base = asyncio.run(_run_load(server.url, reader.key, paths, RATE, None, SECONDS))
+        base_cpu = (_cpu_seconds(server.process.pid) - cpu_before) / (base["end"] - base["start"])
         base_ms = [ms for _, ms, _ in base["samples"]]
         base_statuses: dict[int, int] = {}
         for _, _, status in base["samples"]:
@@ -324,7 +332,9 @@ def main() -> None:
         thread, own_reader = threading.Thread(target=forget), threading.Thread(target=read_own)
         thread.start()
         own_reader.start()
+        cpu_before = _cpu_seconds(server.process.pid)
         loaded = asyncio.run(_run_load(server.url, reader.key, paths, RATE, forgotten, SECONDS))
+        loaded_cpu = (_cpu_seconds(server.process.pid) - cpu_before) / (loaded["end"] - loaded["start"])
         thread.join()
         own_reader.join()
         response = receipt["response"]
@@ -345,6 +355,8 @@ def main() -> None:
               " (its state, dropped by the forget, folded again first)")
         print(_summary("without a forget", base_ms, base_health, base["end"] - base["start"], base_statuses))
         print(_summary("while it forgets (call and rebuild)", during_ms, health_during, t2 - t0, statuses))
+        print(f"  the served process's CPU (its threads together, in cores): {base_cpu:.2f} without a forget,"
+              f" {loaded_cpu:.2f} while it forgets (one interpreter: what its Python threads can use is about 1)")
         print(f"  ratio p95 while forgetting / without: {pct(during_ms, 95) / pct(base_ms, 95):.2f}x")
         print(_where_the_waits_were(loaded["samples"], t0, t1, t2))
         own_during = [r for r in own if t0 <= r[0] <= t2]
