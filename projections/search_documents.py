@@ -14,7 +14,7 @@ facts, and the other way round), ranked together by `projections.searches`.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,19 +219,8 @@ class Documents:
         if not len(docs):
             return docs, scores
         norm = k1 * (1.0 - b + b * self._lengths()[docs] / average)
-        for term, weight in counted(query_terms).items():
-            tid = self.vocabulary.get(term)
-            if tid is None:
-                continue
-            posting = self.postings[tid]
-            held = np.frombuffer(posting.docs, dtype=np.int32)
-            at = np.minimum(np.searchsorted(held, docs), len(held) - 1)
-            found = held[at] == docs
-            if not found.any():
-                continue
-            tfs = np.where(found, np.frombuffer(posting.tfs, dtype=np.uint16)[at], 0).astype(np.float64)
-            factor = weights.get(term, 1.0) if weights else 1.0
-            scores += factor * weight * idf(n_docs, len(held)) * tfs / (tfs + norm)
+        for weight, held, tfs in self._counts_among(query_terms, docs, weights):
+            scores += weight * idf(n_docs, held) * tfs / (tfs + norm)
         hit = np.flatnonzero(scores > 0)
         order = hit[np.lexsort((docs[hit], -scores[hit]))][:limit]
         return docs[order], scores[order]
@@ -248,6 +237,15 @@ class Documents:
         n = max(int(present.sum()), 1)
         average = float(lengths[present].mean()) or 1.0
         norm = k1 * (1.0 - b + b * lengths / average)
+        for weight, _, tfs in self._counts_among(query_terms, docs, weights):
+            tf = np.bincount(groups, weights=tfs, minlength=n_groups)
+            scores += weight * idf(n, int((tf > 0).sum())) * tf / (tf + norm)
+        return scores
+
+    def _counts_among(self, query_terms: Sequence[str], docs: np.ndarray, weights: Mapping[str, float] | None
+                      ) -> Iterator[tuple[float, int, np.ndarray]]:
+        """For each query term found in any of `docs` (ascending): its weight (times the caller's for it), how many
+        documents hold it, and its count in each of `docs` (0 where absent), looked up in its posting."""
         for term, weight in counted(query_terms).items():
             tid = self.vocabulary.get(term)
             if tid is None:
@@ -256,13 +254,9 @@ class Documents:
             held = np.frombuffer(posting.docs, dtype=np.int32)
             at = np.minimum(np.searchsorted(held, docs), len(held) - 1)
             found = held[at] == docs
-            if not found.any():
-                continue
-            tfs = np.where(found, np.frombuffer(posting.tfs, dtype=np.uint16)[at], 0).astype(np.float64)
-            tf = np.bincount(groups, weights=tfs, minlength=n_groups)
-            factor = weights.get(term, 1.0) if weights else 1.0
-            scores += factor * weight * idf(n, int((tf > 0).sum())) * tf / (tf + norm)
-        return scores
+            if found.any():
+                tfs = np.where(found, np.frombuffer(posting.tfs, dtype=np.uint16)[at], 0).astype(np.float64)
+                yield (weights.get(term, 1.0) if weights else 1.0) * weight, len(held), tfs
 
     def _order(self, tid: int, lengths: np.ndarray) -> ImpactOrder | None:
         """The term's impact order when its posting is long, made again when it has grown since."""
