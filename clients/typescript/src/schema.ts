@@ -2234,6 +2234,16 @@ export interface components {
              */
             semantic_weight: number;
             /**
+             * Session Weight
+             * @default 0.2
+             */
+            session_weight: number;
+            /**
+             * Shown Facts Last
+             * @default true
+             */
+            shown_facts_last: boolean;
+            /**
              * Tier Threshold
              * @default 0.35
              */
