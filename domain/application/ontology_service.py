@@ -84,8 +84,9 @@ class OntologyService:
         self._states: dict[str, Ontology] = {}
         self._refolds: dict[str, threading.Event] = {}
         """Tenants dropped by a forget, to be folded afresh from the log before their next use (set once done)."""
-        self._folding: set[str] = set()
-        """Those of `_refolds` being folded now."""
+        self._folding: dict[str, threading.Event] = {}
+        """Those of `_refolds` being folded now, each with the event of the fold that runs for it (a second forget
+        while one runs has a fold of its own: the first one's result is not kept)."""
         self._folders: set[threading.Thread] = set()
         """The threads folding them: closing waits for them, since they read the log (a thread still reading a
         store closed under it can take the interpreter down inside SQLite)."""
@@ -121,18 +122,18 @@ class OntologyService:
         for tenant in tenants:
             with self._lock:
                 done = self._refolds.get(tenant)
-                if done is not None and tenant not in self._folding:
+                if done is not None and self._folding.get(tenant) is not done:
                     self._start_refold(tenant, done, 0)
             if done is not None:
                 while not done.wait(self.REFOLD_WAIT_SECONDS):
                     with self._lock:
-                        if tenant not in self._folding:  # (no fold runs: the caller folds under the lock)
+                        if self._folding.get(tenant) is not done:  # (none runs: the caller folds under the lock)
                             break
 
     def _start_refold(self, tenant: str, done: threading.Event, dropped_version: int) -> None:
         """(Holding the lock.) Fold the tenant again in a thread of its own: by the snapshotter process when it was
         dropped at `dropped_version` events or more, else here."""
-        self._folding.add(tenant)
+        self._folding[tenant] = done
         folder = threading.Thread(target=self._refold, args=(tenant, done, dropped_version), name="noumena-refold",
                                   daemon=True)
         self._folders.add(folder)
@@ -399,7 +400,8 @@ class OntologyService:
             with self._lock:
                 if self._refolds.get(tenant) is done:
                     del self._refolds[tenant]
-                    self._folding.discard(tenant)
+                if self._folding.get(tenant) is done:
+                    del self._folding[tenant]
                 self._folders.discard(threading.current_thread())
             done.set()
 
@@ -458,9 +460,9 @@ class OntologyService:
             state = None
         if state is None:
             pending = self._refolds.pop(tenant, None)  # (folded here, under the lock: no thread needs to)
-            if pending is not None and tenant not in self._folding:
+            if pending is not None and self._folding.get(tenant) is not pending:
                 pending.set()
-            self._folding.discard(tenant)
+            self._folding.pop(tenant, None)
             state = self._snapshots.load(tenant) if self._snapshots is not None else None
             if state is None:
                 state = Ontology(tenant=tenant)

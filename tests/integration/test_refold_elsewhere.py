@@ -5,6 +5,8 @@ folded here. Either way the state equals a fold of the log and shows nothing the
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from infra.adapters.state_snapshots import FileStateSnapshots
 from infra.bootstrap import Noumena, bootstrap
 from infra.settings import Settings
 from tests.conftest import TickingClock
+from tests.race_support import wait_until
 
 T = "refold"
 REFS = [f"thing:e{i}" for i in range(30)]
@@ -54,5 +57,36 @@ def test_a_state_a_forget_dropped_is_folded_again_by_the_snapshotter_when_large_
         if elsewhere:
             for file in (tmp_path / "state").glob(f"{T}.snapshot*"):
                 assert b"REFOLDMARKER" not in file.read_bytes()
+    finally:
+        app.close()
+
+
+def test_a_second_forget_while_the_first_one_s_fold_runs_is_folded_on_its_own_and_no_use_waits_forever(
+        tmp_path: Path) -> None:
+    app = bootstrap(Settings(home=tmp_path, event_store="sqlite", state_snapshot_every=0), clock=TickingClock())
+    try:
+        app.service.execute(c.CreateTenant(tenant=T))
+        for start in range(0, 30_000, 5_000):
+            app.service.execute_batch([c.RegisterEntity(tenant=T, ref=f"person:p{i}", label=f"Person {i}")
+                                       for i in range(start, start + 5_000)])
+        app.service.reload(T)  # (as a forget does: the next use folds the tenant afresh, in a thread of its own)
+        outcomes: list[int] = []
+
+        def use() -> None:
+            with app.service.reading(T) as state:
+                outcomes.append(len(state.entities))
+
+        first = threading.Thread(target=use)
+        first.start()
+        wait_until(lambda: any(t.name == "noumena-refold" and t.is_alive() for t in threading.enumerate()), 30,
+                   "the first fold starts")
+        app.service.reload(T)  # (a second forget while that fold runs: its result must not be kept)
+        second = threading.Thread(target=use)
+        second.start()
+        started = time.monotonic()
+        first.join(30)
+        second.join(max(0.0, 30 - (time.monotonic() - started)))  # (a fold of this log takes a few seconds)
+        assert not first.is_alive() and not second.is_alive(), "a use of the tenant waited for a fold that never came"
+        assert outcomes == [30_000, 30_000]
     finally:
         app.close()
