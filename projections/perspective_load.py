@@ -105,7 +105,8 @@ def from_frames(tenant: str, entities: pl.DataFrame, facts: pl.DataFrame, sessio
     index.fact_ids = FactIds(Column("S32", data=facts["fact_id"].to_numpy().astype("S32")),
                              Column(np.int64, data=_hashes(facts["fact_id"])))
     index.reasons = _texts(facts["reason"])
-    index.provenance = _texts(facts["provenance"]) if "provenance" in facts.columns else _texts(pl.Series([""] * n))
+    index.provenance = (_texts(facts["provenance"]) if "provenance" in facts.columns
+                        else Texts.joined(b"", np.zeros(n, dtype=np.int64)))
     current = index.status.view == 0
     index.live = Column(np.int32, data=np.where(current, index.scope.view + 1, 0))
 
