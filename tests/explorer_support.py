@@ -130,10 +130,18 @@ def generate_org(server: Server, name: str = "generated", seed: int = 21, custom
     return org
 
 
+def page_state(page: Any) -> str:
+    """What a test that timed out needs to tell a slow server from a page that never asked: the problem the page
+    shows, whether it is busy, its renders, the requests not yet answered (and for how long), the focused element."""
+    return str(page.evaluate("""(() => { const x = window.__explorer; if (!x) return 'no explorer on the page';
+        return {problem: x.problem, busy: x.busy, renders: x.renders, waiting: x.waiting && x.waiting(),
+                timings: x.timings.slice(-3), focused: document.activeElement && document.activeElement.id}; })()"""))
+
+
 def wait_until(page: Any, expression: str, timeout: float = 20.0) -> Any:
     """Poll a page expression until it is truthy (the page's policy forbids eval, which Playwright's own
-    wait_for_function needs; page.evaluate goes through the debugging protocol). Fails with the page's problem
-    text, if it shows one."""
+    wait_for_function needs; page.evaluate goes through the debugging protocol). Fails with the page's state
+    (`page_state`)."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -142,6 +150,5 @@ def wait_until(page: Any, expression: str, timeout: float = 20.0) -> Any:
         if value:
             return value
         if time.monotonic() > deadline:
-            problem = page.evaluate("window.__explorer && window.__explorer.problem")
-            raise AssertionError(f"timed out waiting for {expression!r}; the page says: {problem}")
+            raise AssertionError(f"timed out waiting for {expression!r}; {page_state(page)}")
         page.wait_for_timeout(50)

@@ -19,7 +19,21 @@ export const key = {
   clear: () => sessionStorage.removeItem(KEY),
 };
 
+// The requests not yet answered, with when each was sent: a page that waits says on what (the tests print it).
+export const pending = new Map();
+let requestCount = 0;
+
 async function request(method, path, { params, body } = {}) {
+  const mine = ++requestCount;
+  pending.set(mine, { request: `${method} ${path}`, sent: performance.now() });
+  try {
+    return await send(method, path, { params, body });
+  } finally {
+    pending.delete(mine);
+  }
+}
+
+async function send(method, path, { params, body }) {
   const url = new URL(`/v1${path}`, location.origin);
   for (const [name, value] of Object.entries(params || {})) {
     if (value === null || value === undefined || value === "") continue;

@@ -1,7 +1,7 @@
 // The explorer page: standpoint, time, why, search and context, over the public /v1 API only.
 // Everything drawn is also exposed as data on window.__explorer (the browser tests read it, not pixels).
 
-import { api, ApiError, key } from "./api.js";
+import { api, ApiError, key, pending } from "./api.js";
 import { boxRef, nameBox, resolveName } from "./names.js";
 import { curationSection } from "./curate.js";
 import { DRAW_CAP, drawGraph, edgesThroughNodes, perspectiveModel, placeLabels, renderedLabels } from "./graph.js";
@@ -22,6 +22,8 @@ const exposed = {
 };
 window.__explorer = exposed;
 // What cytoscape renders of each node's label (shown or not, and where), for the tests.
+// What the page is waiting on: the requests not yet answered and for how long (ms).
+exposed.waiting = () => [...pending.values()].map(({ request, sent }) => ({ request, ms: performance.now() - sent }));
 exposed.labels = () => (state.cy ? renderedLabels(state.cy) : []);
 exposed.crossings = () => (state.cy ? edgesThroughNodes(state.cy) : []);
 // Zoom about the drawing's centre, and tap an element, as a person would (tests, tools).
@@ -92,7 +94,12 @@ function showProblem(error) {
   exposed.problem = words;
 }
 
+// Busy while any guarded action runs: two at once (a focus name resolving while a view is asked) must not let the
+// first to finish say the page is idle.
+let running = 0;
+
 async function guarded(action) {
+  running += 1;
   exposed.busy = true;
   try {
     showProblem(null);
@@ -101,7 +108,8 @@ async function guarded(action) {
     showProblem(error);
     return undefined;
   } finally {
-    exposed.busy = false;
+    running -= 1;
+    exposed.busy = running > 0;
   }
 }
 
@@ -937,6 +945,7 @@ function wire() {
     // Enter on a suggestion picked it (the name box); Enter on typed text adds what it names
     if (event.key !== "Enter" || event.defaultPrevented) return;
     event.preventDefault();
+    boxes[1].close();  // a lookup the typing started would open suggestions under the emptied box
     const text = event.target.value.trim();
     if (/^[a-z][a-z0-9_-]*:\S+$/.test(text)) {  // a ref: at once
       addFocus(text);
