@@ -48,6 +48,11 @@ RECORD = os.environ.get("NOUMENA_BENCH_RECORD", "") == "1"
 READER_FACTS = int(os.environ.get("NOUMENA_BENCH_READER_FACTS", "2000"))
 FORGET_FACTS = int(os.environ.get("NOUMENA_BENCH_FORGET_FACTS", "20000"))
 FORGET_EVENTS = int(os.environ.get("NOUMENA_BENCH_FORGET_EVENTS", "200000"))
+PROFILE = os.environ.get("NOUMENA_BENCH_PROFILE", "")
+"""A file to write py-spy's samples of the served process to (collapsed stacks per thread, the interpreter lock's
+holders only) over NOUMENA_BENCH_PROFILE_SECONDS (default 20) from the forget call on: where the process's time
+goes while it forgets. Needs py-spy (not a dependency of the project)."""
+PROFILE_SECONDS = int(os.environ.get("NOUMENA_BENCH_PROFILE_SECONDS", "20"))
 PAUSE_GOAL_MS = 100.0
 CALL_GOAL_SECONDS = 10.0
 PEOPLE, AGENTS = 400, 8
@@ -229,6 +234,18 @@ def serve(port: int, home: Path) -> None:
     uvicorn.run(served, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
+def _profile(pid: int) -> None:
+    import subprocess
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        print("  (NOUMENA_BENCH_PROFILE: py-spy is not installed here; no profile taken)")
+        return
+    subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(PROFILE_SECONDS), "--rate", "200",
+                      "--threads", "--gil", "--format", "raw", "--output", PROFILE, "--nonblocking"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def start(home: Path) -> Any:
     import subprocess
 
@@ -301,6 +318,8 @@ def main() -> None:
 
         def forget() -> None:
             time.sleep(0.6)
+            if PROFILE:
+                _profile(server.process.pid)
             t0 = time.perf_counter()
             receipt["response"] = busy.client.post("/v1/forget", json={"subject": "person:li"}, timeout=900)
             t1 = time.perf_counter()
@@ -319,6 +338,7 @@ def main() -> None:
             forgotten.set()
 
         own: list[tuple[float, float, str, int, bool]] = []  # (sent, seconds, ref, status, Li's label shown)
+        refused: dict[int, str] = {}  # status -> the first answer of it
 
         def read_own() -> None:
             with httpx.Client(base_url=server.url, timeout=300,
@@ -329,6 +349,8 @@ def main() -> None:
                         answer = client.get(f"/v1/entities/{ref}")
                         own.append((sent, time.perf_counter() - sent, ref, answer.status_code,
                                     '"label":"Li"' in answer.text.replace(" ", "")))
+                        if answer.status_code != 200:
+                            refused.setdefault(answer.status_code, f"{ref}: {answer.text[:300]}")
                     time.sleep(0.05)
 
         thread, own_reader = threading.Thread(target=forget), threading.Thread(target=read_own)
@@ -371,6 +393,8 @@ def main() -> None:
         print(f"  the forgetting tenant's own reads meanwhile: {len(own_during)}, statuses {own_statuses}, longest"
               f" {max((r[1] for r in own_during), default=0):.2f} s; Li's label shown again after a read without it:"
               f" {'YES' if again else 'no'}; shown after the call answered: {'YES' if any(after_call) else 'no'}")
+        for status, answer in sorted(refused.items()):
+            print(f"    the first {status} answer: {answer}")
         longest, health_longest = max(during_ms), max(health_during, default=0.0)
         goals = {
             f"the call <= {CALL_GOAL_SECONDS:g} s": t1 - t0 <= CALL_GOAL_SECONDS,
