@@ -34,6 +34,10 @@ class Settings(BaseSettings):
                                        " the projector follows the log.")
     projection_poll_interval: float = Field(default=0.2, gt=0, description="Seconds the projector waits when"
                                             " the log has nothing new.")
+    live_read_model_threads: int = Field(default=1, ge=1, le=64, description="DuckDB threads of the live read"
+                                         " model a serving process follows the log into and reads from: one lets"
+                                         " the requests' own threads keep the cores while a large query or the"
+                                         " redaction after a forget runs (a rebuild elsewhere uses every core).")
     snapshot_interval: float = Field(default=5.0, ge=0, description="Seconds between snapshot publications"
                                      " (only when changed; 0: only on request).")
     state_snapshot_every: int = Field(default=2_000, ge=0, description="A writing process has a tenant's"

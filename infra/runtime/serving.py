@@ -56,7 +56,8 @@ class ProjectionFollower:
         self._files = ProjectionFiles(settings.home)
         self._poll = settings.projection_poll_interval
         self._snapshot_interval = settings.snapshot_interval if publish_snapshots else 0.0
-        self._projector = Projector(log, self._files.live, batch_size=settings.projection_batch_size)
+        self._settings = settings
+        self._projector = self._open(self._files.live)
         self._read_base = self._projector.con.cursor()
         self._cursor_lock = threading.Lock()
         self._local = threading.local()
@@ -113,11 +114,17 @@ class ProjectionFollower:
         self._readers = 0
         self._swap = threading.Condition()
         self._swapping = False
-        self._settings = settings
         self.read_wait_seconds = settings.api_read_wait_seconds
         """How long a read of a tenant that is purging a forget waits before ProjectionBehind (503, retry)."""
 
     # ------------------------------------------------------------------ lifecycle
+
+    def _open(self, path: Path) -> Projector:
+        """A projector on `path` whose DuckDB works on `live_read_model_threads` threads: this process's requests
+        run on threads of their own, and a query spread over every core left them waiting for one."""
+        projector = Projector(self._log, path, batch_size=self._settings.projection_batch_size)
+        projector.con.execute(f"SET threads = {int(self._settings.live_read_model_threads)}")
+        return projector
 
     @property
     def _pending_file(self) -> Path:
@@ -389,7 +396,7 @@ class ProjectionFollower:
         assert self._built is not None
         rebuilt, _ = self._built
         self._built = None
-        fresh = Projector(self._log, rebuilt, batch_size=self._settings.projection_batch_size)
+        fresh = self._open(rebuilt)
         try:
             while fresh.position < self._projector.position and fresh.run_once():
                 pass
@@ -404,8 +411,7 @@ class ProjectionFollower:
                 self._close_connections()
                 self._files.live.with_name(self._files.live.name + ".wal").unlink(missing_ok=True)
                 os.replace(rebuilt, self._files.live)
-                self._projector = Projector(self._log, self._files.live,
-                                            batch_size=self._settings.projection_batch_size)
+                self._projector = self._open(self._files.live)
                 self._read_base = self._projector.con.cursor()
                 self._generation += 1
                 self.purges += 1

@@ -68,3 +68,20 @@ def test_an_index_loaded_while_the_projector_commits_holds_every_row_up_to_its_p
     finally:
         follower.stop()
         noumena.close()
+
+
+def test_the_live_read_model_works_on_the_threads_its_setting_names(tmp_path):
+    """A serving process's DuckDB works on `live_read_model_threads` (one by default: its requests keep the cores
+    while a large query runs), also after a purge swapped a rebuilt file in (the same opening)."""
+    noumena = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite", state_snapshot_every=0))
+    try:
+        for threads in (1, 3):
+            settings = noumena.settings.model_copy(update={"live_read_model_threads": threads})
+            follower = ProjectionFollower(noumena.log, settings, publish_snapshots=False)
+            try:
+                with follower.reader() as con:
+                    assert con.execute("SELECT current_setting('threads')").fetchone()[0] == threads
+            finally:
+                follower.stop()
+    finally:
+        noumena.close()
