@@ -332,7 +332,7 @@ class Searches:
         asked = p
         covered = word_coverage(index.turns, [t for t in terms if t not in name_terms
                                               and t not in self.analyzer.function_terms]) ** p.coverage_power \
-            if self.embedder is not None else 1.0
+            if self.embedder is not None and p.semantic_weight > 0 else 1.0
         if covered < 1:
             p = p.model_copy(update={"lexical_weight": p.lexical_weight * covered,
                                      "semantic_weight": p.semantic_weight + p.lexical_weight * (1 - covered)})

@@ -359,3 +359,9 @@ def test_a_word_no_turn_holds_moves_the_lexical_weight_to_the_meaning(make_noume
     assert best_lexical("quokka invoice") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
     searches.parameters = searches.parameters.model_copy(update={"coverage_power": 0.0})  # off
     assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
+    # no meaning to move the weight to: nothing moves
+    searches.parameters = DEFAULT_SEARCH_PARAMETERS.model_copy(update={"semantic_weight": 0.0})
+    assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
+    searches.embedder = None
+    searches.parameters = DEFAULT_SEARCH_PARAMETERS
+    assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
