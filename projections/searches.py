@@ -46,7 +46,7 @@ from projections.perspectives import Perspectives
 from projections.search_documents import Documents
 from projections.search_index import SearchIndex, owned_containers
 from projections.search_lexical import idf
-from projections.search_text import Analyzer
+from projections.search_text import Analyzer, is_han_or_kana
 from projections.search_turns import TurnIndex
 
 SEARCH_PREFIX = "srch-"
@@ -330,7 +330,7 @@ class Searches:
         # the answer keeps the parameters asked for; `p` ranks, its lexical weight following the share of the
         # query's words that the turns hold at all (the rest of it goes to the meaning)
         asked = p
-        covered = word_coverage(index.turns, [t for t in terms if t not in name_terms
+        covered = word_coverage(index.turns, [t for t in terms if t not in name_terms and not is_han_or_kana(t)
                                               and t not in self.analyzer.function_terms]) ** p.coverage_power \
             if self.embedder is not None and p.semantic_weight > 0 else 1.0
         if covered < 1:
@@ -544,11 +544,11 @@ class Searches:
 
 
 def word_coverage(turns: TurnIndex, words: Sequence[str]) -> float:
-    """The share of `words` (a query's terms other than names and function words) that the turns can match: the
-    idf of those some turn holds over the idf of all (a word no turn holds counts as the rarest). 1 when none is
-    held: the lexical match is then the names' alone, which say whom (the embedded query leaves them out), and
-    nothing of it is taken away. Read from the turns' own statistics, those their BM25 weighs words by (a lookup
-    per word: no cost that grows with the documents)."""
+    """The share of `words` (a query's terms other than names, function words and Han/kana characters and bigrams,
+    which are no words of their own) that the turns can match: the idf of those some turn holds over the idf of all
+    (a word no turn holds counts as the rarest). 1 when none is held: the lexical match is then the names' alone,
+    which say whom (the embedded query leaves them out), and nothing of it is taken away. Read from the turns' own
+    statistics, those their BM25 weighs words by (a lookup per word: no cost that grows with the documents)."""
     n = max(turns.live_docs, 1)
     found = whole = 0.0
     for word in dict.fromkeys(words):

@@ -359,6 +359,8 @@ def test_a_word_no_turn_holds_moves_the_lexical_weight_to_the_meaning(make_noume
     assert best_lexical("quokka invoice") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
     searches.parameters = searches.parameters.model_copy(update={"coverage_power": 0.0})  # off
     assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
+    # Han/kana characters and bigrams are no words of their own (a bigram across two words is in no turn): not counted
+    assert best_lexical("quokka 总喜") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
     # no meaning to move the weight to: nothing moves
     searches.parameters = DEFAULT_SEARCH_PARAMETERS.model_copy(update={"semantic_weight": 0.0})
     assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
