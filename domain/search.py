@@ -82,6 +82,13 @@ class SearchParameters(BaseModel):
     name_weight: float = Field(default=0.3, ge=0)
     """How much a query word that names an entity counts in BM25 (the name links; the other words say what about
     it), when the query has other words too."""
+    coverage_power: float = Field(default=1.0, ge=0)
+    """How the lexical weight follows the share of the query's words that any turn holds at all (by idf:
+    `projections.searches.word_coverage`, raised to this power; 0: off). A word no turn holds cannot be matched,
+    yet BM25 relative to the best match makes a match of the query's other words look whole ("what console does he
+    own": `console` is in no turn, `own` in many). The weight lexical loses goes to the semantic signal, whose
+    embedding still knows the missing word (a turn about a Nintendo game); with no embedder, or the semantic weight
+    0, nothing changes."""
     function_weight: float = Field(default=0.0, ge=0)
     """How much a question's function words (`projections.search_text.FUNCTION_WORDS`: what, would, likely, ...)
     count in BM25 when the query has other words too: they say how it asks, not what about (0: left out)."""

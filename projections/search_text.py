@@ -35,6 +35,15 @@ FUNCTION_WORDS = (  # (kept as terms: in a statement they may be the point; in a
 ).split()
 
 
+_HAN_OR_KANA = re.compile(rf"[{_CJK}]")
+
+
+def is_han_or_kana(term: str) -> bool:
+    """A term cut from a Han/kana run (a character or a character bigram): no word of its own, so a bigram across
+    two words is in no document without saying anything is missing."""
+    return bool(_HAN_OR_KANA.search(term))
+
+
 class Analyzer:
     """Turns text into terms (strings). One per index; the stemmer keeps a cache of its own."""
 

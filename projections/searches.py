@@ -45,7 +45,8 @@ from projections.perspective_walk import fact_base_levels
 from projections.perspectives import Perspectives
 from projections.search_documents import Documents
 from projections.search_index import SearchIndex, owned_containers
-from projections.search_text import Analyzer
+from projections.search_lexical import idf
+from projections.search_text import Analyzer, is_han_or_kana
 from projections.search_turns import TurnIndex
 
 SEARCH_PREFIX = "srch-"
@@ -326,6 +327,15 @@ class Searches:
         elif asking:
             weights = (weights or {}) | {t: p.function_weight for t in asking}
         ranked_fully = max(40, RANKED_PER_RESULT * p.k)
+        # the answer keeps the parameters asked for; `p` ranks, its lexical weight following the share of the
+        # query's words that the turns hold at all (the rest of it goes to the meaning)
+        asked = p
+        covered = word_coverage(index.turns, [t for t in terms if t not in name_terms and not is_han_or_kana(t)
+                                              and t not in self.analyzer.function_terms]) ** p.coverage_power \
+            if self.embedder is not None and p.semantic_weight > 0 else 1.0
+        if covered < 1:
+            p = p.model_copy(update={"lexical_weight": p.lexical_weight * covered,
+                                     "semantic_weight": p.semantic_weight + p.lexical_weight * (1 - covered)})
         # beyond the exact limit, the best `ranked_fully` by words are exact, the rest of the lexical candidates
         # the best of what was read on the way (projections/search_lexical.py)
         lex_docs, lex_scores = index.bm25_top(terms, p.bm25_k1, p.bm25_b, p.lexical_candidates, allowed,
@@ -388,7 +398,7 @@ class Searches:
         ranked += turn_candidates(pindex, index.turns, agent_id, serving_id, session_id, terms, vector, p,
                                         now, ranked_fully, ends, weights, fact_seeds, dates, matched_sessions, mine)
         if not ranked:
-            return self._empty(tenant, agent, serving, session_id, query, p, moment, as_of, pindex, mode)
+            return self._empty(tenant, agent, serving, session_id, query, asked, moment, as_of, pindex, mode)
         ranked.sort(key=lambda c: (-c.score, c.kind, c.doc))
         answered_by, chosen = self._by_tier(ranked, p, index)
         items = [self._item(pindex, index, rank, c) for rank, c in enumerate(chosen, start=1)]
@@ -396,7 +406,7 @@ class Searches:
             search_id=SEARCH_PREFIX + new_served_id(moment), tenant=tenant, agent=agent, serving=serving,
             session_id=session_id, query=query, k=p.k, as_of=as_of.isoformat() if as_of else None,
             served_at=moment.astimezone(UTC).isoformat(), log_position=pindex.position, answered_by=answered_by,
-            semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=p, items=items,
+            semantic=mode, embedder=self.embedder.name if self.embedder else None, parameters=asked, items=items,
             about=list(about))
 
     def _blocked(self, pindex: PerspectiveIndex, agent: int, serving: int) -> np.ndarray:
@@ -531,6 +541,23 @@ class Searches:
             doc = pindex.fact_ids.find(fact_id)
             out.append(list(index.message_ids[doc]) if doc is not None and doc < len(index.message_ids) else [])
         return out
+
+
+def word_coverage(turns: TurnIndex, words: Sequence[str]) -> float:
+    """The share of `words` (a query's terms other than names, function words and Han/kana characters and bigrams,
+    which are no words of their own) that the turns can match: the idf of those some turn holds over the idf of all
+    (a word no turn holds counts as the rarest). 1 when none is held: the lexical match is then the names' alone,
+    which say whom (the embedded query leaves them out), and nothing of it is taken away. Read from the turns' own
+    statistics, those their BM25 weighs words by (a lookup per word: no cost that grows with the documents)."""
+    n = max(turns.live_docs, 1)
+    found = whole = 0.0
+    for word in dict.fromkeys(words):
+        tid = turns.vocabulary.get(word)
+        weight = idf(n, len(turns.postings[tid].docs) if tid is not None else 0)
+        whole += weight
+        if tid is not None:
+            found += weight
+    return found / whole if found > 0 else 1.0
 
 
 def semantic_matches(documents: Documents, vector: np.ndarray | None, pool: np.ndarray, lex_docs: np.ndarray,

@@ -179,7 +179,7 @@ ABLATIONS = {
     "activation": {"activation_weight": 0.0}, "recency": {"recency_weight": 0.0},
     "context": {"context_weight": 0.0}, "session": {"session_weight": 0.0}, "entity": {"entity_weight": 0.0},
     "names": {"name_weight": 1.0},
-    "function words": {"function_weight": 1.0},
+    "function words": {"function_weight": 1.0}, "coverage": {"coverage_power": 0.0},
     "time": {"time_weight": 0.0}, "window": {"window_before": 0, "window_after": 0}, "turns": {"turns": False},
     "shown facts last": {"shown_facts_last": False},
 }

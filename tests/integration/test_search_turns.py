@@ -330,3 +330,40 @@ def test_a_turn_of_a_session_that_matches_as_a_whole_ranks_above_the_same_words_
     # without the session's match the two score alike (the earlier turn first)
     searches.parameters = searches.parameters.model_copy(update={"session_weight": 0.0})
     assert ranked() == ["cats-4", "invoices-4"]
+
+
+def test_a_word_no_turn_holds_moves_the_lexical_weight_to_the_meaning(make_noumena):
+    from projections.search_lexical import idf
+    from projections.searches import word_coverage
+
+    clock = TickingClock(datetime(2026, 3, 1, tzinfo=UTC), step=timedelta(seconds=1))
+    noumena = make_noumena("sqlite", clock=clock)
+    _org(noumena)
+    searches = Searches(Perspectives(noumena.log, clock), clock, embedder=EMBEDDER)
+    turns = searches.index(T)[1].turns
+    n = turns.live_docs
+    quokka = idf(n, 2)  # (li-2 and other-1 hold it)
+    assert word_coverage(turns, ["quokka", "zeppelin"]) == pytest.approx(quokka / (quokka + idf(n, 0)))
+    # every word held, or none (the lexical match is then the names' alone): nothing moves
+    assert word_coverage(turns, ["quokka", "invoic"]) == word_coverage(turns, ["zeppelin"]) == 1.0
+    assert word_coverage(turns, []) == 1.0
+
+    def best_lexical(query: str) -> float:
+        answer = searches.search_for(T, "agent:sales", query, serving="person:li")
+        assert answer.parameters == searches.parameters  # (the parameters asked for, not those ranked with)
+        return max(item.scores["lexical"] for item in answer.items if item.kind is ItemKind.TURN)
+
+    covered = word_coverage(turns, [t for t in searches.analyzer.terms("quokka zeppelin")])
+    assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight * covered,
+                                                            abs=1e-5)
+    assert best_lexical("quokka invoice") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
+    searches.parameters = searches.parameters.model_copy(update={"coverage_power": 0.0})  # off
+    assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
+    # Han/kana characters and bigrams are no words of their own (a bigram across two words is in no turn): not counted
+    assert best_lexical("quokka 总喜") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
+    # no meaning to move the weight to: nothing moves
+    searches.parameters = DEFAULT_SEARCH_PARAMETERS.model_copy(update={"semantic_weight": 0.0})
+    assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)
+    searches.embedder = None
+    searches.parameters = DEFAULT_SEARCH_PARAMETERS
+    assert best_lexical("quokka zeppelin") == pytest.approx(DEFAULT_SEARCH_PARAMETERS.lexical_weight, abs=1e-5)

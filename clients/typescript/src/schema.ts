@@ -2174,6 +2174,11 @@ export interface components {
              */
             context_weight: number;
             /**
+             * Coverage Power
+             * @default 1
+             */
+            coverage_power: number;
+            /**
              * Duplicate Cosine
              * @default 0.97
              */
