@@ -38,7 +38,11 @@ export function nameBox(input, known, onPick, { keep = true } = {}) {
   const id = `${input.id}-suggestions`;
   const list = el("ul", { id, role: "listbox", class: "suggestions", "aria-label": "Suggestions" });
   list.hidden = true;
-  input.after(list);
+  // over what follows, not in its flow: opening and closing it moves nothing (a button under the pointer stays
+  // where it was between the press and the release of a click)
+  const box = el("div", { class: "namebox" });
+  input.replaceWith(box);
+  box.append(input, list);
   input.setAttribute("role", "combobox");
   input.setAttribute("aria-autocomplete", "list");
   input.setAttribute("aria-expanded", "false");
