@@ -327,15 +327,11 @@ class Searches:
         elif asking:
             weights = (weights or {}) | {t: p.function_weight for t in asking}
         ranked_fully = max(40, RANKED_PER_RESULT * p.k)
-        # the answer keeps the parameters asked for; `p` ranks, its lexical weight following the share of the
-        # query's words that the turns hold at all (the rest of it goes to the meaning)
+        # the answer keeps the parameters asked for; `p` ranks, with the weights the query's coverage moves
         asked = p
-        covered = word_coverage(index.turns, [t for t in terms if t not in name_terms and not is_han_or_kana(t)
-                                              and t not in self.analyzer.function_terms]) ** p.coverage_power \
-            if self.embedder is not None and p.semantic_weight > 0 else 1.0
-        if covered < 1:
-            p = p.model_copy(update={"lexical_weight": p.lexical_weight * covered,
-                                     "semantic_weight": p.semantic_weight + p.lexical_weight * (1 - covered)})
+        if self.embedder is not None:
+            p = weighed_by_coverage(p, index.turns, [t for t in terms if t not in name_terms and not is_han_or_kana(t)
+                                                     and t not in self.analyzer.function_terms])
         # beyond the exact limit, the best `ranked_fully` by words are exact, the rest of the lexical candidates
         # the best of what was read on the way (projections/search_lexical.py)
         lex_docs, lex_scores = index.bm25_top(terms, p.bm25_k1, p.bm25_b, p.lexical_candidates, allowed,
@@ -541,6 +537,19 @@ class Searches:
             doc = pindex.fact_ids.find(fact_id)
             out.append(list(index.message_ids[doc]) if doc is not None and doc < len(index.message_ids) else [])
         return out
+
+
+def weighed_by_coverage(p: SearchParameters, turns: TurnIndex, words: Sequence[str]) -> SearchParameters:
+    """`p` with its lexical weight following `word_coverage` of `words` (raised to `coverage_power`), what it loses
+    going to the semantic signal; `p` itself when nothing moves (every word held, coverage off, no semantic
+    weight to move it to)."""
+    if p.coverage_power == 0 or p.semantic_weight <= 0:
+        return p
+    covered = word_coverage(turns, words) ** p.coverage_power
+    if covered >= 1:
+        return p
+    return p.model_copy(update={"lexical_weight": p.lexical_weight * covered,
+                                "semantic_weight": p.semantic_weight + p.lexical_weight * (1 - covered)})
 
 
 def word_coverage(turns: TurnIndex, words: Sequence[str]) -> float:
