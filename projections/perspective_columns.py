@@ -40,11 +40,13 @@ class Column:
 
 
 class Texts:
-    """Many short strings in one UTF-8 buffer: `get(i)` decodes the i-th."""
+    """Many short strings in one UTF-8 buffer: `get(i)` decodes the i-th, unless it was replaced (`replace`)."""
 
-    __slots__ = ("blob", "offsets")
+    __slots__ = ("blob", "offsets", "replaced")
 
     def __init__(self, texts: Sequence[str] | None = None) -> None:
+        self.replaced: dict[int, str] = {}
+        """The texts given by `replace`, by position: they are read from here, not from the buffer."""
         if texts:
             encoded = [t.encode() for t in texts]
             self.blob = bytearray(b"".join(encoded))
@@ -71,8 +73,28 @@ class Texts:
         self.offsets.append(len(self.blob))
 
     def get(self, index: int) -> str:
+        if self.replaced:
+            replaced = self.replaced.get(index)
+            if replaced is not None:
+                return replaced
         offsets = self.offsets.data
         return self.blob[int(offsets[index]): int(offsets[index + 1])].decode()
+
+    def replace(self, texts: dict[int, str]) -> None:
+        """Read `texts` (by position) from now on instead of what the buffer holds for them, and zero those bytes
+        the first time one is replaced: a forgotten text leaves the process's memory, not only its answers, with
+        no copy of the whole buffer (its other texts keep their places)."""
+        fresh = np.array([position for position in texts if position not in self.replaced], dtype=np.int64)
+        if len(fresh):
+            offsets = self.offsets.data
+            starts, lengths = offsets[fresh], offsets[fresh + 1] - offsets[fresh]
+            total = int(lengths.sum())
+            if total:
+                shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+                view = np.frombuffer(self.blob, dtype=np.uint8)  # (writable: the buffer is a bytearray)
+                view[np.arange(total, dtype=np.int64) + shift] = 0
+                del view  # (a buffer exported to numpy could not grow)
+        self.replaced.update(texts)
 
     @property
     def nbytes(self) -> int:

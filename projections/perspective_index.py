@@ -81,6 +81,8 @@ class PerspectiveIndex:
         # entities
         self.refs: list[str] = []
         self.labels: list[str] = []
+        self.replaced_labels: set[int] = set()
+        """Entities whose label was set from the read model after a forget (`perspective_load.texts_now`)."""
         self.entity_ids: dict[str, int] = {}
         self.hub = Column(np.bool_)
         self.kind = Column(np.int16)

@@ -23,6 +23,7 @@ mentions), the started, compacted, dispatched and reported rows of `session_chan
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,6 +31,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from domain.forgetting import FORGOTTEN
 from projections.perspective_columns import Column, Texts
 from projections.perspective_fact_ids import FactIds
 from projections.perspective_index import STATUS_CODES, PerspectiveIndex
@@ -242,6 +244,47 @@ def from_duckdb(con: duckdb.DuckDBPyConnection, tenant: str, as_of: datetime | N
         position, clock = int(rows[0][0]) if rows else 0, at.timestamp()
     return from_frames(tenant, entities, facts, sessions, relations, uses, position=position, clock=clock,
                        log_uses=log_uses, episodes=episodes, mentions=mentions)
+
+
+@dataclass(frozen=True)
+class TextsNow:
+    """Labels and reasons of a tenant as the live read model has them after a forget (`texts_now`)."""
+
+    fact_ids: pl.Series
+    reasons: list[str]
+    labels: dict[str, str]
+
+
+def texts_now(con: duckdb.DuckDBPyConnection, tenant: str, index: PerspectiveIndex) -> TextsNow:
+    """After a forget, the texts of `index` the read model may read otherwise now: every fact's reason and entity's
+    label reading `[forgotten]` there (the redaction blanked it, or the rebuilt file does), and every one `index`
+    took from here before (a rebuilt file is exact: what the redaction blanked only for being equal to a forgotten
+    text comes back). Only those rows are read, not the tenant's whole index again: a reload from the file held
+    the interpreter for seconds, which every other tenant's requests waited for."""
+    replaced = np.fromiter(index.reasons.replaced, dtype=np.int64, count=len(index.reasons.replaced))
+    before = [bytes(fact_id).decode() for fact_id in index.fact_ids.ids.data[replaced]]
+    refs = [index.refs[entity] for entity in index.replaced_labels]
+    facts = pl.from_arrow(con.sql(
+        "SELECT fact_id, coalesce(reason, '') AS reason FROM facts WHERE tenant = $1"
+        " AND (reason = $2 OR fact_id IN (SELECT unnest($3::VARCHAR[])))",
+        params=[tenant, FORGOTTEN, before]).to_arrow_table())
+    labels = con.execute(
+        "SELECT ref, coalesce(label, ref) FROM entities WHERE tenant = $1"
+        " AND (label = $2 OR ref IN (SELECT unnest($3::VARCHAR[])))", [tenant, FORGOTTEN, refs]).fetchall()
+    return TextsNow(facts["fact_id"], facts["reason"].to_list(), dict(labels))  # type: ignore[index]
+
+
+def take_texts(index: PerspectiveIndex, now: TextsNow) -> None:
+    """Read the texts of `now` in `index` from now on (holding the lock its readers take)."""
+    if len(now.fact_ids):
+        index.fact_ids.sort()  # (find_many finds the sorted ids only)
+        rows = _index_of(index, now.fact_ids)
+        index.reasons.replace({int(row): reason for row, reason in zip(rows, now.reasons, strict=True) if row >= 0})
+    for ref, label in now.labels.items():
+        entity = index.entity_ids.get(ref)
+        if entity is not None:
+            index.labels[entity] = label
+            index.replaced_labels.add(entity)
 
 
 def load_all(path: Path) -> tuple[dict[str, PerspectiveIndex], int]:

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from projections.perspective_index import (
 from projections.perspective_salience import salience_notes
 from projections.perspective_walk import path as fact_path
 from projections.source import RawLog, decode
+
+if TYPE_CHECKING:
+    from projections.perspective_load import TextsNow
 
 READ_BATCH = 10_000
 
@@ -146,26 +149,15 @@ class Perspectives:
         for follower in self.followers:
             follower.refolded(tenant)
 
-    def replace_index(self, tenant: str, index: PerspectiveIndex) -> None:
-        """Adopt `index` for `tenant` (loaded from a read model rebuilt after a forget), then apply to it the
-        tenant's records this service has followed beyond it."""
+    def take_texts(self, tenant: str, now: TextsNow) -> None:
+        """After a forget in `tenant`: its index reads the labels and reasons of `now` (read from the live read model,
+        redacted or rebuilt) from now on; what the followers derived from its content is dropped."""
+        from projections.perspective_load import take_texts
+
         with self._lock:
-            position = index.position
-            while position < self._position:
-                batch = self._log.read_raw(position, READ_BATCH)
-                if not batch:
-                    break
-                for at, topic, state in batch:
-                    if at > self._position:
-                        break
-                    record = decode(at, topic, state)
-                    if record.data.get("tenant") == tenant and at > index.position:
-                        index.apply(at, record.topic, record.data)
-                    position = at
-                else:
-                    continue
-                break
-            self._indexes[tenant] = index
+            index = self._indexes.get(tenant)
+            if index is not None:
+                take_texts(index, now)
             for follower in self.followers:
                 follower.refolded(tenant)
 

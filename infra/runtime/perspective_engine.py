@@ -28,10 +28,10 @@ class EnginePerspectives:
     """Every call is scoped to the caller's tenant; another tenant's perspective id is simply unknown."""
 
     def __init__(self, load: Callable[[], Perspectives], *, record: bool = True,
-                 reload: Callable[[Perspectives, list[str]], None] | None = None,
+                 retext: Callable[[Perspectives, list[str]], None] | None = None,
                  gate: Callable[[str], None] | None = None) -> None:
         self._load = load
-        self._reload = reload
+        self._retext = retext
         self.gate = gate
         """Called with the tenant before anything is computed from its index (outside every lock): waits while the
         tenant purges a forget (infra/runtime/serving.py), so no content it forgot is served meanwhile."""
@@ -63,16 +63,16 @@ class EnginePerspectives:
                                           budget_tokens=budget_tokens or DEFAULT_BUDGET_TOKENS, deeper=deeper)
 
     def forgotten(self, tenants: list[str] | None = None) -> None:
-        """Content was forgotten: load the indexes of `tenants` again (they hold labels and reasons), the others
-        left as they are; None: every tenant, the engine loaded afresh."""
+        """Content was forgotten: the indexes of `tenants` take the texts that read `[forgotten]` now (they hold
+        labels and reasons), the others are left as they are; None: every tenant, the engine loaded afresh."""
         if self._engine is None:
             return
-        if tenants is None or self._reload is None:
+        if tenants is None or self._retext is None:
             fresh = self._load()
             with self.lock:
                 self._engine = fresh
         else:
-            self._reload(self._engine, tenants)
+            self._retext(self._engine, tenants)
         for drop in self.on_forgotten:
             drop()
 
@@ -112,7 +112,7 @@ def _load(log: RawLog, home: Path, clock: Callable[[], datetime],
             if self.follower is None:
                 super().refold(tenant)
             # else nothing now: the tenant's reads wait while the projector rebuilds the read model without the
-            # forgotten content, then its index is loaded from the rebuilt file (`_reload`), not folded here
+            # forgotten content, then its index takes the forgotten texts from the file (`_retext`), not folded here
 
     perspectives = _FollowedPerspectives(log, clock)
     perspectives.follower = follower
@@ -128,26 +128,28 @@ def _load(log: RawLog, home: Path, clock: Callable[[], datetime],
     return perspectives
 
 
-def _reload(follower: ProjectionFollower, perspectives: Perspectives, tenants: list[str]) -> None:
-    """After the projector swapped in a read model rebuilt without forgotten content: load the purged tenants'
-    indexes from it (the other tenants' indexes stay as they are)."""
-    from projections.perspective_load import from_duckdb
+def _retext(follower: ProjectionFollower, perspectives: Perspectives, tenants: list[str]) -> None:
+    """After the projector redacted the live read model, or swapped in one rebuilt without forgotten content: the
+    purged tenants' indexes take the labels and reasons that read otherwise there now (the other tenants' indexes,
+    and everything else of theirs, stay as they are)."""
+    from projections.perspective_load import texts_now
 
-    with follower.reader() as con:
-        loaded = {tenant: from_duckdb(con, tenant) for tenant in tenants}
-    for tenant, index in loaded.items():
-        perspectives.replace_index(tenant, index)
+    for tenant in tenants:
+        index = perspectives.index(tenant)
+        with follower.reader() as con:
+            now = texts_now(con, tenant, index)
+        perspectives.take_texts(tenant, now)
 
 
 def build_perspective_engine(log: RawLog, home: Path, clock: Callable[[], datetime],
                              follower: ProjectionFollower | None = None) -> EnginePerspectives:
     """The engine for this process, loaded on first use: with a (not yet started) projector, its indexes load
-    from the live DuckDB file, and load again after the projector purged forgotten content (the indexes hold
-    labels and reasons); without one, from the published snapshot when there is one, else from the log."""
+    from the live DuckDB file, and take the forgotten texts from it after the projector purged them (the indexes
+    hold labels and reasons); without one, from the published snapshot when there is one, else from the log."""
     if follower is None:
         return EnginePerspectives(lambda: _load(log, home, clock, None))
     engine = EnginePerspectives(lambda: _load(log, home, clock, follower),
-                                reload=lambda perspectives, tenants: _reload(follower, perspectives, tenants),
+                                retext=lambda perspectives, tenants: _retext(follower, perspectives, tenants),
                                 gate=lambda tenant: follower.wait_clean(tenant, follower.read_wait_seconds))
     follower.on_purged.append(engine.forgotten)
     return engine

@@ -2,10 +2,10 @@
 the read model without forgotten content (started by infra/runtime/serving.py after a forget).
 
 The rebuild decodes and opens every event of the log in Python; in the server's process it would compete with
-the requests for the interpreter lock for as long as it runs (seconds per 100,000 events). Here it only competes
-for a core, at a lower priority (`nice` 10). The worker reads the server's Settings as JSON on stdin (with `out`,
-the file to write), replays the log into `out`, republishes the snapshot and rewrites the exports from it, and
-prints `{"position": N}`.
+the requests for the interpreter lock for as long as it runs (seconds per 100,000 events). Here it only takes a
+core no request wants (the background class: infra/runtime/priority.py). The worker reads the server's Settings
+as JSON on stdin (with `out`, the file to write), replays the log into `out`, republishes the snapshot and
+rewrites the exports from it, and prints `{"position": N}`.
 
 The priority is lowered before anything else runs: the imports of the stores and projections (numpy, DuckDB,
 polars, pydantic: costly to import) come after it, so not even the worker's start competes with the requests.
@@ -14,7 +14,6 @@ polars, pydantic: costly to import) come after it, so not even the worker's star
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,13 +44,10 @@ def run_worker(settings: Settings, out: Path) -> dict[str, Any]:
     return answer
 
 
-NICENESS = 10
-"""The worker runs at a lower CPU priority than the server: on a busy machine the requests come first."""
-
-
 def main() -> int:
-    if hasattr(os, "nice"):
-        os.nice(NICENESS)
+    from infra.runtime.priority import lower_to_background
+
+    lower_to_background()
     # (imported after the priority is lowered: see the module's docstring)
     from infra.adapters.eventlog import EventsourcingLog
     from infra.settings import Settings

@@ -7,17 +7,18 @@ has applied it. Writers nudge the follower so that wait is usually one DuckDB tr
 Forgetting: when the projector applies a `subject.forgotten` event (written by this process or any other), the
 tenant it names is *purging*. Its reads wait only until the live file is *redacted*: the events that now read
 `[forgotten]` are told by the forget itself when this process made it (found by key name in the store), else a
-thread searches the log for them; this thread blanks every text of the tenant that came from them in the live
-file (projections/purge.py `redact_in_place`) and drops its name index, then its reads by query go on; the
-perspective indexes reload the tenant from the file, then its perspectives, searches and contexts go on, never
-showing the forgotten content. The forget answers then. Meanwhile a worker process (infra/runtime/purge_worker.py;
-a thread for the in-memory store) replays the log (which now reads `[forgotten]` for the subject's content) into a
-new DuckDB file, republishes the snapshot and rewrites the exports from it: the live file's freed blocks may still
-hold the old text until then, so no snapshot is published from it, and the tenant stays listed as purging. This
-thread keeps projecting new events into the old file, so other tenants' reads and `min_position` waits go on. When
-the build is done, this thread catches the new file up and swaps it in (readers wait only for the swap) and the
-perspective indexes reload the purged tenants from it. A forget recorded after a build started is not covered by
-it: the next build starts at once, and its tenant's reads wait again until the swapped-in file is redacted too. A
+thread searches the log for them; this thread blanks every text of the tenant that came from them in the live file
+(projections/purge.py `redact_in_place`) and drops its name index, then its reads by query go on; the perspective
+indexes take the texts that read `[forgotten]` in the file now, then its perspectives, searches and contexts go on,
+never showing the forgotten content. The forget answers then. Meanwhile a worker process
+(infra/runtime/purge_worker.py; a thread for the in-memory store) replays the log (which now reads `[forgotten]` for
+the subject's content) into a new DuckDB file, republishes the snapshot and rewrites the exports from it: the live
+file's freed blocks may still hold the old text until then, so no snapshot is published from it, and the tenant
+stays listed as purging. This thread keeps projecting new events into the old file, so other tenants' reads and
+`min_position` waits go on. When the build is done, this thread catches the new file up and swaps it in (readers
+wait only for the swap) and the perspective indexes take the purged tenants' texts from it again (what the redaction
+blanked only for being equal to a forgotten text comes back). A forget recorded after a build started is not covered
+by it: the next build starts at once, and its tenant's reads wait again until the swapped-in file is redacted too. A
 purge a crash cut short is redacted and redone at the next start.
 """
 
@@ -314,8 +315,8 @@ class ProjectionFollower:
         threading.Thread(target=find, name="noumena-redact", daemon=True).start()
 
     def _apply_redactions(self) -> None:
-        """In the follower's thread: blank the forgotten texts of the held tenants in the live file, reload their
-        indexes from it, and let their reads go on."""
+        """In the follower's thread: blank the forgotten texts of the held tenants in the live file, have their
+        indexes take them, and let their reads go on."""
         with self._swap:
             current = [found for found in self._redactions if found[2] == self._generation]
             self._redactions.clear()
@@ -346,7 +347,7 @@ class ProjectionFollower:
 
     def _file_cleaned(self, tenants: list[str], until: int) -> None:
         """The live file no longer shows what `tenants` forgot up to `until`: drop what was read from it, then let
-        their reads by query go on (their reads through the indexes wait until those are loaded again)."""
+        their reads by query go on (their reads through the indexes wait until those took the forgotten texts)."""
         for listener in self.on_file_cleaned:
             listener(tenants)
         with self._swap:
@@ -485,7 +486,7 @@ class ProjectionFollower:
 
     def wait_file_clean(self, tenant: str, timeout: float) -> None:
         """`wait_clean` for a read by query of the live file only: it goes on once the file is redacted, without
-        waiting for the indexes to be loaded again from it."""
+        waiting for the indexes to take the forgotten texts from it."""
         if tenant not in self._file_held:
             return
         with self._swap:

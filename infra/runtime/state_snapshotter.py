@@ -55,6 +55,8 @@ import time
 from collections.abc import Callable, Collection
 from typing import IO, TYPE_CHECKING
 
+from infra.runtime.priority import lower_to_background
+
 if TYPE_CHECKING:
     from infra.adapters.state_snapshots import FileStateSnapshots
 
@@ -64,11 +66,6 @@ NICENESS = 2
 """The snapshotter runs at a slightly lower CPU priority than the writers: on a busy machine the writes come first,
 yet it keeps enough of a core to keep up with them (far below their priority, beside other busy processes, it fell
 behind by as much as they wrote, and a crash left all of that to fold)."""
-WHOLE_NICENESS = 10
-"""A fold of a tenant's whole log (it has no snapshot: after a forget, which deletes them) runs on a thread of
-its own at this lower priority (Linux: a thread's own; elsewhere at `NICENESS`): seconds to minutes of a core,
-which a server on the same cores feels as every request waiting for a CPU. A delta after a snapshot is short and
-stays at `NICENESS`, to keep up with the writes."""
 PAUSE = 1.0
 """Seconds without a write before the snapshotter is handed a request: it works while the writers pause (on a
 shared machine a fold beside a busy writer slows the writes, niced or not)."""
@@ -312,14 +309,16 @@ def _end_with_the_writer(parent: int) -> None:
 
 
 def _take(snapshots: FileStateSnapshots, tenant: str, whole: bool) -> tuple[int, str] | None:
-    """`take_from_log`, on a thread at `WHOLE_NICENESS` when it folds the whole log; None if it failed (logged:
-    answered, the writing process goes on and the next request tries again)."""
+    """`take_from_log`; when it folds the whole log (the tenant has no snapshot: after a forget, which deletes
+    them), on a thread of its own in the background class (infra/runtime/priority.py): seconds to minutes of a core,
+    which a server on the same cores would feel as its requests waiting for a CPU. A delta after a snapshot is short
+    and stays at `NICENESS`, to keep up with the writes. None if it failed (logged: answered, the writing process
+    goes on and the next request tries again)."""
     taken: list[tuple[int, str] | None] = [None]
 
     def take() -> None:
-        if whole and sys.platform == "linux":  # (setpriority of a thread id: that thread only, on Linux)
-            thread = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, thread, max(os.getpriority(os.PRIO_PROCESS, thread), WHOLE_NICENESS))
+        if whole:
+            lower_to_background(thread_only=True)
         try:
             taken[0] = snapshots.take_from_log(tenant)
         except Exception:

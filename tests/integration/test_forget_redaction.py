@@ -14,6 +14,8 @@ from domain import commands as c
 from domain.forgetting import FORGOTTEN
 from infra.bootstrap import bootstrap
 from infra.settings import Settings
+from projections.perspective_index import PerspectiveIndex
+from projections.perspective_load import from_duckdb, take_texts, texts_now
 from projections.projector import Projector
 from projections.purge import forgotten_positions, redact_in_place
 from projections.replay import replay
@@ -104,5 +106,49 @@ def test_finding_the_forgotten_events_finds_none_before_a_forget(tmp_path: Path)
         found = forgotten_positions(app.log, app.log.max_position())
         assert found and all(position <= before for position in found)
         assert forgotten_positions(app.log, min(found) - 1) == []  # (`until` bounds the search)
+    finally:
+        app.close()
+
+
+def _index_texts(index: PerspectiveIndex) -> tuple[dict[str, str], dict[str, str]]:
+    """An index's label of each entity and reason of each fact, by ref and by fact id."""
+    return (dict(zip(index.refs, index.labels, strict=True)),
+            {index.fact_ids.at(row): index.reasons.get(row) for row in range(index.fact_count)})
+
+
+def test_a_served_index_takes_the_texts_of_the_redacted_then_the_rebuilt_file_as_a_reload_would(
+        tmp_path: Path) -> None:
+    """The served process does not load a forgetting tenant's index again (that held the interpreter for seconds):
+    it takes only the texts that read otherwise in the live file. Its labels and reasons must then be those a
+    reload would give: after the redaction, and again after the rebuilt (exact) file is swapped in."""
+    app = bootstrap(Settings(home=tmp_path / "home", event_store="sqlite"), clock=TickingClock())
+    try:
+        _plant(app.service)
+        app.service.execute(c.AssertFact(tenant=T, subject="person:qian", relation="prefers",
+                                         object="memory:zhao-tea", reason="KEEP-QIAN-OWN", scope="person:qian"))
+        # someone else's words equal to a forgotten text: the redaction blanks them too, the rebuilt file not
+        app.service.execute(c.RegisterEntity(tenant=T, ref="memory:qian-tea",
+                                             label="MARKER-ZHAO-MEMORY prefers green tea"))
+        with Projector(app.log, tmp_path / "live.duckdb") as live:
+            live.catch_up()
+            index = from_duckdb(live.con, T)  # (as served before the forget)
+            assert any("MARKER-ZHAO" in text for part in _index_texts(index) for text in part.values())
+
+            app.application.forgetting.forget(T, "person:zhao")
+            live.catch_up()
+            redact_in_place(live.con, T, forgotten_positions(app.log, app.log.max_position()))
+            take_texts(index, texts_now(live.con, T, index))
+            assert _index_texts(index) == _index_texts(from_duckdb(live.con, T))
+            assert [m for m in GONE if any(m in text for part in _index_texts(index) for text in part.values())] == []
+            assert b"MARKER-ZHAO" not in bytes(index.reasons.blob)  # (gone from memory, not only from answers)
+            assert _index_texts(index)[0]["memory:qian-tea"] == FORGOTTEN
+
+            rebuilt = replay(app.log, tmp_path / "rebuilt.duckdb").path
+            with duckdb.connect(str(rebuilt), read_only=True) as exact:
+                take_texts(index, texts_now(exact, T, index))
+                assert _index_texts(index) == _index_texts(from_duckdb(exact, T))
+        labels, reasons = _index_texts(index)
+        assert "Qian KEEP-QIAN-NAME" in labels.values() and "KEEP-QIAN-OWN" in reasons.values()
+        assert labels["memory:qian-tea"] == "MARKER-ZHAO-MEMORY prefers green tea"  # (blanked, then given back)
     finally:
         app.close()
