@@ -168,6 +168,9 @@ def test_every_other_write_route_takes_only_the_keys_own_agent_person_and_sessio
 def test_nothing_a_scoped_key_was_refused_shows_in_another_agents_perspective(org: dict[str, Any]) -> None:
     for case, (change, _) in REFUSED.items():
         org["scoped"].post("/v1/facts", json=fact(case, change))
+    for case, change in ACCEPTED.items():  # (written here too: the test must not depend on another having run)
+        written = org["scoped"].post("/v1/facts", json=fact(case, change))
+        assert written.status_code == 200, written.text
     position = org["tenant"].client.post("/v1/facts", json={"subject": "agent:other", "relation": "knows",
                                                             "object": "ticket:t1"}).json()["position"]
     for agent, person in (("agent:other", "person:c3"), ("agent:hub", None), ("agent:other", None)):
