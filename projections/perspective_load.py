@@ -252,7 +252,7 @@ class TextsNow:
 
     fact_ids: pl.Series
     reasons: list[str]
-    labels: dict[str, str]
+    labels: dict[str, str | None]
 
 
 def texts_now(con: duckdb.DuckDBPyConnection, tenant: str, index: PerspectiveIndex) -> TextsNow:
@@ -269,7 +269,7 @@ def texts_now(con: duckdb.DuckDBPyConnection, tenant: str, index: PerspectiveInd
         " AND (reason = $2 OR fact_id IN (SELECT unnest($3::VARCHAR[])))",
         params=[tenant, FORGOTTEN, before]).to_arrow_table())
     labels = con.execute(
-        "SELECT ref, coalesce(label, ref) FROM entities WHERE tenant = $1"
+        "SELECT ref, label FROM entities WHERE tenant = $1"
         " AND (label = $2 OR ref IN (SELECT unnest($3::VARCHAR[])))", [tenant, FORGOTTEN, refs]).fetchall()
     return TextsNow(facts["fact_id"], facts["reason"].to_list(), dict(labels))  # type: ignore[index]
 
@@ -277,13 +277,14 @@ def texts_now(con: duckdb.DuckDBPyConnection, tenant: str, index: PerspectiveInd
 def take_texts(index: PerspectiveIndex, now: TextsNow) -> None:
     """Read the texts of `now` in `index` from now on (holding the lock its readers take)."""
     if len(now.fact_ids):
-        index.fact_ids.sort()  # (find_many finds the sorted ids only)
+        if index.fact_ids.recent:
+            index.fact_ids.sort()  # (find_many finds the sorted ids only)
         rows = _index_of(index, now.fact_ids)
         index.reasons.replace({int(row): reason for row, reason in zip(rows, now.reasons, strict=True) if row >= 0})
     for ref, label in now.labels.items():
         entity = index.entity_ids.get(ref)
         if entity is not None:
-            index.labels[entity] = label
+            index.labels[entity] = label or ref  # (as `PerspectiveIndex.entity` names an entity without a label)
             index.replaced_labels.add(entity)
 
 
